@@ -1,0 +1,1 @@
+"""The embedded default configuration and its example models."""

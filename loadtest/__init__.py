@@ -1,0 +1,1 @@
+"""Load generator and benchmarks."""

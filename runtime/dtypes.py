@@ -1,0 +1,78 @@
+"""TensorFlow DataType <-> numpy dtype.
+
+Strings are numpy object arrays of ``bytes``; DT_HALF is ``float16``. Types numpy cannot hold
+(bfloat16, quantized, float8, int4, variant) are refused with ``UnimplementedError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from proto import types_pb2
+from runtime.errors import InvalidArgumentError, UnimplementedError
+
+DataType = int  # a types_pb2.DataType value
+
+_TO_NUMPY: dict[int, np.dtype[Any]] = {
+    types_pb2.DT_FLOAT: np.dtype(np.float32),
+    types_pb2.DT_DOUBLE: np.dtype(np.float64),
+    types_pb2.DT_HALF: np.dtype(np.float16),
+    types_pb2.DT_INT8: np.dtype(np.int8),
+    types_pb2.DT_INT16: np.dtype(np.int16),
+    types_pb2.DT_INT32: np.dtype(np.int32),
+    types_pb2.DT_INT64: np.dtype(np.int64),
+    types_pb2.DT_UINT8: np.dtype(np.uint8),
+    types_pb2.DT_UINT16: np.dtype(np.uint16),
+    types_pb2.DT_UINT32: np.dtype(np.uint32),
+    types_pb2.DT_UINT64: np.dtype(np.uint64),
+    types_pb2.DT_BOOL: np.dtype(np.bool_),
+    types_pb2.DT_COMPLEX64: np.dtype(np.complex64),
+    types_pb2.DT_COMPLEX128: np.dtype(np.complex128),
+    types_pb2.DT_STRING: np.dtype(object),
+    types_pb2.DT_RESOURCE: np.dtype(object),
+}
+
+_FROM_NUMPY: dict[np.dtype[Any], int] = {
+    dt: code for code, dt in _TO_NUMPY.items() if code not in (types_pb2.DT_RESOURCE,)
+}
+
+
+def base_dtype(dtype: int) -> int:
+    """Strips the reference flag (``DT_FLOAT_REF`` -> ``DT_FLOAT``)."""
+    return dtype - 100 if dtype > 100 else dtype
+
+
+def name(dtype: int) -> str:
+    """TensorFlow's spelling, e.g. ``float32`` for DT_FLOAT."""
+    try:
+        enum_name = types_pb2.DataType.Name(dtype)
+    except ValueError:
+        return f"<unknown dtype {dtype}>"
+    if dtype in _TO_NUMPY and dtype not in (types_pb2.DT_STRING, types_pb2.DT_RESOURCE):
+        return str(_TO_NUMPY[dtype])
+    return enum_name[3:].lower()
+
+
+def as_numpy_dtype(dtype: int) -> np.dtype[Any]:
+    """The numpy dtype that holds values of a TensorFlow DataType."""
+    dt = _TO_NUMPY.get(base_dtype(dtype))
+    if dt is None:
+        raise UnimplementedError(f"Data type {name(dtype)} is not supported by poolserve's numpy runtime")
+    return dt
+
+
+def from_numpy(dtype: Any) -> int:
+    """The DataType for a numpy dtype (``bytes``/``str`` arrays are DT_STRING)."""
+    dt = np.dtype(dtype)
+    if dt.kind in "SUO":
+        return types_pb2.DT_STRING
+    code = _FROM_NUMPY.get(dt.newbyteorder("=") if dt.byteorder not in "=|" else dt)
+    if code is None:
+        raise InvalidArgumentError(f"numpy dtype {dt} has no TensorFlow DataType")
+    return code
+
+
+def is_floating(dtype: int) -> bool:
+    return base_dtype(dtype) in (types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE, types_pb2.DT_HALF)

@@ -1,0 +1,246 @@
+"""Graphs: load a GraphDef, validate it, order it, prune it.
+
+``Graph(graph_def)`` checks what TensorFlow's importer checks (unique names, existing inputs and ports,
+known ops, valid attrs, no cycles) and binds every node's kernel once. ``prune`` keeps what some fetches
+and targets need, with fed tensors cutting the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from google.protobuf import message, text_format
+
+from proto import graph_pb2
+from runtime import dtypes, kernels
+from runtime.errors import InvalidArgumentError, NotFoundError, OpError
+from runtime.kernels.registry import Compute, KernelDef
+from runtime.node import Node, parse_tensor_name
+from runtime.tensor import as_array
+
+TensorId = tuple[str, int]
+
+
+def load_graph_def(path: str | Path) -> graph_pb2.GraphDef:
+    """Reads a binary (``.pb``) or text (``.pbtxt``/``.txt``) GraphDef."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise NotFoundError(f"GraphDef file not found: {path}") from None
+    except OSError as e:
+        raise InvalidArgumentError(f"cannot read GraphDef file {path}: {e.strerror}") from None
+    graph_def = graph_pb2.GraphDef()
+    text = path.suffix in (".pbtxt", ".txt")
+    try:
+        if text:
+            text_format.Parse(data.decode("utf-8"), graph_def, allow_unknown_field=True)
+        else:
+            graph_def.ParseFromString(data)
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as e:
+        kind = "text" if text else "binary"
+        raise InvalidArgumentError(f"{path} is not a valid {kind} GraphDef: {e}") from None
+    return graph_def
+
+
+class Graph:
+    """A validated graph. Nodes keep GraphDef order; ``order`` is a topological order of them."""
+
+    def __init__(self, graph_def: graph_pb2.GraphDef) -> None:
+        self.graph_def = graph_def
+        self.nodes: dict[str, Node] = {}
+        for i, nd in enumerate(graph_def.node):
+            if not nd.name:
+                raise InvalidArgumentError(f"Node #{i} (op '{nd.op}') has no name")
+            if nd.name in self.nodes:
+                raise InvalidArgumentError(f"Duplicate node name in graph: '{nd.name}'", nd.name)
+            self.nodes[nd.name] = Node(nd, i)
+
+        self.kernel_defs: dict[str, KernelDef] = {}
+        self.num_outputs: dict[str, int] = {}
+        for node in self.nodes.values():
+            kdef = kernels.lookup(node)
+            self.kernel_defs[node.name] = kdef
+            self.num_outputs[node.name] = kdef.outputs(node)
+        self._check_inputs()
+        self.order: list[Node] = self._topological_order()
+        self.position = {node.name: i for i, node in enumerate(self.order)}
+        self.kernels: dict[str, Compute] = {}
+        for node in self.order:
+            self.kernels[node.name] = self._bind(node)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Graph:
+        return cls(load_graph_def(path))
+
+    def _bind(self, node: Node) -> Compute:
+        try:
+            return self.kernel_defs[node.name].factory(node)
+        except OpError as e:
+            if e.node_name is None:
+                e.node_name = node.name
+            raise
+        except (ValueError, TypeError, IndexError, KeyError) as e:
+            raise InvalidArgumentError(
+                f"Node '{node.name}' (op '{node.op}'): invalid attrs: {e}", node.name
+            ) from None
+
+    def _check_inputs(self) -> None:
+        for node in self.nodes.values():
+            for src, port in node.inputs:
+                if src not in self.nodes:
+                    raise InvalidArgumentError(
+                        f"Node '{node.name}' (op '{node.op}'): input '{src}:{port}' refers to unknown node "
+                        f"'{src}'",
+                        node.name,
+                    )
+                if port >= self.num_outputs[src]:
+                    raise InvalidArgumentError(
+                        f"Node '{node.name}' (op '{node.op}'): input '{src}:{port}' refers to output {port} "
+                        f"of '{src}' (op '{self.nodes[src].op}'), which has {self.num_outputs[src]} outputs",
+                        node.name,
+                    )
+            for src in node.control_inputs:
+                if src not in self.nodes:
+                    raise InvalidArgumentError(
+                        f"Node '{node.name}' (op '{node.op}'): control input '^{src}' refers to unknown node "
+                        f"'{src}'",
+                        node.name,
+                    )
+
+    def _topological_order(self) -> list[Node]:
+        pending: dict[str, int] = {}
+        consumers: dict[str, list[str]] = {name: [] for name in self.nodes}
+        for node in self.nodes.values():
+            deps = {src for src, _ in node.inputs} | set(node.control_inputs)
+            pending[node.name] = len(deps)
+            for src in deps:
+                consumers[src].append(node.name)
+        ready = [node.name for node in self.nodes.values() if pending[node.name] == 0]
+        order: list[Node] = []
+        while ready:
+            name = ready.pop()
+            order.append(self.nodes[name])
+            for c in consumers[name]:
+                pending[c] -= 1
+                if pending[c] == 0:
+                    ready.append(c)
+        if len(order) != len(self.nodes):
+            stuck = sorted(n for n, count in pending.items() if count > 0)
+            first = self.nodes[stuck[0]]
+            raise InvalidArgumentError(
+                f"Graph has a cycle: node '{first.name}' (op '{first.op}') and {len(stuck) - 1} other node(s) "
+                f"wait on each other: {', '.join(stuck[:5])}{' ...' if len(stuck) > 5 else ''}",
+                first.name,
+            )
+        return order
+
+    # --- lookups -----------------------------------------------------------------------------------------
+
+    def tensor(self, name: str) -> TensorId:
+        """Resolves ``"node:port"`` (or ``"node"`` for port 0), checking that it exists."""
+        node, port = parse_tensor_name(name)
+        if node not in self.nodes:
+            raise NotFoundError(f"Tensor '{name}' not found: the graph has no node '{node}'")
+        if port >= self.num_outputs[node]:
+            raise NotFoundError(
+                f"Tensor '{name}' not found: node '{node}' (op '{self.nodes[node].op}') has "
+                f"{self.num_outputs[node]} outputs"
+            )
+        return node, port
+
+    def node(self, name: str) -> Node:
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise NotFoundError(f"Node '{name}' not found in the graph") from None
+
+    # --- pruning -----------------------------------------------------------------------------------------
+
+    def prune(
+        self,
+        fetches: Iterable[TensorId],
+        targets: Iterable[str] = (),
+        feeds: Iterable[TensorId] = (),
+    ) -> list[Node]:
+        """The nodes needed to compute ``fetches`` and run ``targets``, in topological order.
+
+        A fed tensor is not computed: its producer is kept only if something else needs it.
+        """
+        fed = set(feeds)
+        needed: set[str] = set()
+        stack: list[str] = []
+        for node, port in fetches:
+            if (node, port) not in fed:
+                stack.append(node)
+        for t in targets:
+            self.node(t)
+            stack.append(t)
+        while stack:
+            name = stack.pop()
+            if name in needed:
+                continue
+            needed.add(name)
+            node = self.nodes[name]
+            for src, port in node.inputs:
+                if (src, port) not in fed and src not in needed:
+                    stack.append(src)
+            for src in node.control_inputs:
+                if src not in needed:
+                    stack.append(src)
+        return sorted((self.nodes[n] for n in needed), key=lambda n: self.position[n.name])
+
+    def subgraph_def(self, nodes: Iterable[Node]) -> graph_pb2.GraphDef:
+        """A GraphDef of the given nodes (e.g. the pruned graph a step ran)."""
+        out = graph_pb2.GraphDef()
+        out.versions.CopyFrom(self.graph_def.versions)
+        out.node.extend(n.node_def for n in nodes)
+        return out
+
+
+def _shape_text(shape: tuple[int, ...] | None) -> str:
+    if shape is None:
+        return "<unknown>"
+    return "(" + ", ".join("?" if d < 0 else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def prepare_feed(graph: Graph, tensor: TensorId, value: Any) -> np.ndarray[Any, Any]:
+    """Converts a fed value to an array and checks it against a Placeholder's dtype and shape.
+
+    Lists and scalars are converted to the placeholder's dtype; an array of another dtype is accepted only
+    when the cast loses nothing (``int32`` into ``float32`` is fine, ``float64`` into ``int32`` is not).
+    Feeds of other nodes' tensors are taken as given.
+    """
+    node = graph.nodes[tensor[0]]
+    name = f"{tensor[0]}:{tensor[1]}"
+    if node.op not in ("Placeholder", "PlaceholderWithDefault"):
+        return as_array(value)
+    want = node.attr_type("dtype")
+    np_want = dtypes.as_numpy_dtype(want)
+    try:
+        if isinstance(value, np.ndarray) and value.dtype != np_want and value.dtype.kind not in "SUO":
+            if not np.can_cast(value.dtype, np_want, "same_kind") or (
+                value.dtype.kind == "f" and np_want.kind in "iub"
+            ):
+                raise InvalidArgumentError(
+                    f"Cannot feed value of dtype {value.dtype} for Tensor '{name}', which has dtype "
+                    f"{dtypes.name(want)}"
+                )
+        arr = as_array(value, want)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise InvalidArgumentError(
+            f"Cannot convert the value fed for Tensor '{name}' to {dtypes.name(want)}: {e}"
+        ) from None
+    shape = node.attr_shape("shape", None)
+    if shape is not None and (
+        len(shape) != arr.ndim or any(d >= 0 and d != s for d, s in zip(shape, arr.shape, strict=False))
+    ):
+        raise InvalidArgumentError(
+            f"Cannot feed value of shape {_shape_text(arr.shape)} for Tensor '{name}', which has shape "
+            f"{_shape_text(shape)}"
+        )
+    return arr

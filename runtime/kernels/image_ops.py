@@ -1,0 +1,3 @@
+"""Image ops: resizing."""
+
+from __future__ import annotations

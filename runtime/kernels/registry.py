@@ -1,0 +1,85 @@
+"""The kernel table: one entry per op type, filled by the ``@kernel`` decorator.
+
+A kernel is a *factory* ``(node) -> compute``: it reads and checks the node's attrs once, when a graph is
+loaded, and returns ``compute(ctx, inputs) -> outputs`` (a tuple or list, one array per output port).
+The executor dispatches through this table only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.errors import NotFoundError
+from runtime.node import Node
+
+Compute = Callable[["OpContext", list[Any]], Sequence[Any]]
+Factory = Callable[[Node], Compute]
+
+
+class OpContext:
+    """What a running kernel may see of its step: the session's resources and the step id."""
+
+    __slots__ = ("resources", "step_id")
+
+    def __init__(self, resources: ResourceContainer | None = None, step_id: int = 0) -> None:
+        self.resources = resources if resources is not None else ResourceContainer()
+        self.step_id = step_id
+
+
+class ResourceContainer:
+    """Per-session state of stateful ops (variables), keyed by (container, shared_name)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, str], Any] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class KernelDef:
+    op: str
+    factory: Factory
+    expensive: bool
+    stateful: bool
+    num_outputs: int | Callable[[Node], int]
+
+    def outputs(self, node: Node) -> int:
+        n = self.num_outputs
+        return n if isinstance(n, int) else n(node)
+
+
+KERNELS: dict[str, KernelDef] = {}
+
+
+def kernel(
+    *ops: str,
+    expensive: bool = False,
+    stateful: bool = False,
+    outputs: int | Callable[[Node], int] = 1,
+) -> Callable[[Factory], Factory]:
+    """Registers a factory for one or more op types.
+
+    ``expensive`` kernels are dispatched to the inter-op pool; cheap ones run inline. ``stateful`` kernels
+    are never constant-folded. ``outputs`` is the number of output ports, or a function of the node.
+    """
+
+    def register(factory: Factory) -> Factory:
+        for op in ops:
+            if op in KERNELS:
+                raise ValueError(f"kernel for op '{op}' registered twice")
+            KERNELS[op] = KernelDef(op, factory, expensive, stateful, outputs)
+        return factory
+
+    return register
+
+
+def lookup(node: Node) -> KernelDef:
+    kdef = KERNELS.get(node.op)
+    if kdef is None:
+        raise NotFoundError(
+            f"Op type not registered '{node.op}' (node '{node.name}'): poolserve has no kernel for it",
+            node.name,
+        )
+    return kdef

@@ -1,0 +1,149 @@
+"""TensorProto <-> numpy arrays, with TensorFlow's rules.
+
+Values come from ``tensor_content`` (raw little-endian bytes) or from the typed repeated field of the dtype.
+A typed field shorter than the shape is padded with its last value (so one value fills the tensor); an
+empty one means zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from proto import tensor_pb2, tensor_shape_pb2, types_pb2
+from runtime import dtypes
+from runtime.errors import InvalidArgumentError
+
+# dtype -> name of the typed repeated field that holds its values
+_VALUE_FIELD: dict[int, str] = {
+    types_pb2.DT_FLOAT: "float_val",
+    types_pb2.DT_DOUBLE: "double_val",
+    types_pb2.DT_HALF: "half_val",
+    types_pb2.DT_INT8: "int_val",
+    types_pb2.DT_INT16: "int_val",
+    types_pb2.DT_INT32: "int_val",
+    types_pb2.DT_UINT8: "int_val",
+    types_pb2.DT_UINT16: "int_val",
+    types_pb2.DT_INT64: "int64_val",
+    types_pb2.DT_UINT32: "uint32_val",
+    types_pb2.DT_UINT64: "uint64_val",
+    types_pb2.DT_BOOL: "bool_val",
+    types_pb2.DT_COMPLEX64: "scomplex_val",
+    types_pb2.DT_COMPLEX128: "dcomplex_val",
+    types_pb2.DT_STRING: "string_val",
+}
+
+
+def shape_from_proto(shape: tensor_shape_pb2.TensorShapeProto) -> tuple[int, ...] | None:
+    """A shape tuple with -1 for unknown dimensions, or None for an unknown rank."""
+    if shape.unknown_rank:
+        return None
+    return tuple(int(d.size) for d in shape.dim)
+
+
+def shape_to_proto(shape: Sequence[int] | None) -> tensor_shape_pb2.TensorShapeProto:
+    proto = tensor_shape_pb2.TensorShapeProto()
+    if shape is None:
+        proto.unknown_rank = True
+    else:
+        for size in shape:
+            proto.dim.add(size=int(size))
+    return proto
+
+
+def _num_elements(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def to_ndarray(proto: tensor_pb2.TensorProto, name: str = "tensor") -> np.ndarray[Any, Any]:
+    """Decodes a TensorProto. ``name`` is used in error messages (a node or tensor name)."""
+    dtype = dtypes.base_dtype(proto.dtype)
+    np_dtype = dtypes.as_numpy_dtype(dtype)
+    shape = shape_from_proto(proto.tensor_shape)
+    if shape is None or any(d < 0 for d in shape):
+        raise InvalidArgumentError(f"{name}: a tensor value needs a fully defined shape, got {shape}")
+    count = _num_elements(shape)
+
+    if proto.tensor_content:
+        if dtype == types_pb2.DT_STRING:
+            raise InvalidArgumentError(f"{name}: DT_STRING tensors cannot use tensor_content")
+        expected = count * np_dtype.itemsize
+        if len(proto.tensor_content) != expected:
+            raise InvalidArgumentError(
+                f"{name}: tensor_content has {len(proto.tensor_content)} bytes, but shape {list(shape)} "
+                f"of {dtypes.name(dtype)} needs {expected}"
+            )
+        flat = np.frombuffer(proto.tensor_content, dtype=np_dtype.newbyteorder("<"))
+        return flat.astype(np_dtype, copy=True).reshape(shape)
+
+    field = _VALUE_FIELD.get(dtype)
+    if field is None:
+        raise InvalidArgumentError(f"{name}: cannot decode values of {dtypes.name(dtype)}")
+    raw: Any = getattr(proto, field)
+    values: np.ndarray[Any, Any]
+    if dtype == types_pb2.DT_STRING:
+        values = np.empty(len(raw), dtype=object)
+        values[:] = list(raw)
+    elif dtype == types_pb2.DT_HALF:
+        values = np.asarray(raw, dtype=np.uint16).view(np.float16)
+    elif dtype in (types_pb2.DT_COMPLEX64, types_pb2.DT_COMPLEX128):
+        pairs = np.asarray(raw, dtype=np.float64)
+        if pairs.size % 2:
+            raise InvalidArgumentError(f"{name}: complex values need an even number of floats")
+        values = (pairs[0::2] + 1j * pairs[1::2]).astype(np_dtype)
+    else:
+        values = np.asarray(raw).astype(np_dtype, copy=False)
+
+    n = values.shape[0]
+    if n > count:
+        raise InvalidArgumentError(
+            f"{name}: {n} values given for shape {list(shape)} ({count} elements)"
+        )
+    if n == count:
+        return values.reshape(shape)
+    if n == 0:
+        if dtype == types_pb2.DT_STRING:
+            out = np.empty(shape, dtype=object)
+            out.fill(b"")
+            return out
+        return np.zeros(shape, dtype=np_dtype)
+    out = np.empty(shape, dtype=np_dtype)
+    flat_out = out.reshape(-1)
+    flat_out[:n] = values
+    flat_out[n:] = values[-1]
+    return out
+
+
+def as_array(value: Any, dtype: int | None = None) -> np.ndarray[Any, Any]:
+    """A numpy array from an array, list, scalar, bytes or str (str is encoded as UTF-8 bytes)."""
+    if isinstance(value, np.ndarray) and value.dtype.kind not in "SU":
+        arr = value
+    else:
+        arr = np.asarray(value)
+    if arr.dtype.kind in "SU" or (arr.dtype == object and dtype in (None, types_pb2.DT_STRING)):
+        out = np.empty(arr.shape, dtype=object)
+        flat = out.reshape(-1)
+        for i, v in enumerate(arr.reshape(-1)):
+            flat[i] = v.encode("utf-8") if isinstance(v, str) else bytes(v)
+        arr = out
+    if dtype is not None:
+        arr = arr.astype(dtypes.as_numpy_dtype(dtype), copy=False)
+    return arr
+
+
+def from_ndarray(value: Any, dtype: int | None = None) -> tensor_pb2.TensorProto:
+    """Encodes a value as a TensorProto: numbers in ``tensor_content``, strings in ``string_val``."""
+    arr = as_array(value, dtype)
+    code = dtype if dtype is not None else dtypes.from_numpy(arr.dtype)
+    proto = tensor_pb2.TensorProto(dtype=code)
+    proto.tensor_shape.CopyFrom(shape_to_proto(arr.shape))
+    if code == types_pb2.DT_STRING:
+        proto.string_val.extend(arr.reshape(-1).tolist())
+    else:
+        proto.tensor_content = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
+    return proto
