@@ -137,7 +137,9 @@ class GraphBuilder:
 
     # --- sources -----------------------------------------------------------------------------------------
 
-    def placeholder(self, name: str, dtype: Any = np.float32, dims: Sequence[int | None] | None = None) -> str:
+    def placeholder(
+        self, name: str, dtype: Any = np.float32, dims: Sequence[int | None] | None = None
+    ) -> str:
         code = dtypes.from_numpy(dtype)
         attrs: dict[str, Any] = {"dtype": _type_attr(code)}
         attrs["shape"] = shape(dims)

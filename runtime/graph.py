@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from google.protobuf import message, text_format
 
 from proto import graph_pb2
@@ -21,8 +20,7 @@ from runtime.errors import InvalidArgumentError, NotFoundError, OpError
 from runtime.kernels.registry import Compute, KernelDef
 from runtime.node import Node, parse_tensor_name
 from runtime.tensor import as_array
-
-TensorId = tuple[str, int]
+from runtime.types import TensorId
 
 
 def load_graph_def(path: str | Path) -> graph_pb2.GraphDef:
@@ -133,8 +131,8 @@ class Graph:
             stuck = sorted(n for n, count in pending.items() if count > 0)
             first = self.nodes[stuck[0]]
             raise InvalidArgumentError(
-                f"Graph has a cycle: node '{first.name}' (op '{first.op}') and {len(stuck) - 1} other node(s) "
-                f"wait on each other: {', '.join(stuck[:5])}{' ...' if len(stuck) > 5 else ''}",
+                f"Graph has a cycle: node '{first.name}' (op '{first.op}') and {len(stuck) - 1} other "
+                f"node(s) wait on each other: {', '.join(stuck[:5])}{' ...' if len(stuck) > 5 else ''}",
                 first.name,
             )
         return order
@@ -174,9 +172,9 @@ class Graph:
         fed = set(feeds)
         needed: set[str] = set()
         stack: list[str] = []
-        for node, port in fetches:
-            if (node, port) not in fed:
-                stack.append(node)
+        for name, port in fetches:
+            if (name, port) not in fed:
+                stack.append(name)
         for t in targets:
             self.node(t)
             stack.append(t)
@@ -185,11 +183,11 @@ class Graph:
             if name in needed:
                 continue
             needed.add(name)
-            node = self.nodes[name]
-            for src, port in node.inputs:
+            current = self.nodes[name]
+            for src, port in current.inputs:
                 if (src, port) not in fed and src not in needed:
                     stack.append(src)
-            for src in node.control_inputs:
+            for src in current.control_inputs:
                 if src not in needed:
                     stack.append(src)
         return sorted((self.nodes[n] for n in needed), key=lambda n: self.position[n.name])
@@ -222,14 +220,19 @@ def prepare_feed(graph: Graph, tensor: TensorId, value: Any) -> np.ndarray[Any, 
     want = node.attr_type("dtype")
     np_want = dtypes.as_numpy_dtype(want)
     try:
-        if isinstance(value, np.ndarray) and value.dtype != np_want and value.dtype.kind not in "SUO":
-            if not np.can_cast(value.dtype, np_want, "same_kind") or (
-                value.dtype.kind == "f" and np_want.kind in "iub"
-            ):
-                raise InvalidArgumentError(
-                    f"Cannot feed value of dtype {value.dtype} for Tensor '{name}', which has dtype "
-                    f"{dtypes.name(want)}"
-                )
+        if (
+            isinstance(value, np.ndarray)
+            and value.dtype != np_want
+            and value.dtype.kind not in "SUO"
+            and (
+                not np.can_cast(value.dtype, np_want, "same_kind")
+                or (value.dtype.kind == "f" and np_want.kind in "iub")
+            )
+        ):
+            raise InvalidArgumentError(
+                f"Cannot feed value of dtype {value.dtype} for Tensor '{name}', which has dtype "
+                f"{dtypes.name(want)}"
+            )
         arr = as_array(value, want)
     except (ValueError, TypeError, OverflowError) as e:
         raise InvalidArgumentError(

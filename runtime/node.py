@@ -107,7 +107,9 @@ class Node:
     # --- attrs -------------------------------------------------------------------------------------------
 
     def _error(self, attr: str, problem: str) -> InvalidArgumentError:
-        return InvalidArgumentError(f"Node '{self.name}' (op '{self.op}'): attr '{attr}' {problem}", self.name)
+        return InvalidArgumentError(
+            f"Node '{self.name}' (op '{self.op}'): attr '{attr}' {problem}", self.name
+        )
 
     def has_attr(self, name: str) -> bool:
         return name in self.attrs
@@ -151,7 +153,7 @@ class Node:
         if v is None:
             return str(default)
         try:
-            s = v.s.decode("utf-8")
+            s: str = v.s.decode("utf-8")
         except UnicodeDecodeError:
             raise self._error(name, "is not valid UTF-8") from None
         if choices is not None and s not in choices:

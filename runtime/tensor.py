@@ -101,9 +101,7 @@ def to_ndarray(proto: tensor_pb2.TensorProto, name: str = "tensor") -> np.ndarra
 
     n = values.shape[0]
     if n > count:
-        raise InvalidArgumentError(
-            f"{name}: {n} values given for shape {list(shape)} ({count} elements)"
-        )
+        raise InvalidArgumentError(f"{name}: {n} values given for shape {list(shape)} ({count} elements)")
     if n == count:
         return values.reshape(shape)
     if n == 0:
@@ -121,10 +119,7 @@ def to_ndarray(proto: tensor_pb2.TensorProto, name: str = "tensor") -> np.ndarra
 
 def as_array(value: Any, dtype: int | None = None) -> np.ndarray[Any, Any]:
     """A numpy array from an array, list, scalar, bytes or str (str is encoded as UTF-8 bytes)."""
-    if isinstance(value, np.ndarray) and value.dtype.kind not in "SU":
-        arr = value
-    else:
-        arr = np.asarray(value)
+    arr = value if isinstance(value, np.ndarray) and value.dtype.kind not in "SU" else np.asarray(value)
     if arr.dtype.kind in "SU" or (arr.dtype == object and dtype in (None, types_pb2.DT_STRING)):
         out = np.empty(arr.shape, dtype=object)
         flat = out.reshape(-1)
@@ -140,7 +135,7 @@ def from_ndarray(value: Any, dtype: int | None = None) -> tensor_pb2.TensorProto
     """Encodes a value as a TensorProto: numbers in ``tensor_content``, strings in ``string_val``."""
     arr = as_array(value, dtype)
     code = dtype if dtype is not None else dtypes.from_numpy(arr.dtype)
-    proto = tensor_pb2.TensorProto(dtype=code)
+    proto = tensor_pb2.TensorProto(dtype=code)  # type: ignore[arg-type]
     proto.tensor_shape.CopyFrom(shape_to_proto(arr.shape))
     if code == types_pb2.DT_STRING:
         proto.string_val.extend(arr.reshape(-1).tolist())

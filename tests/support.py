@@ -50,3 +50,35 @@ def assert_close(actual: Any, expected: Any, rtol: float = 1e-5, atol: float = 1
         np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
     else:
         np.testing.assert_array_equal(actual, expected)
+
+
+# --- a test-only kernel: sleeps (releasing the GIL, like a BLAS call), counts its runs ------------------
+
+import threading  # noqa: E402
+import time  # noqa: E402
+
+from runtime.kernels.registry import KERNELS, kernel  # noqa: E402
+
+RUNS: dict[str, int] = {}
+_runs_lock = threading.Lock()
+
+if "TestSleep" not in KERNELS:
+
+    @kernel("TestSleep", expensive=True)
+    def _test_sleep(node: Any) -> Any:
+        seconds = node.attr_float("seconds", 0.0)
+
+        def compute(ctx: Any, inputs: list[Any]) -> tuple[Any, ...]:
+            with _runs_lock:
+                RUNS[node.name] = RUNS.get(node.name, 0) + 1
+            if seconds:
+                time.sleep(seconds)
+            return (inputs[0] if inputs else np.zeros((), np.float32),)
+
+        return compute
+
+
+def sleep_op(b: GraphBuilder, x: str | None, seconds: float, name: str) -> str:
+    """A TestSleep node: passes ``x`` on after sleeping; RUNS[name] counts its executions."""
+    RUNS.pop(name, None)
+    return str(b.op("TestSleep", [x] if x else [], {"seconds": float(seconds)}, name=name))

@@ -1,0 +1,574 @@
+"""The executor: a signature's pruned graph compiled once into a ``Plan``, then run as ``Step``s.
+
+A plan holds integer slots, not names: feeds take the first slots, then every node's outputs; constants
+(Const nodes and folded constant-only subgraphs) are pre-filled in a template the step copies. Per node it
+keeps the bound kernel, its input slots, its consumers and its pending count.
+
+A step runs TensorFlow's dataflow rule: when a node finishes, consumers whose inputs are all ready become
+ready; cheap ones run inline on the same thread, expensive ones go to the scheduler (an inter-op pool or a
+run handler), except the last expensive one, which runs inline when nothing else is ready. Cost estimates
+of expensive kernels are learned from measured times, so a kernel that turns out cheap runs inline.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from runtime.errors import (
+    CancelledError,
+    InternalError,
+    InvalidArgumentError,
+    OpError,
+    ResourceExhaustedError,
+)
+from runtime.graph import Graph
+from runtime.kernels.registry import Compute, OpContext, ResourceContainer
+from runtime.node import Node
+from runtime.threadpool import CallerThread, Scheduler
+from runtime.types import TensorId
+
+# A kernel whose learned cost is above this many microseconds is dispatched to the pool; below it, the
+# thread hand-off (tens of microseconds in Python) would cost more than running it inline.
+EXPENSIVE_THRESHOLD_US = 40.0
+# Learned estimates move as (9 * previous + measured) / 10; they start high, as TensorFlow's do.
+_INITIAL_COST_US = 1000.0
+
+DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+def kernel_error(node: Node | PlanNode, err: BaseException) -> OpError:
+    """A failure inside a kernel as an OpError naming the node, in TensorFlow's ``[[{{node x}}]]`` style."""
+    suffix = f"\n\t [[{{{{node {node.name}}}}}]]"
+    if isinstance(err, OpError):
+        if err.node_name is None or err.node_name == node.name:
+            if not err.message.endswith(suffix):
+                err.message += suffix
+            err.node_name = node.name
+        return err
+    if isinstance(err, MemoryError):
+        return ResourceExhaustedError(f"OOM when allocating an output of {node.op}{suffix}", node.name)
+    if isinstance(err, (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, FloatingPointError)):
+        return InvalidArgumentError(f"{node.op} failed: {err}{suffix}", node.name)
+    return InternalError(f"{node.op} failed: {type(err).__name__}: {err}{suffix}", node.name)
+
+
+class PlanNode:
+    """One executed node of a plan."""
+
+    __slots__ = (
+        "compute",
+        "consumers",
+        "cost_us",
+        "expensive",
+        "in_slots",
+        "index",
+        "label",
+        "measure",
+        "name",
+        "node",
+        "num_outputs",
+        "op",
+        "out_base",
+    )
+
+    def __init__(self, index: int, node: Node, compute: Compute, expensive: bool) -> None:
+        self.index = index
+        self.node = node
+        self.name = node.name
+        self.op = node.op
+        self.compute = compute
+        self.in_slots: tuple[int, ...] = ()
+        self.out_base = 0
+        self.num_outputs = 0
+        self.consumers: tuple[int, ...] = ()
+        # Only kernels registered as expensive are timed; cheap ones always run inline.
+        self.measure = expensive
+        self.expensive = expensive
+        self.cost_us = _INITIAL_COST_US if expensive else 0.0
+        self.label = ""
+
+    def learn(self, elapsed_us: float) -> None:
+        self.cost_us = (9.0 * self.cost_us + elapsed_us) / 10.0
+        self.expensive = self.cost_us > EXPENSIVE_THRESHOLD_US
+
+
+class ConstantFolder:
+    """Per-session values of constant-only nodes, computed once (node name -> outputs)."""
+
+    def __init__(self, graph: Graph, enabled: bool = True, max_bytes: int = 10 << 20) -> None:
+        self.graph = graph
+        self.enabled = enabled
+        self.max_bytes = max_bytes
+        self._values: dict[str, Sequence[Any] | None] = {}
+        self._lock = threading.Lock()
+
+    def fold(self, node: Node, inputs: list[Any]) -> Sequence[Any] | None:
+        """The node's outputs if it can be folded (None: run it every step)."""
+        with self._lock:
+            if node.name in self._values:
+                return self._values[node.name]
+        outputs: Sequence[Any] | None
+        try:
+            with np.errstate(all="ignore"):
+                outputs = self.graph.kernels[node.name](OpContext(ResourceContainer()), inputs)
+            if sum(getattr(o, "nbytes", 0) for o in outputs) > self.max_bytes:
+                outputs = None
+        except Exception:
+            outputs = None  # let the step fail on it, with the step's error handling
+        if outputs is not None:
+            for o in outputs:
+                if isinstance(o, np.ndarray):
+                    o.flags.writeable = False
+        with self._lock:
+            self._values[node.name] = outputs
+        return outputs
+
+    def foldable(self, node: Node) -> bool:
+        kdef = self.graph.kernel_defs[node.name]
+        return self.enabled and bool(node.inputs) and not kdef.stateful
+
+
+def _timeline_label(node: Node) -> str:
+    inputs = [f"{src}" if port == 0 else f"{src}:{port}" for src, port in node.inputs]
+    return f"{node.name} = {node.op}({', '.join(inputs)})"
+
+
+class Plan:
+    """The compiled form of one signature (feeds, fetches, targets) of a graph."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        feeds: Sequence[TensorId],
+        fetches: Sequence[TensorId],
+        targets: Sequence[str] = (),
+        folder: ConstantFolder | None = None,
+        wrap: Callable[[Node, Compute], Compute] | None = None,
+    ) -> None:
+        self.graph = graph
+        self.feeds = list(feeds)
+        self.fetches = list(fetches)
+        self.targets = list(targets)
+        pruned = graph.prune(fetches, targets, feeds)
+        self.pruned = pruned
+
+        feed_set = set(self.feeds)
+        slot_of: dict[TensorId, int] = {t: i for i, t in enumerate(self.feeds)}
+        template: list[Any] = [None] * len(self.feeds)
+        constant: set[str] = set()  # nodes whose outputs are all pre-filled
+        self.folded: list[str] = []
+        self.nodes: list[PlanNode] = []
+        index_of: dict[str, int] = {}
+
+        for node in pruned:
+            outputs = graph.num_outputs[node.name]
+            value: Sequence[Any] | None = None
+            controls_constant = all(c in constant for c in node.control_inputs)
+            if node.op == "Const" and not node.control_inputs:
+                value = graph.kernels[node.name](OpContext(), [])
+            elif (
+                folder is not None
+                and outputs > 0
+                and controls_constant
+                and folder.foldable(node)
+                and all(t not in feed_set and t[0] in constant and t in slot_of for t in node.inputs)
+            ):
+                value = folder.fold(node, [template[slot_of[t]] for t in node.inputs])
+                if value is not None:
+                    self.folded.append(node.name)
+            if value is not None:
+                constant.add(node.name)
+                for port in range(outputs):
+                    slot_of[(node.name, port)] = len(template)
+                    template.append(value[port])
+                continue
+            kdef = graph.kernel_defs[node.name]
+            compute = graph.kernels[node.name]
+            if wrap is not None:
+                compute = wrap(node, compute)
+            pn = PlanNode(len(self.nodes), node, compute, kdef.expensive)
+            pn.out_base = len(template)
+            pn.num_outputs = outputs
+            pn.label = _timeline_label(node)
+            for port in range(outputs):
+                slot_of[(node.name, port)] = len(template)
+                template.append(None)
+            index_of[node.name] = pn.index
+            self.nodes.append(pn)
+
+        consumers: list[list[int]] = [[] for _ in self.nodes]
+        pending = [0] * len(self.nodes)
+        for pn in self.nodes:
+            node = pn.node
+            pn.in_slots = tuple(slot_of[t] for t in node.inputs)
+            producers = {src for src, port in node.inputs if (src, port) not in feed_set}
+            producers.update(node.control_inputs)
+            producers &= index_of.keys()
+            pending[pn.index] = len(producers)
+            for p in producers:
+                consumers[index_of[p]].append(pn.index)
+        for pn in self.nodes:
+            pn.consumers = tuple(consumers[pn.index])
+
+        self.template = template
+        self.initial_pending = pending
+        self.roots = [pn.index for pn in self.nodes if pending[pn.index] == 0]
+        self.fetch_slots = [slot_of[t] for t in self.fetches]
+        self.slot_of = slot_of
+        self.index_of = index_of
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+
+class NodeRecord:
+    """What tracing records about one executed node (times in nanoseconds since the epoch)."""
+
+    __slots__ = ("end_ns", "index", "outputs", "scheduled_ns", "start_ns", "thread_id")
+
+    def __init__(
+        self, index: int, scheduled_ns: int, start_ns: int, end_ns: int, outputs: Sequence[Any]
+    ) -> None:
+        self.index = index
+        self.scheduled_ns = scheduled_ns
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.thread_id = threading.get_ident()
+        self.outputs = outputs
+
+
+class StepTrace:
+    """Per-step trace state: node records and the time each node became ready."""
+
+    def __init__(self, num_nodes: int) -> None:
+        self.records: list[NodeRecord] = []
+        self.ready_ns = [0] * num_nodes
+        self.start_ns = time.time_ns()
+        self.thread_names: dict[int, str] = {}
+
+    def record(self, rec: NodeRecord) -> None:
+        self.records.append(rec)  # list.append is atomic
+        if rec.thread_id not in self.thread_names:
+            self.thread_names[rec.thread_id] = threading.current_thread().name
+
+
+_step_ids = itertools.count(1)
+
+
+class Step:
+    """One execution of a plan. ``done(step)`` is called exactly once, when no node of it is running."""
+
+    __slots__ = (
+        "_finished",
+        "_lock",
+        "_pending",
+        "_remaining",
+        "_running",
+        "bytes_allocated",
+        "ctx",
+        "done",
+        "inline_all",
+        "memory_limit",
+        "plan",
+        "schedule",
+        "status",
+        "step_id",
+        "trace",
+        "values",
+    )
+
+    def __init__(
+        self,
+        plan: Plan,
+        feed_values: Sequence[Any],
+        resources: ResourceContainer,
+        scheduler: Scheduler,
+        done: Callable[[Step], None],
+        trace: StepTrace | None = None,
+        memory_limit: int | None = None,
+    ) -> None:
+        self.plan = plan
+        self.step_id = next(_step_ids)
+        values = plan.template.copy()
+        values[: len(feed_values)] = feed_values
+        self.values: list[Any] = values
+        self.ctx = OpContext(resources, self.step_id)
+        self.schedule = scheduler.schedule
+        # on the caller's thread there is nothing to hand off to: every node runs inline
+        self.inline_all = isinstance(scheduler, CallerThread)
+        self.done = done
+        self.trace = trace
+        self.memory_limit = memory_limit
+        self.bytes_allocated = 0
+        self.status: OpError | None = None
+        self._pending = plan.initial_pending.copy()
+        self._remaining = plan.num_nodes
+        self._running = 0
+        self._finished = False
+        self._lock = threading.Lock()
+
+    # --- control -----------------------------------------------------------------------------------------
+
+    def start(self, inline: bool = False) -> None:
+        """Dispatches the root nodes; with ``inline`` the calling thread runs the first one itself."""
+        roots = self.plan.roots
+        if not roots:
+            self._running += 1
+            self._exit()
+            return
+        if self.trace is not None:
+            now = time.time_ns()
+            for r in roots:
+                self.trace.ready_ns[r] = now
+        first = 0 if inline else len(roots)
+        for r in roots[first + 1 :] if inline else roots:
+            self.schedule(self._closure(r))
+        if inline:
+            self._run(roots[0])
+
+    def cancel(self, error: OpError | None = None) -> None:
+        """Stops the step: no further node starts; ``done`` fires once running nodes return."""
+        with self._lock:
+            if self._finished or self.status is not None:
+                return
+            self.status = error or CancelledError("Run call was cancelled")
+            fire = self._running == 0
+            if fire:
+                self._finished = True
+        if fire:
+            self.done(self)
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def fetched(self) -> list[Any]:
+        values = self.values
+        return [values[s] for s in self.plan.fetch_slots]
+
+    # --- running -----------------------------------------------------------------------------------------
+
+    def _closure(self, index: int) -> Callable[[], None]:
+        return lambda: self._run(index)
+
+    def _fail(self, err: OpError) -> None:
+        with self._lock:
+            if self.status is None:
+                self.status = err
+
+    def _exit(self) -> None:
+        with self._lock:
+            self._running -= 1
+            fire = (
+                not self._finished
+                and self._running == 0
+                and (self._remaining == 0 or self.status is not None)
+            )
+            if fire:
+                self._finished = True
+        if fire:
+            self.done(self)
+
+    def _run(self, index: int) -> None:
+        with self._lock:
+            if self._finished:
+                return
+            self._running += 1
+        try:
+            if self.trace is None and self.memory_limit is None:
+                self._loop(index)
+            else:
+                self._loop_instrumented(index)
+        except BaseException as e:  # a bug in the executor itself: fail the step, never hang it
+            self._fail(InternalError(f"executor failure: {type(e).__name__}: {e}"))
+        finally:
+            self._exit()
+
+    def _loop(self, index: int) -> None:
+        nodes = self.plan.nodes
+        values = self.values
+        pending = self._pending
+        lock = self._lock
+        ctx = self.ctx
+        schedule = self.schedule
+        inline_all = self.inline_all
+        stack = [index]
+        pop = stack.pop
+        perf = time.perf_counter
+        while stack:
+            if self.status is not None:
+                return
+            node = nodes[pop()]
+            try:
+                if node.measure:
+                    t0 = perf()
+                    outs = node.compute(ctx, [values[s] for s in node.in_slots])
+                    node.learn((perf() - t0) * 1e6)
+                else:
+                    outs = node.compute(ctx, [values[s] for s in node.in_slots])
+            except BaseException as e:
+                self._fail(kernel_error(node, e))
+                return
+            b = node.out_base
+            for o in outs:
+                values[b] = o
+                b += 1
+            expensive: list[int] | None = None
+            with lock:
+                self._remaining -= 1
+                for c in node.consumers:
+                    n = pending[c] - 1
+                    pending[c] = n
+                    if n == 0:
+                        if nodes[c].expensive and not inline_all:
+                            if expensive is None:
+                                expensive = [c]
+                            else:
+                                expensive.append(c)
+                        else:
+                            stack.append(c)
+            if expensive is not None:
+                last = expensive.pop() if not stack else None
+                for c in expensive:
+                    schedule(self._closure(c))
+                if last is not None:
+                    stack.append(last)
+
+    def _loop_instrumented(self, index: int) -> None:
+        """The same loop with tracing and memory accounting (only steps that ask for them pay for it)."""
+        nodes = self.plan.nodes
+        values = self.values
+        pending = self._pending
+        lock = self._lock
+        ctx = self.ctx
+        trace = self.trace
+        stack = [index]
+        while stack:
+            if self.status is not None:
+                return
+            node = nodes[stack.pop()]
+            start = time.time_ns()
+            try:
+                outs = node.compute(ctx, [values[s] for s in node.in_slots])
+            except BaseException as e:
+                self._fail(kernel_error(node, e))
+                return
+            end = time.time_ns()
+            if node.measure:
+                node.learn((end - start) / 1e3)
+            if trace is not None:
+                trace.record(NodeRecord(node.index, trace.ready_ns[node.index], start, end, outs))
+            if self.memory_limit is not None:
+                size = sum(getattr(o, "nbytes", 0) for o in outs)
+                with lock:
+                    self.bytes_allocated += size
+                    over = self.bytes_allocated > self.memory_limit
+                if over:
+                    self._fail(self._oom(node, outs))
+                    return
+            b = node.out_base
+            for o in outs:
+                values[b] = o
+                b += 1
+            ready: list[int] = []
+            with lock:
+                self._remaining -= 1
+                for c in node.consumers:
+                    n = pending[c] - 1
+                    pending[c] = n
+                    if n == 0:
+                        ready.append(c)
+            if trace is not None and ready:
+                now = time.time_ns()
+                for c in ready:
+                    trace.ready_ns[c] = now
+            expensive = [c for c in ready if nodes[c].expensive and not self.inline_all]
+            stack.extend(c for c in ready if c not in expensive)
+            last = expensive.pop() if expensive and not stack else None
+            for c in expensive:
+                self.schedule(self._closure(c))
+            if last is not None:
+                stack.append(last)
+
+    def _oom(self, node: PlanNode, outs: Sequence[Any]) -> ResourceExhaustedError:
+        shape = ",".join(str(d) for d in getattr(outs[0], "shape", ())) if outs else ""
+        dtype = getattr(outs[0], "dtype", "") if outs else ""
+        return ResourceExhaustedError(
+            f"OOM when allocating tensor with shape[{shape}] and type {dtype} on {DEVICE} by allocator cpu: "
+            f"the step allocated {self.bytes_allocated} bytes, over the session's memory limit of "
+            f"{self.memory_limit} bytes\n\t [[{{{{node {node.name}}}}}]]",
+            node.name,
+        )
+
+    def live_tensors(self) -> list[tuple[int, str]]:
+        """(bytes, node name) of the outputs this step holds, largest first (for the OOM report)."""
+        sizes: dict[str, int] = {}
+        for pn in self.plan.nodes:
+            for port in range(pn.num_outputs):
+                v = self.values[pn.out_base + port]
+                if v is not None:
+                    sizes[pn.name] = sizes.get(pn.name, 0) + int(getattr(v, "nbytes", 0))
+        return sorted(((b, n) for n, b in sizes.items() if b), reverse=True)
+
+
+class DeadlineTimer:
+    """One daemon thread that cancels steps whose deadline has passed."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Step, OpError]] = []
+        self._cond = threading.Condition()
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def add(self, deadline: float, step: Step, error: OpError) -> None:
+        """Cancels ``step`` with ``error`` at ``deadline`` (time.monotonic()) unless it finished before."""
+        with self._cond:
+            heapq.heappush(self._heap, (deadline, next(self._seq), step, error))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="deadline_timer", daemon=True)
+                self._thread.start()
+            if self._heap[0][2] is step:
+                self._cond.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    # drop finished steps first so their values are not kept alive
+                    while self._heap and self._heap[0][2].finished:
+                        heapq.heappop(self._heap)
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    wait = self._heap[0][0] - time.monotonic()
+                    if wait <= 0:
+                        _, _, step, error = heapq.heappop(self._heap)
+                        break
+                    self._cond.wait(min(wait, 1.0))
+            step.cancel(error)
+
+
+deadline_timer = DeadlineTimer()
+
+
+def run_plan_inline(
+    plan: Plan, feed_values: Iterable[Any], resources: ResourceContainer | None = None
+) -> list[Any]:
+    """Runs a plan to completion on the calling thread and returns the fetched values."""
+    result: list[Step] = []
+    step = Step(plan, list(feed_values), resources or ResourceContainer(), CallerThread(), result.append)
+    with np.errstate(all="ignore"):
+        step.start(inline=True)
+    if not result:
+        raise InternalError("inline step did not finish")
+    if step.status is not None:
+        raise step.status
+    return step.fetched()

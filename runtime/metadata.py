@@ -1,0 +1,124 @@
+"""RunMetadata from a traced step: step_stats as TensorFlow's StepStatsCollector writes them, the cost graph,
+and the live-tensor report that ``report_tensor_allocations_upon_oom`` asks for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from proto import cost_graph_pb2, step_stats_pb2
+from runtime import dtypes
+from runtime.executor import DEVICE, Plan, Step, StepTrace
+from runtime.tensor import shape_to_proto
+
+ALLOCATOR = "cpu"
+_MB = 1048576.0
+
+
+def _dtype_code(value: Any) -> int:
+    try:
+        return dtypes.from_numpy(np.asarray(value).dtype) if value is not None else 0
+    except Exception:
+        return 0
+
+
+def fill_step_stats(stats: step_stats_pb2.StepStats, plan: Plan, trace: StepTrace) -> None:
+    """One DeviceStepStats for the CPU device, a NodeExecStats per executed node, in start order."""
+    dev = stats.dev_stats.add(device=DEVICE)
+    for tid, name in trace.thread_names.items():
+        dev.thread_names[tid & 0x7FFFFFFF] = name
+    for rec in sorted(trace.records, key=lambda r: r.start_ns):
+        pn = plan.nodes[rec.index]
+        ns = dev.node_stats.add()
+        ns.node_name = pn.name
+        start_us = rec.start_ns // 1000
+        dur_ns = rec.end_ns - rec.start_ns
+        ns.all_start_micros = start_us
+        ns.all_start_nanos = rec.start_ns
+        ns.op_start_rel_micros = 0
+        ns.op_start_rel_nanos = 0
+        ns.op_end_rel_micros = dur_ns // 1000
+        ns.op_end_rel_nanos = dur_ns
+        ns.all_end_rel_micros = dur_ns // 1000
+        ns.all_end_rel_nanos = dur_ns
+        ns.scheduled_micros = (rec.scheduled_ns or rec.start_ns) // 1000
+        ns.scheduled_nanos = rec.scheduled_ns or rec.start_ns
+        ns.thread_id = rec.thread_id & 0x7FFFFFFF
+        total = 0
+        for slot, value in enumerate(rec.outputs):
+            arr = value if isinstance(value, np.ndarray) else None
+            nbytes = int(arr.nbytes) if arr is not None else 0
+            total += nbytes
+            out = ns.output.add(slot=slot)
+            td = out.tensor_description
+            td.dtype = _dtype_code(value)  # type: ignore[assignment]
+            td.shape.CopyFrom(shape_to_proto(np.shape(value)))
+            ad = td.allocation_description
+            ad.requested_bytes = nbytes
+            ad.allocated_bytes = nbytes
+            ad.allocator_name = ALLOCATOR
+        if total:
+            mem = ns.memory.add(allocator_name=ALLOCATOR)
+            mem.total_bytes = total
+            mem.peak_bytes = total
+            mem.live_bytes = total
+            ns.memory_stats.temp_memory_size = 0
+        prefix = f"[{ALLOCATOR} {total / _MB:.1f}MB {total / _MB:.1f}MB] " if total >= 0.1 * _MB else ""
+        ns.timeline_label = prefix + pn.label
+
+
+def fill_cost_graph(cost: cost_graph_pb2.CostGraphDef, plan: Plan, trace: StepTrace | None) -> None:
+    """Per executed node: inputs, output sizes, shapes and dtypes, and compute cost in microseconds."""
+    by_index = {rec.index: rec for rec in trace.records} if trace is not None else {}
+    ids = {pn.name: pn.index for pn in plan.nodes}
+    for pn in plan.nodes:
+        node = cost.node.add(name=pn.name, device=DEVICE, id=pn.index)
+        for src, port in pn.node.inputs:
+            if src in ids:
+                node.input_info.add(preceding_node=ids[src], preceding_port=port)
+        node.control_input.extend(ids[c] for c in pn.node.control_inputs if c in ids)
+        rec = by_index.get(pn.index)
+        if rec is not None:
+            micros = (rec.end_ns - rec.start_ns) // 1000
+            node.compute_cost = micros
+            node.compute_time = micros
+            for value in rec.outputs:
+                info = node.output_info.add()
+                info.size = int(getattr(value, "nbytes", 0))
+                info.alias_input_port = -1
+                info.shape.CopyFrom(shape_to_proto(np.shape(value)))
+                info.dtype = _dtype_code(value)  # type: ignore[assignment]
+        else:
+            node.compute_cost = int(pn.cost_us)
+        node.is_final = any(pn.out_base <= s < pn.out_base + pn.num_outputs for s in plan.fetch_slots)
+
+
+def oom_report(step: Step) -> str:
+    """TensorFlow's list of live tensors by size: stop after 100 nodes or 99% of the bytes."""
+    live = step.live_tensors()
+    total = sum(b for b, _ in live)
+    lines = [f"Current usage from device: {DEVICE}, allocator: {ALLOCATOR}"]
+    shown = 0
+    for count, (nbytes, name) in enumerate(live):
+        if count >= 100 or (total and shown >= 0.99 * total):
+            rest = live[count:]
+            lines.append(f"  Remaining {len(rest)} nodes with {_human(sum(b for b, _ in rest))}")
+            break
+        lines.append(f"  {_human(nbytes)} from {name}")
+        shown += nbytes
+    return "\n".join(lines)
+
+
+OOM_HINT = (
+    "Hint: If you want to see a list of allocated tensors when OOM happens, add "
+    "report_tensor_allocations_upon_oom to RunOptions for current allocation info."
+)
+
+
+def _human(nbytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.1f}{unit}" if unit != "B" else f"{int(nbytes)}B"
+        nbytes /= 1024
+    return f"{nbytes:.1f}GiB"

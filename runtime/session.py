@@ -1,0 +1,683 @@
+"""``Session``: TensorFlow's DirectSession on the numpy executor.
+
+Per signature (feeds -> fetches / targets / debug watches) the pruned, constant-folded graph is compiled
+once into a ``Plan`` and cached under DirectSession's key, in the caller's order and sorted. Per call only
+the feeds are checked and a step is started. ``run`` waits for it; ``submit`` returns a future, so asyncio
+code awaits a step without parking a thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from proto import config_pb2, debug_pb2, graph_pb2
+from runtime.errors import (
+    DeadlineExceededError,
+    InvalidArgumentError,
+    NotFoundError,
+    OpError,
+    ResourceExhaustedError,
+    UnimplementedError,
+)
+from runtime.executor import ConstantFolder, Plan, Step, StepTrace, deadline_timer
+from runtime.graph import Graph, prepare_feed
+from runtime.kernels.registry import Compute, OpContext, ResourceContainer
+from runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report
+from runtime.node import Node
+from runtime.threadpool import (
+    CallerThread,
+    Scheduler,
+    ThreadPool,
+    default_num_threads,
+    default_pool,
+    global_pool,
+    worker_init,
+)
+from runtime.types import Feeds, Fetches, TensorId
+
+CLOSED_MESSAGE = "Attempted to use a closed Session."
+
+
+# --- fetch structures ------------------------------------------------------------------------------------
+
+
+class _FetchMapper:
+    """Flattens a nested fetch structure into names and rebuilds the results in the same structure."""
+
+    def __init__(self, fetches: Fetches) -> None:
+        self.names: list[str] = []
+        self._build = self._walk(fetches)
+
+    def _walk(self, f: Any) -> Callable[[list[Any]], Any]:
+        if isinstance(f, str):
+            i = len(self.names)
+            self.names.append(f)
+            return lambda values: values[i]
+        if isinstance(f, Mapping):
+            keys = list(f.keys())
+            builders = [self._walk(f[k]) for k in keys]
+            kind: Any = type(f)
+            return lambda values: kind(zip(keys, (b(values) for b in builders), strict=True))
+        if isinstance(f, tuple) and hasattr(f, "_fields"):  # namedtuple
+            builders = [self._walk(x) for x in f]
+            nt = type(f)
+            return lambda values: nt(*(b(values) for b in builders))
+        if isinstance(f, (list, tuple)):
+            builders = [self._walk(x) for x in f]
+            seq = type(f)
+            return lambda values: seq(b(values) for b in builders)
+        raise TypeError(
+            f"Fetch argument {f!r} has invalid type {type(f).__name__}: a fetch must be a tensor or "
+            "operation name, or a list, tuple, dict or namedtuple of them"
+        )
+
+    def build(self, values: list[Any]) -> Any:
+        return self._build(values)
+
+
+def _is_op_name(name: str) -> bool:
+    """A fetch without ':port' names an operation: it is run and its result is None, as in TensorFlow."""
+    _, sep, port = name.rpartition(":")
+    return not (sep and port.isdigit())
+
+
+# --- debug watches ---------------------------------------------------------------------------------------
+
+
+def _watch_summary(options: config_pb2.RunOptions | None) -> str:
+    if options is None or not options.HasField("debug_options"):
+        return ""
+    parts = []
+    for w in options.debug_options.debug_tensor_watch_opts:
+        parts.append(f"{w.node_name}:{w.output_slot}:{','.join(w.debug_ops)}:{','.join(w.debug_urls)}")
+    return ";".join(sorted(parts))
+
+
+def _debug_wrapper(
+    debug_options: debug_pb2.DebugOptions,
+) -> Callable[[Node, Compute], Compute]:
+    """Wraps watched nodes' kernels so their outputs are dumped as .npy files under file:// debug URLs."""
+    watches: dict[str, list[debug_pb2.DebugTensorWatch]] = {}
+    for w in debug_options.debug_tensor_watch_opts:
+        for op in w.debug_ops or ["DebugIdentity"]:
+            if op != "DebugIdentity":
+                raise UnimplementedError(f"Debug op '{op}' is not supported (only DebugIdentity)")
+        for url in w.debug_urls:
+            if not url.startswith("file://"):
+                raise UnimplementedError(f"Debug URL '{url}' is not supported (only file://)")
+        watches.setdefault(w.node_name, []).append(w)
+
+    def wrap(node: Node, compute: Compute) -> Compute:
+        mine = watches.get(node.name)
+        if not mine:
+            return compute
+
+        def watched(ctx: OpContext, inputs: list[Any]) -> Sequence[Any]:
+            outs = compute(ctx, inputs)
+            stamp = time.time_ns() // 1000
+            for w in mine:
+                if w.output_slot >= len(outs):
+                    continue
+                for url in w.debug_urls:
+                    root = Path(url[len("file://") :])
+                    path = root / f"{node.name}_{w.output_slot}_DebugIdentity_{stamp}.npy"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    np.save(path, np.asarray(outs[w.output_slot]), allow_pickle=False)
+            return outs
+
+        return watched
+
+    return wrap
+
+
+# --- the session -----------------------------------------------------------------------------------------
+
+
+class RunFuture(concurrent.futures.Future[Any]):
+    """A running step's result. ``cancel()`` cancels the step itself (CancelledError, as TensorFlow's)."""
+
+    _step: Step | None = None
+
+    def cancel(self) -> bool:
+        step = self._step
+        if step is None or step.finished:
+            return False
+        step.cancel()
+        return True
+
+
+class _Signature:
+    """What a call resolved: the plan, the feeds in plan order, and how to shape the results."""
+
+    __slots__ = ("fetch_index", "mapper", "plan")
+
+    def __init__(self, plan: Plan, mapper: _FetchMapper, fetch_index: list[int | None]) -> None:
+        self.plan = plan
+        self.mapper = mapper
+        self.fetch_index = fetch_index
+
+
+class Session:
+    """Runs a graph. ``config`` is a ``ConfigProto``.
+
+    Where TensorFlow would take a device memory limit, poolserve takes ``memory_limit_bytes``: a per-step
+    limit on the bytes of tensors a step allocates; a step over it fails with ResourceExhaustedError (OOM).
+    The server sets it from ``[runtime] memory_limit_bytes``.
+    """
+
+    def __init__(
+        self,
+        graph: graph_pb2.GraphDef | Graph | None = None,
+        config: config_pb2.ConfigProto | None = None,
+        *,
+        memory_limit_bytes: int | None = None,
+    ) -> None:
+        self._config = config if config is not None else config_pb2.ConfigProto()
+        if graph is None:
+            graph = graph_pb2.GraphDef()
+        self._graph = graph if isinstance(graph, Graph) else Graph(graph)
+        self._resources = ResourceContainer()
+        self._folder = self._make_folder(self._graph)
+        self._plans: dict[str, Plan] = {}
+        self._lock = threading.Lock()
+        self._active: set[Step] = set()
+        self._closed = False
+        self._memory_limit = memory_limit_bytes
+        self._partial: dict[str, _PartialRun] = {}
+        self._partial_ids = 0
+        self._owned_pools: list[ThreadPool] = []
+        self._pools: list[Scheduler] = self._make_pools()
+        if self._config.intra_op_parallelism_threads > 0:
+            set_intra_op_threads(self._config.intra_op_parallelism_threads)
+
+    # --- configuration -----------------------------------------------------------------------------------
+
+    def _make_folder(self, graph: Graph) -> ConstantFolder:
+        opts = self._config.graph_options.optimizer_options
+        enabled = opts.opt_level != config_pb2.OptimizerOptions.L0
+        if opts.HasField("do_constant_folding") if _has_presence(opts, "do_constant_folding") else False:
+            enabled = opts.do_constant_folding
+        max_bytes = opts.max_folded_constant_in_bytes or (10 << 20)
+        return ConstantFolder(graph, enabled, max_bytes)
+
+    def _make_pools(self) -> list[Scheduler]:
+        cfg = self._config
+        inter = cfg.inter_op_parallelism_threads
+        if cfg.session_inter_op_thread_pool:
+            pools: list[Scheduler] = []
+            for i, opt in enumerate(cfg.session_inter_op_thread_pool):
+                threads = opt.num_threads if opt.num_threads > 0 else (inter or default_num_threads())
+                if opt.global_name:
+                    pools.append(global_pool(opt.global_name, threads))
+                else:
+                    pool = ThreadPool(threads, f"session_pool_{i}")
+                    self._owned_pools.append(pool)
+                    pools.append(pool)
+            return pools
+        if cfg.use_per_session_threads:
+            pool = ThreadPool(inter or default_num_threads(), "session_inter_op")
+            self._owned_pools.append(pool)
+            return [pool]
+        return [default_pool(inter or default_num_threads())]
+
+    @property
+    def graph(self) -> Graph:
+        return self._graph
+
+    @property
+    def graph_def(self) -> graph_pb2.GraphDef:
+        return self._graph.graph_def
+
+    def extend(self, graph_def: graph_pb2.GraphDef) -> None:
+        """Adds nodes to the session's graph (existing nodes cannot be redefined)."""
+        self._check_open()
+        merged = graph_pb2.GraphDef()
+        merged.CopyFrom(self._graph.graph_def)
+        merged.node.extend(graph_def.node)
+        if graph_def.HasField("library"):
+            merged.library.MergeFrom(graph_def.library)
+        if graph_def.HasField("versions") and not merged.HasField("versions"):
+            merged.versions.CopyFrom(graph_def.versions)
+        graph = Graph(merged)
+        folder = self._make_folder(graph)
+        with self._lock:
+            folder._values = self._folder._values  # node values do not change when nodes are added
+            self._graph, self._folder, self._plans = graph, folder, {}
+
+    # --- signature ---------------------------------------------------------------------------------------
+
+    def _plan(
+        self,
+        feed_ids: list[TensorId],
+        fetch_ids: list[TensorId],
+        targets: list[str],
+        options: config_pb2.RunOptions | None,
+        partial: bool = False,
+    ) -> Plan:
+        watches = _watch_summary(options)
+        feeds = [f"{n}:{p}" for n, p in feed_ids]
+        fetches = [f"{n}:{p}" for n, p in fetch_ids]
+        key = f"{','.join(feeds)}->{','.join(fetches)}/{','.join(targets)}/{int(partial)}/{watches}"
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        sorted_key = (
+            f"{','.join(sorted(feeds))}->{','.join(sorted(fetches))}/{','.join(sorted(targets))}/"
+            f"{int(partial)}/{watches}"
+        )
+        with self._lock:
+            plan = self._plans.get(sorted_key)
+            if plan is None:
+                wrap = _debug_wrapper(options.debug_options) if watches and options is not None else None
+                plan = Plan(
+                    self._graph,
+                    sorted(feed_ids),
+                    sorted(fetch_ids),
+                    sorted(targets),
+                    folder=self._folder,
+                    wrap=wrap,
+                )
+                self._plans[sorted_key] = plan
+            self._plans[key] = plan
+        return plan
+
+    def _resolve(
+        self, fetches: Fetches, feed_dict: Feeds | None, options: config_pb2.RunOptions | None
+    ) -> tuple[_Signature, list[Any]]:
+        graph = self._graph
+        mapper = _FetchMapper(fetches)
+        feed_values: dict[TensorId, Any] = {}
+        for name, value in (feed_dict or {}).items():
+            if not isinstance(name, str):
+                raise TypeError(f"feed_dict keys must be tensor names, got {name!r}")
+            tid = graph.tensor(name)
+            if tid in feed_values:
+                raise InvalidArgumentError(f"Tensor '{name}' is fed twice")
+            feed_values[tid] = prepare_feed(graph, tid, value)
+        fetch_ids: list[TensorId] = []
+        targets: list[str] = []
+        fetch_index: list[int | None] = []
+        seen: dict[TensorId, int] = {}
+        for name in mapper.names:
+            if _is_op_name(name):
+                graph.node(name)
+                if name not in targets:
+                    targets.append(name)
+                fetch_index.append(None)
+                continue
+            tid = graph.tensor(name)
+            if tid not in seen:
+                seen[tid] = len(fetch_ids)
+                fetch_ids.append(tid)
+            fetch_index.append(seen[tid])
+        plan = self._plan(list(feed_values), fetch_ids, targets, options)
+        # results come back in plan order: map the caller's unique fetches onto it
+        position = {t: i for i, t in enumerate(plan.fetches)}
+        order = [position[t] for t in fetch_ids]
+        sig = _Signature(plan, mapper, [None if i is None else order[i] for i in fetch_index])
+        return sig, [feed_values[t] for t in plan.feeds]
+
+    # --- running -----------------------------------------------------------------------------------------
+
+    def _scheduler(self, options: config_pb2.RunOptions | None) -> Scheduler:
+        index = options.inter_op_thread_pool if options is not None else 0
+        if index == -1:
+            return _CALLER
+        if index < -1 or index >= len(self._pools):
+            raise InvalidArgumentError(f"Invalid inter_op_thread_pool: {index}")
+        return self._pools[index]
+
+    def _deadline_ms(self, options: config_pb2.RunOptions | None) -> int:
+        if options is not None and options.timeout_in_ms > 0:
+            return int(options.timeout_in_ms)
+        return int(self._config.operation_timeout_in_ms)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(CLOSED_MESSAGE)
+
+    def _start(
+        self,
+        fetches: Fetches,
+        feed_dict: Feeds | None,
+        options: config_pb2.RunOptions | None,
+        run_metadata: config_pb2.RunMetadata | None,
+        on_done: Callable[[Any, OpError | None], None],
+        inline: bool,
+    ) -> Step:
+        self._check_open()
+        sig, feed_values = self._resolve(fetches, feed_dict, options)
+        scheduler = self._scheduler(options)
+        trace_level = options.trace_level if options is not None else 0
+        trace = StepTrace(sig.plan.num_nodes) if trace_level > 0 else None
+        timeout_ms = self._deadline_ms(options)
+        report_oom = options is not None and options.report_tensor_allocations_upon_oom
+
+        def done(step: Step) -> None:
+            with self._lock:
+                self._active.discard(step)
+            error = step.status
+            result: Any = None
+            try:
+                if error is None:
+                    values = step.fetched()
+                    results = [None if i is None else _as_output(values[i]) for i in sig.fetch_index]
+                    result = sig.mapper.build(results)
+                elif isinstance(error, ResourceExhaustedError) and "OOM" in error.message:
+                    extra = oom_report(step) if report_oom else OOM_HINT
+                    error = ResourceExhaustedError(f"{error.message}\n{extra}", error.node_name)
+                if run_metadata is not None:
+                    self._fill_metadata(run_metadata, sig.plan, trace, options)
+            except Exception as e:  # never leave a caller waiting
+                error = error or OpError(f"failed to build the run's results: {e}")
+            step.values = []
+            on_done(result, error)
+
+        step = Step(
+            sig.plan,
+            feed_values,
+            self._resources,
+            scheduler,
+            done,
+            trace=trace,
+            memory_limit=self._memory_limit,
+        )
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(CLOSED_MESSAGE)
+            self._active.add(step)
+        if timeout_ms > 0:
+            deadline_timer.add(
+                time.monotonic() + timeout_ms / 1000.0,
+                step,
+                DeadlineExceededError(
+                    f"Timed out waiting for the step to finish: the deadline of {timeout_ms} ms "
+                    "(RunOptions.timeout_in_ms) has passed"
+                ),
+            )
+        step.start(inline=inline or scheduler is _CALLER)
+        return step
+
+    def _fill_metadata(
+        self,
+        run_metadata: config_pb2.RunMetadata,
+        plan: Plan,
+        trace: StepTrace | None,
+        options: config_pb2.RunOptions | None,
+    ) -> None:
+        if trace is not None:
+            fill_step_stats(run_metadata.step_stats, plan, trace)
+            fill_cost_graph(run_metadata.cost_graph, plan, trace)
+        if options is not None and options.output_partition_graphs:
+            run_metadata.partition_graphs.add().CopyFrom(plan_graph_def(plan))
+
+    def run(
+        self,
+        fetches: Fetches,
+        feed_dict: Feeds | None = None,
+        options: config_pb2.RunOptions | None = None,
+        run_metadata: config_pb2.RunMetadata | None = None,
+    ) -> Any:
+        """Runs the step on this thread and the inter-op pool and returns the fetched values."""
+        box: list[Any] = []
+        event = threading.Event()
+
+        def on_done(result: Any, error: OpError | None) -> None:
+            box.append((result, error))
+            event.set()
+
+        with np.errstate(all="ignore"):
+            self._start(fetches, feed_dict, options, run_metadata, on_done, inline=True)
+        event.wait()
+        result, error = box[0]
+        if error is not None:
+            raise error
+        return result
+
+    def submit(
+        self,
+        fetches: Fetches,
+        feed_dict: Feeds | None = None,
+        options: config_pb2.RunOptions | None = None,
+        run_metadata: config_pb2.RunMetadata | None = None,
+    ) -> RunFuture:
+        """Starts the step on the inter-op pool and returns at once; the future resolves when it ends.
+
+        Errors in the arguments (unknown tensors, bad feeds) are raised here, not through the future.
+        ``asyncio.wrap_future`` turns it into an awaitable; cancelling that cancels the step.
+        """
+        future = RunFuture()
+
+        def on_done(result: Any, error: OpError | None) -> None:
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        future.set_running_or_notify_cancel()
+        future._step = self._start(fetches, feed_dict, options, run_metadata, on_done, inline=False)
+        return future
+
+    # --- partial runs ------------------------------------------------------------------------------------
+
+    def partial_run_setup(self, fetches: Fetches, feeds: Sequence[str] | None = None) -> str:
+        """Declares the fetches and feeds of a partial run; returns its handle."""
+        self._check_open()
+        mapper = _FetchMapper(fetches)
+        fetch_names = set()
+        targets = set()
+        for name in mapper.names:
+            if _is_op_name(name):
+                self._graph.node(name)
+                targets.add(name)
+            else:
+                fetch_names.add(self._graph.tensor(name))
+        feed_ids = {self._graph.tensor(f) for f in feeds or ()}
+        with self._lock:
+            self._partial_ids += 1
+            handle = f"partial_run_{self._partial_ids}"
+            self._partial[handle] = _PartialRun(feed_ids, fetch_names, targets)
+        return handle
+
+    def partial_run(self, handle: str, fetches: Fetches, feed_dict: Feeds | None = None) -> Any:
+        """Feeds more values and fetches more tensors of a partial run; each node runs at most once."""
+        self._check_open()
+        state = self._partial.get(handle)
+        if state is None:
+            raise InvalidArgumentError(
+                f"The partial run handle '{handle}' is not valid: call partial_run_setup first"
+            )
+        graph = self._graph
+        for name, value in (feed_dict or {}).items():
+            tid = graph.tensor(name)
+            if tid not in state.feeds:
+                raise InvalidArgumentError(f"Tensor '{name}' was not declared as a feed in partial_run_setup")
+            if tid in state.values:
+                raise InvalidArgumentError(f"Tensor '{name}' has already been fed in this partial run")
+            state.values[tid] = prepare_feed(graph, tid, value)
+        mapper = _FetchMapper(fetches)
+        wanted: list[TensorId] = []
+        targets: list[str] = []
+        for name in mapper.names:
+            if _is_op_name(name):
+                if name not in state.targets:
+                    raise InvalidArgumentError(f"Target '{name}' was not declared in partial_run_setup")
+                targets.append(name)
+                continue
+            tid = graph.tensor(name)
+            if tid not in state.fetches:
+                raise InvalidArgumentError(f"Fetch '{name}' was not declared in partial_run_setup")
+            if tid in state.fetched:
+                raise InvalidArgumentError(f"Tensor '{name}' has already been fetched in this partial run")
+            wanted.append(tid)
+        todo = sorted({t for t in wanted if t not in state.values})
+        fresh_targets = sorted({t for t in targets if t not in state.ran})
+        if todo or fresh_targets:
+            known = sorted(state.values)
+            plan = Plan(graph, known, todo, fresh_targets, folder=self._folder)
+            missing = [
+                f"{n}:{p}"
+                for pn in plan.nodes
+                for n, p in pn.node.inputs
+                if (n, p) in state.feeds and (n, p) not in state.values
+            ]
+            if missing:
+                raise InvalidArgumentError(
+                    f"Partial run: the fetches need feed(s) not given yet: {', '.join(sorted(set(missing)))}"
+                )
+            values = self._run_plan_collect(plan, [state.values[t] for t in known])
+            state.values.update(values)
+            state.ran.update(pn.name for pn in plan.nodes)
+            state.ran.update(fresh_targets)
+        state.fetched.update(wanted)
+        results = [
+            None if _is_op_name(n) else _as_output(state.values[graph.tensor(n)]) for n in mapper.names
+        ]
+        if state.fetched >= state.fetches and state.targets <= state.ran:
+            with self._lock:
+                self._partial.pop(handle, None)
+        return mapper.build(results)
+
+    def _run_plan_collect(self, plan: Plan, feed_values: list[Any]) -> dict[TensorId, Any]:
+        """Runs a plan and returns every tensor it computed (partial runs keep them for later calls)."""
+        box: list[Step] = []
+        event = threading.Event()
+
+        def done(step: Step) -> None:
+            box.append(step)
+            event.set()
+
+        step = Step(plan, feed_values, self._resources, self._pools[0], done, memory_limit=self._memory_limit)
+        with self._lock:
+            self._active.add(step)
+        try:
+            with np.errstate(all="ignore"):
+                step.start(inline=True)
+            event.wait()
+        finally:
+            with self._lock:
+                self._active.discard(step)
+        if step.status is not None:
+            raise step.status
+        out: dict[TensorId, Any] = {}
+        for tid, slot in plan.slot_of.items():
+            value = step.values[slot]
+            if value is not None:
+                out[tid] = value
+        return out
+
+    # --- lifetime ----------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Cancels steps in flight ("Run call was cancelled"); later calls raise RuntimeError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            active = list(self._active)
+        for step in active:
+            step.cancel()
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and any(not s.finished for s in active):
+            time.sleep(0.001)
+        for pool in self._owned_pools:
+            pool.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        for pool in getattr(self, "_owned_pools", ()):
+            pool.close()
+
+
+class _PartialRun:
+    def __init__(self, feeds: set[TensorId], fetches: set[TensorId], targets: set[str]) -> None:
+        self.feeds = feeds
+        self.fetches = fetches
+        self.targets = targets
+        self.values: dict[TensorId, Any] = {}
+        self.fetched: set[TensorId] = set()
+        self.ran: set[str] = set()
+
+
+_CALLER = CallerThread()
+
+
+def _has_presence(msg: Any, field: str) -> bool:
+    """Whether a proto3 scalar field tracks presence (declared ``optional``)."""
+    fd = msg.DESCRIPTOR.fields_by_name.get(field)
+    return fd is not None and bool(getattr(fd, "has_presence", False))
+
+
+def _as_output(value: Any) -> Any:
+    """Fetched values are the caller's to keep: fresh writable arrays, never views of graph constants."""
+    if isinstance(value, np.ndarray):
+        return value if value.flags.writeable else value.copy()
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    return value
+
+
+def plan_graph_def(plan: Plan) -> graph_pb2.GraphDef:
+    """The GraphDef a plan runs: its executed nodes, with folded constants as Const nodes."""
+    from runtime.builder import attr_value
+    from runtime.tensor import from_ndarray
+
+    out = graph_pb2.GraphDef()
+    out.versions.CopyFrom(plan.graph.graph_def.versions)
+    executed = {pn.name for pn in plan.nodes}
+    needed_consts: dict[str, None] = {}
+    for pn in plan.nodes:
+        for src, _ in pn.node.inputs:
+            if src not in executed and (src, 0) not in plan.feeds:
+                needed_consts[src] = None
+    for name in needed_consts:
+        node = plan.graph.nodes[name]
+        outputs = plan.graph.num_outputs[name]
+        for port in range(outputs):
+            slot = plan.slot_of.get((name, port))
+            if slot is None or plan.template[slot] is None:
+                continue
+            nd = out.node.add(name=name if outputs == 1 else f"{name}/_port{port}", op="Const")
+            value = np.asarray(plan.template[slot])
+            nd.attr["dtype"].CopyFrom(attr_value(value.dtype))
+            nd.attr["value"].tensor.CopyFrom(from_ndarray(value))
+            if node.op != "Const":
+                nd.experimental_debug_info.original_node_names.append(name)
+    for pn in plan.nodes:
+        out.node.add().CopyFrom(pn.node.node_def)
+    return out
+
+
+_intra_op_limiter: Any = None
+
+
+def set_intra_op_threads(n: int) -> None:
+    """Limits BLAS/OpenMP threads for the whole process (numpy's intra-op parallelism)."""
+    global _intra_op_limiter
+    from threadpoolctl import threadpool_limits
+
+    _intra_op_limiter = threadpool_limits(limits=n)
+    os.environ.setdefault("OMP_NUM_THREADS", str(n))
+
+
+__all__ = ["CLOSED_MESSAGE", "RunFuture", "Session", "plan_graph_def", "set_intra_op_threads"]
+
+# keep names referenced for re-export / typing
+_ = (NotFoundError, worker_init)

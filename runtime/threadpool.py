@@ -1,0 +1,110 @@
+"""Inter-op thread pools: a lean FIFO pool, and the process-wide registry of shared pools.
+
+``schedule(fn)`` is the only interface the executor needs, so a ``RunHandler`` can stand in for a pool.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from queue import SimpleQueue
+from typing import Protocol
+
+import numpy as np
+
+from runtime.errors import InvalidArgumentError
+
+Closure = Callable[[], None]
+
+
+class Scheduler(Protocol):
+    def schedule(self, fn: Closure) -> None: ...
+
+
+def default_num_threads() -> int:
+    return os.cpu_count() or 1
+
+
+def worker_init() -> None:
+    """Per-thread setup for threads that run kernels: numpy reports no floating-point warnings.
+
+    TensorFlow's kernels produce inf/nan silently; numpy's error state is per thread (a context variable).
+    """
+    np.seterr(all="ignore")
+
+
+class ThreadPool:
+    """A fixed number of daemon threads taking closures from one FIFO queue."""
+
+    def __init__(self, num_threads: int, name: str = "inter_op") -> None:
+        if num_threads <= 0:
+            num_threads = default_num_threads()
+        self.num_threads = num_threads
+        self.name = name
+        self._queue: SimpleQueue[Closure | None] = SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}/{i}", daemon=True) for i in range(num_threads)
+        ]
+        self._closed = False
+        for t in self._threads:
+            t.start()
+
+    def schedule(self, fn: Closure) -> None:
+        self._queue.put(fn)
+
+    def _work(self) -> None:
+        worker_init()
+        get = self._queue.get
+        while True:
+            fn = get()
+            if fn is None:
+                return
+            fn()
+
+    def close(self) -> None:
+        """Stops the threads once the queued work is done (they are daemons, so exit never waits)."""
+        if self._closed:
+            return
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def __repr__(self) -> str:
+        return f"ThreadPool({self.name!r}, num_threads={self.num_threads})"
+
+
+class CallerThread:
+    """``inter_op_thread_pool = -1``: run everything on the thread that called ``run``."""
+
+    def schedule(self, fn: Closure) -> None:
+        fn()
+
+
+_registry_lock = threading.Lock()
+_global_pools: dict[str, ThreadPool] = {}
+_default_pool: ThreadPool | None = None
+
+
+def global_pool(name: str, num_threads: int) -> ThreadPool:
+    """The process-wide pool called ``name``, made on first use; re-sizing it is an error, as in TF."""
+    num_threads = num_threads if num_threads > 0 else default_num_threads()
+    with _registry_lock:
+        pool = _global_pools.get(name)
+        if pool is None:
+            pool = _global_pools[name] = ThreadPool(num_threads, name)
+        elif pool.num_threads != num_threads:
+            raise InvalidArgumentError(
+                f"Pool {name} configured previously with num_threads={pool.num_threads}; cannot re-configure "
+                f"with num_threads={num_threads}"
+            )
+        return pool
+
+
+def default_pool(num_threads: int) -> ThreadPool:
+    """The pool all sessions share unless configured otherwise: made from the first session's options."""
+    global _default_pool
+    with _registry_lock:
+        if _default_pool is None:
+            _default_pool = ThreadPool(num_threads, "inter_op")
+        return _default_pool

@@ -1,0 +1,440 @@
+import collections
+import threading
+import time
+
+import numpy as np
+import pytest
+from support import RUNS, sleep_op
+
+from proto import config_pb2
+from runtime.builder import GraphBuilder
+from runtime.errors import (
+    CancelledError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+)
+from runtime.session import Session
+
+
+def mlp_graph():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None, 3))
+    w = b.constant(np.arange(6, dtype=np.float32).reshape(3, 2), name="w")
+    two = b.constant(np.float32(2), name="two")
+    w2 = b.mul(w, two, name="w2")  # constant-only: folded
+    y = b.add(b.matmul(x, w2, name="mm"), b.constant(np.ones(2, np.float32), name="bias"), name="y")
+    return b, x, y
+
+
+def expected_y(x):
+    return np.asarray(x, np.float32) @ (np.arange(6, dtype=np.float32).reshape(3, 2) * 2) + 1
+
+
+X = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+
+
+# --- fetches and feeds -----------------------------------------------------------------------------------
+
+
+def test_run_fetch_structures():
+    b, x, y = mlp_graph()
+    Pair = collections.namedtuple("Pair", "a b")
+    with Session(b.graph_def) as s:
+        np.testing.assert_allclose(s.run(y, {x: X}), expected_y(X))
+        out = s.run({"k": [y, Pair(y, (x,))], "t": "y"}, {x: X})
+        assert set(out) == {"k", "t"}
+        assert out["t"] is None  # an op name is a target
+        assert isinstance(out["k"][1], Pair) and isinstance(out["k"][1].b, tuple)
+        np.testing.assert_allclose(out["k"][1].a, expected_y(X))
+        np.testing.assert_array_equal(out["k"][1].b[0], X)  # a fed tensor fetched is the fed value
+
+
+def test_fetch_asked_twice_is_computed_once():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (2,))
+    s1 = sleep_op(b, x, 0, "count_me")
+    with Session(b.graph_def) as s:
+        a, c = s.run([s1, s1], {x: [1, 2]})
+    assert RUNS["count_me"] == 1
+    np.testing.assert_array_equal(a, c)
+
+
+def test_feed_lists_and_scalars_convert_to_placeholder_dtype():
+    b, x, y = mlp_graph()
+    with Session(b.graph_def) as s:
+        out = s.run(y, {x: [[1, 2, 3]]})
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, expected_y([[1, 2, 3]]))
+
+
+def test_feed_errors_name_the_feed():
+    b, x, y = mlp_graph()
+    with Session(b.graph_def) as s:
+        with pytest.raises(
+            InvalidArgumentError, match=r"shape \(2, 4\) for Tensor 'x:0', which has shape \(\?, 3\)"
+        ):
+            s.run(y, {x: np.zeros((2, 4), np.float32)})
+        with pytest.raises(InvalidArgumentError, match=r"dtype float64 for Tensor 'x:0'.*float32"):
+            s.run(y, {x: np.zeros((2, 3), np.float64)})
+        with pytest.raises(InvalidArgumentError, match="You must feed a value for placeholder tensor 'x'"):
+            s.run(y)
+        with pytest.raises(NotFoundError, match="nope"):
+            s.run(y, {"nope:0": X})
+        with pytest.raises(NotFoundError, match="nope"):
+            s.run("nope:0", {x: X})
+        with pytest.raises(TypeError, match="invalid type"):
+            s.run(42)
+
+
+def test_feeding_an_inner_tensor_overrides_it():
+    b, x, y = mlp_graph()
+    with Session(b.graph_def) as s:
+        out = s.run(y, {"mm:0": np.zeros((1, 2), np.float32)})  # x need not be fed: mm is cut off
+    np.testing.assert_array_equal(out, [[1, 1]])
+
+
+def test_kernel_error_names_the_node():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, None)
+    y = b.placeholder("y", np.float32, None)
+    z = b.matmul(x, y, name="bad_mm")
+    with Session(b.graph_def) as s, pytest.raises(InvalidArgumentError, match=r"\{\{node bad_mm\}\}") as e:
+        s.run(z, {x: np.ones((2, 3)), y: np.ones((4, 5))})
+    assert e.value.node_name == "bad_mm"
+
+
+def test_concurrent_runs_on_one_session():
+    b, x, y = mlp_graph()
+    errors = []
+    with Session(b.graph_def) as s:
+
+        def client(seed):
+            rng = np.random.default_rng(seed)
+            for _ in range(30):
+                v = rng.standard_normal((4, 3)).astype(np.float32)
+                out = s.run(y, {x: v})
+                if not np.allclose(out, expected_y(v), rtol=1e-5):
+                    errors.append(seed)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert not errors
+
+
+def test_concurrent_runs_overlap():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, ())
+    y = sleep_op(b, x, 0.2, "slow")
+    cfg = config_pb2.ConfigProto(inter_op_parallelism_threads=4, use_per_session_threads=True)
+    with Session(b.graph_def, cfg) as s:
+        t0 = time.monotonic()
+        futures = [s.submit(y, {x: 1.0}) for _ in range(3)]
+        for f in futures:
+            f.result(10)
+        elapsed = time.monotonic() - t0
+    assert elapsed < 0.5  # three 0.2 s steps in parallel, not 0.6 s in a row
+
+
+# --- executor cache and constant folding ----------------------------------------------------------------
+
+
+def test_plan_cache_keyed_by_signature_in_any_order():
+    b = GraphBuilder()
+    a = b.placeholder("a", np.float32, ())
+    c = b.placeholder("c", np.float32, ())
+    s1 = b.add(a, c, name="s1")
+    s2 = b.mul(a, c, name="s2")
+    with Session(b.graph_def) as s:
+        s.run([s1, s2], {a: 1, c: 2})
+        s.run([s2, s1], {c: 2, a: 1}, options=config_pb2.RunOptions(timeout_in_ms=1000))
+        plans = set(map(id, s._plans.values()))
+        assert len(plans) == 1  # reordered signature and other options hit the same plan
+        assert len(s._plans) == 3  # caller-order keys of both calls, plus the sorted key
+        assert s.run([s2, s1], {c: 2, a: 1}) == [2, 3]
+
+
+def traced_nodes(s, fetch, feeds):
+    md = config_pb2.RunMetadata()
+    s.run(
+        fetch,
+        feeds,
+        options=config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE),
+        run_metadata=md,
+    )
+    return {n.node_name for n in md.step_stats.dev_stats[0].node_stats}, md
+
+
+def test_constant_subgraphs_are_folded_once():
+    b, x, y = mlp_graph()
+    with Session(b.graph_def) as s:
+        names, _ = traced_nodes(s, y, {x: X})
+    assert names == {"mm", "y"}  # w2 = w * two was folded; Consts are never executed
+    off = config_pb2.ConfigProto()
+    off.graph_options.optimizer_options.opt_level = config_pb2.OptimizerOptions.L0
+    with Session(b.graph_def, off) as s:
+        names, _ = traced_nodes(s, y, {x: X})
+        np.testing.assert_allclose(s.run(y, {x: X}), expected_y(X))
+    assert names == {"mm", "y", "w2"}
+
+
+# --- RunOptions -------------------------------------------------------------------------------------------
+
+
+def chain_graph(n, seconds):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, ())
+    t = x
+    for i in range(n):
+        t = sleep_op(b, t, seconds, f"step{i}")
+    return b, x, t
+
+
+def test_timeout_cancels_the_step_and_session_stays_usable():
+    b, x, t = chain_graph(40, 0.01)
+    with Session(b.graph_def) as s:
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExceededError, match="50 ms"):
+            s.run(t, {x: 1.0}, options=config_pb2.RunOptions(timeout_in_ms=50))
+        elapsed = time.monotonic() - t0
+        assert elapsed < 0.25  # 50 ms plus about one 10 ms node, with room for a slow machine
+        started = sum(RUNS.get(f"step{i}", 0) for i in range(40))
+        time.sleep(0.1)
+        assert sum(RUNS.get(f"step{i}", 0) for i in range(40)) == started  # nothing more started
+        assert started < 15
+        # the session still works
+        assert s.run(t, {x: 2.0}, options=config_pb2.RunOptions(timeout_in_ms=5000)) == 2.0
+
+
+def test_operation_timeout_from_config():
+    b, x, t = chain_graph(20, 0.01)
+    with (
+        Session(b.graph_def, config_pb2.ConfigProto(operation_timeout_in_ms=30)) as s,
+        pytest.raises(DeadlineExceededError),
+    ):
+        s.run(t, {x: 1.0})
+
+
+def test_timeout_also_applies_to_submit():
+    b, x, t = chain_graph(40, 0.01)
+    with Session(b.graph_def) as s:
+        f = s.submit(t, {x: 1.0}, options=config_pb2.RunOptions(timeout_in_ms=40))
+        with pytest.raises(DeadlineExceededError):
+            f.result(5)
+
+
+def test_inter_op_thread_pool_selection():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, ())
+    y = sleep_op(b, x, 0, "where")
+    cfg = config_pb2.ConfigProto()
+    cfg.session_inter_op_thread_pool.add(num_threads=1)
+    cfg.session_inter_op_thread_pool.add(num_threads=2)
+    with Session(b.graph_def, cfg) as s:
+        for bad in (-2, 2, 7):
+            with pytest.raises(InvalidArgumentError, match=f"Invalid inter_op_thread_pool: {bad}"):
+                s.run(y, {x: 1.0}, options=config_pb2.RunOptions(inter_op_thread_pool=bad))
+        md = config_pb2.RunMetadata()
+        opts = config_pb2.RunOptions(inter_op_thread_pool=-1, trace_level=config_pb2.RunOptions.FULL_TRACE)
+        s.run(y, {x: 1.0}, options=opts, run_metadata=md)
+        (dev,) = md.step_stats.dev_stats
+        assert set(dev.thread_names.values()) == {threading.current_thread().name}
+        md2 = config_pb2.RunMetadata()
+        opts = config_pb2.RunOptions(inter_op_thread_pool=1, trace_level=config_pb2.RunOptions.FULL_TRACE)
+        s.submit(y, {x: 1.0}, options=opts, run_metadata=md2).result(5)
+        assert set(md2.step_stats.dev_stats[0].thread_names.values()) <= {
+            "session_pool_1/0",
+            "session_pool_1/1",
+        }
+
+
+def test_global_pool_cannot_be_resized():
+    b, x, y = mlp_graph()
+    cfg = config_pb2.ConfigProto()
+    cfg.session_inter_op_thread_pool.add(num_threads=2, global_name="test_shared_pool")
+    with Session(b.graph_def, cfg) as s1:
+        other = config_pb2.ConfigProto()
+        other.session_inter_op_thread_pool.add(num_threads=2, global_name="test_shared_pool")
+        with Session(b.graph_def, other) as s2:
+            assert s1._pools[0] is s2._pools[0]
+        bad = config_pb2.ConfigProto()
+        bad.session_inter_op_thread_pool.add(num_threads=3, global_name="test_shared_pool")
+        with pytest.raises(
+            InvalidArgumentError,
+            match="Pool test_shared_pool configured previously with num_threads=2; cannot re-configure with num_threads=3",
+        ):
+            Session(b.graph_def, bad)
+
+
+def test_trace_fills_step_stats_and_cost_graph():
+    b, x, y = mlp_graph()
+    with Session(b.graph_def) as s:
+        md = config_pb2.RunMetadata()
+        s.run(y, {x: X}, run_metadata=md)
+        assert not md.HasField("step_stats")  # NO_TRACE records nothing
+        names, md = traced_nodes(s, y, {x: X})
+    (dev,) = md.step_stats.dev_stats
+    assert dev.device == "/job:localhost/replica:0/task:0/device:CPU:0"
+    assert dev.thread_names
+    by_name = {n.node_name: n for n in dev.node_stats}
+    mm = by_name["mm"]
+    assert mm.timeline_label == "mm = MatMul(x, w2)"
+    assert mm.all_start_micros > 1_600_000_000_000_000
+    assert mm.op_end_rel_micros <= mm.all_end_rel_micros or mm.all_end_rel_micros >= 0
+    assert mm.scheduled_micros <= mm.all_start_micros
+    assert mm.thread_id in dev.thread_names
+    (out,) = mm.output
+    assert [d.size for d in out.tensor_description.shape.dim] == [2, 2]
+    assert out.tensor_description.allocation_description.requested_bytes == 16
+    assert mm.memory[0].allocator_name == "cpu"
+    assert by_name["y"].all_start_micros >= mm.all_start_micros
+    cost = {n.name: n for n in md.cost_graph.node}
+    assert set(cost) == {"mm", "y"}
+    assert cost["y"].is_final and not cost["mm"].is_final
+    assert cost["y"].input_info[0].preceding_node == cost["mm"].id
+    assert cost["mm"].output_info[0].size == 16
+
+
+def test_output_partition_graphs():
+    b, x, y = mlp_graph()
+    with Session(b.graph_def) as s:
+        md = config_pb2.RunMetadata()
+        s.run(y, {x: X}, options=config_pb2.RunOptions(output_partition_graphs=True), run_metadata=md)
+    (g,) = md.partition_graphs
+    ops = {n.name: n.op for n in g.node}
+    assert ops["mm"] == "MatMul" and ops["y"] == "AddV2"
+    assert ops["w2"] == "Const"  # folded
+    assert "x" not in ops  # fed
+
+
+def big_graph():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None,))
+    a = b.op("Tile", [x, b.constant(np.array([1000], np.int32))], {"T": np.float32}, name="tile_big")
+    c = b.add(a, a, name="sum_big")
+    return b, x, c
+
+
+def test_oom_report_and_hint():
+    b, x, c = big_graph()
+    with Session(b.graph_def, memory_limit_bytes=200_000) as s:
+        feeds = {x: np.ones(100, np.float32)}  # 400 kB per output
+        with pytest.raises(ResourceExhaustedError, match="OOM") as e:
+            s.run(c, feeds)
+        assert "Hint: If you want to see a list of allocated tensors" in e.value.message
+        opts = config_pb2.RunOptions(report_tensor_allocations_upon_oom=True)
+        with pytest.raises(ResourceExhaustedError, match="OOM") as e:
+            s.run(c, feeds, options=opts)
+        assert (
+            "Current usage from device: /job:localhost/replica:0/task:0/device:CPU:0, allocator: cpu"
+            in e.value.message
+        )
+        assert "Hint" not in e.value.message
+        # under the limit it runs
+        assert s.run(c, {x: np.ones(10, np.float32)}).shape == (10000,)
+
+
+def test_debug_identity_watch_writes_npy(tmp_path):
+    b, x, y = mlp_graph()
+    opts = config_pb2.RunOptions()
+    opts.debug_options.debug_tensor_watch_opts.add(
+        node_name="mm", output_slot=0, debug_ops=["DebugIdentity"], debug_urls=[f"file://{tmp_path}"]
+    )
+    with Session(b.graph_def) as s:
+        out = s.run(y, {x: X}, options=opts)
+        assert len(s._plans) == 1
+        s.run(y, {x: X})
+        assert len(s._plans) == 2  # watches are part of the signature
+    (f,) = tmp_path.glob("mm_0_DebugIdentity_*.npy")
+    np.testing.assert_allclose(np.load(f), out - 1)
+
+
+def test_run_handler_pool_options_are_accepted():
+    b, x, y = mlp_graph()
+    opts = config_pb2.RunOptions()
+    opts.experimental.use_run_handler_pool = True
+    opts.experimental.run_handler_pool_options.priority = 5
+    with Session(b.graph_def) as s:
+        np.testing.assert_allclose(s.run(y, {x: X}, options=opts), expected_y(X))
+
+
+# --- lifetime, partial runs, extend -----------------------------------------------------------------------
+
+
+def test_close_cancels_steps_in_flight():
+    b, x, t = chain_graph(50, 0.01)
+    s = Session(b.graph_def)
+    f = s.submit(t, {x: 1.0})
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    s.close()
+    assert time.monotonic() - t0 < 0.2
+    with pytest.raises(CancelledError, match="Run call was cancelled"):
+        f.result(1)
+    with pytest.raises(RuntimeError, match="Attempted to use a closed Session."):
+        s.run(t, {x: 1.0})
+
+
+def test_future_cancel_cancels_the_step():
+    b, x, t = chain_graph(50, 0.01)
+    with Session(b.graph_def) as s:
+        f = s.submit(t, {x: 1.0})
+        time.sleep(0.03)
+        assert f.cancel()
+        with pytest.raises(CancelledError):
+            f.result(1)
+        assert sum(RUNS.get(f"step{i}", 0) for i in range(50)) < 20
+
+
+def test_partial_run():
+    b = GraphBuilder()
+    a = b.placeholder("a", np.float32, ())
+    c = b.placeholder("c", np.float32, ())
+    r1 = sleep_op(b, b.add(a, a, name="r1_in"), 0, "r1")
+    r2 = b.mul(r1, c, name="r2")
+    with Session(b.graph_def) as s:
+        h = s.partial_run_setup([r1, r2], [a, c])
+        assert s.partial_run(h, r1, {a: 1.0}) == 2.0
+        assert s.partial_run(h, r2, {c: 10.0}) == 20.0
+        assert RUNS["r1"] == 1  # r1 did not run again
+        h2 = s.partial_run_setup([r1, r2], [a, c])
+        with pytest.raises(InvalidArgumentError, match="not declared"):
+            s.partial_run(h2, "r1_in:0", {a: 1.0})
+        with pytest.raises(InvalidArgumentError, match="need feed"):
+            s.partial_run(h2, r2, {a: 1.0})
+        with pytest.raises(InvalidArgumentError, match="not valid"):
+            s.partial_run("bogus", r2)
+
+
+def test_extend_adds_nodes():
+    b, x, y = mlp_graph()
+    with Session(b.graph_def) as s:
+        np.testing.assert_allclose(s.run(y, {x: X}), expected_y(X))
+        more = GraphBuilder()
+        more.op("Neg", ["y"], {"T": np.float32}, name="neg")
+        s.extend(more.graph_def)
+        np.testing.assert_allclose(s.run("neg:0", {x: X}), -expected_y(X))
+        with pytest.raises(InvalidArgumentError, match="Duplicate node name"):
+            s.extend(more.graph_def)
+
+
+def test_two_inter_op_threads_run_branches_in_parallel():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, ())
+    l = sleep_op(b, x, 0.15, "left")
+    r = sleep_op(b, x, 0.15, "right")
+    y = b.add(l, r)
+
+    def timed(threads):
+        cfg = config_pb2.ConfigProto(inter_op_parallelism_threads=threads, use_per_session_threads=True)
+        with Session(b.graph_def, cfg) as s:
+            t0 = time.monotonic()
+            f = s.submit(y, {x: 1.0})
+            assert f.result(5) == 2.0
+            return time.monotonic() - t0
+
+    assert timed(2) < 0.27 < timed(1) + 0.02
