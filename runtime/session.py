@@ -32,6 +32,7 @@ from runtime.graph import Graph, prepare_feed
 from runtime.kernels.registry import Compute, OpContext, ResourceContainer
 from runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report
 from runtime.node import Node
+from runtime.run_handler import RunHandler, get_pool
 from runtime.threadpool import (
     CallerThread,
     Scheduler,
@@ -335,6 +336,18 @@ class Session:
             raise InvalidArgumentError(f"Invalid inter_op_thread_pool: {index}")
         return self._pools[index]
 
+    def _uses_run_handler_pool(self, options: config_pb2.RunOptions | None) -> bool:
+        """TensorFlow's rule: asked for, and not overridden by per-session threads or an explicit pool."""
+        if options is None or not options.experimental.use_run_handler_pool:
+            return False
+        if self._config.use_per_session_threads or options.inter_op_thread_pool == -1:
+            return False
+        return not (options.inter_op_thread_pool > 0 and self._config.session_inter_op_thread_pool)
+
+    def run_handler_pool(self) -> Any:
+        """The process-global RunHandlerPool, made from this session's thread options if it is the first."""
+        return get_pool(self._config.inter_op_parallelism_threads)
+
     def _deadline_ms(self, options: config_pb2.RunOptions | None) -> int:
         if options is not None and options.timeout_in_ms > 0:
             return int(options.timeout_in_ms)
@@ -352,16 +365,40 @@ class Session:
         run_metadata: config_pb2.RunMetadata | None,
         on_done: Callable[[Any, OpError | None], None],
         inline: bool,
+        handler: RunHandler | None = None,
+        started: float | None = None,
     ) -> Step:
-        self._check_open()
-        sig, feed_values = self._resolve(fetches, feed_dict, options)
-        scheduler = self._scheduler(options)
+        """Starts a step. With a run handler (given, or taken here when the options ask for the pool and
+        ``inline`` allows blocking), every closure of the step goes through it and it is released when
+        the step ends, however it ends."""
+        started = time.monotonic() if started is None else started
+        try:
+            self._check_open()
+            sig, feed_values = self._resolve(fetches, feed_dict, options)
+            scheduler = self._scheduler(options)
+        except BaseException:
+            if handler is not None:
+                handler.release()
+            raise
+        timeout_ms = self._deadline_ms(options)
+        if handler is None and inline and self._uses_run_handler_pool(options):
+            priority = options.experimental.run_handler_pool_options.priority if options is not None else 0
+            handler = self.run_handler_pool().get(0, timeout_ms, priority)
+            if timeout_ms > 0 and time.monotonic() - started > timeout_ms / 1000.0:
+                handler.release()
+                raise DeadlineExceededError(
+                    f"Timed out waiting for a RunHandler: the deadline of {timeout_ms} ms has passed"
+                )
+        if handler is not None:
+            scheduler = handler
+            inline = False  # the pool's threads run the step; the caller only waits
         trace_level = options.trace_level if options is not None else 0
         trace = StepTrace(sig.plan.num_nodes) if trace_level > 0 else None
-        timeout_ms = self._deadline_ms(options)
         report_oom = options is not None and options.report_tensor_allocations_upon_oom
 
         def done(step: Step) -> None:
+            if handler is not None:
+                handler.release()
             with self._lock:
                 self._active.discard(step)
             error = step.status
@@ -392,11 +429,13 @@ class Session:
         )
         with self._lock:
             if self._closed:
+                if handler is not None:
+                    handler.release()
                 raise RuntimeError(CLOSED_MESSAGE)
             self._active.add(step)
         if timeout_ms > 0:
             deadline_timer.add(
-                time.monotonic() + timeout_ms / 1000.0,
+                started + timeout_ms / 1000.0,
                 step,
                 DeadlineExceededError(
                     f"Timed out waiting for the step to finish: the deadline of {timeout_ms} ms "
@@ -448,11 +487,16 @@ class Session:
         feed_dict: Feeds | None = None,
         options: config_pb2.RunOptions | None = None,
         run_metadata: config_pb2.RunMetadata | None = None,
+        *,
+        handler: RunHandler | None = None,
+        started: float | None = None,
     ) -> RunFuture:
         """Starts the step on the inter-op pool and returns at once; the future resolves when it ends.
 
         Errors in the arguments (unknown tensors, bad feeds) are raised here, not through the future.
-        ``asyncio.wrap_future`` turns it into an awaitable; cancelling that cancels the step.
+        ``asyncio.wrap_future`` turns it into an awaitable; cancelling that cancels the step. To use the
+        RunHandlerPool without blocking, take a handler first (``await pool.get_async(...)``) and pass it:
+        the step releases it. ``started`` (time.monotonic()) is when the deadline began to run.
         """
         future = RunFuture()
 
@@ -463,7 +507,9 @@ class Session:
                 future.set_result(result)
 
         future.set_running_or_notify_cancel()
-        future._step = self._start(fetches, feed_dict, options, run_metadata, on_done, inline=False)
+        future._step = self._start(
+            fetches, feed_dict, options, run_metadata, on_done, inline=False, handler=handler, started=started
+        )
         return future
 
     # --- partial runs ------------------------------------------------------------------------------------

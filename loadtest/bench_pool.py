@@ -1,0 +1,225 @@
+"""RunHandlerPool benchmark: closed-loop clients over several sessions, pool off against pool on.
+
+    python -m loadtest.bench_pool [--clients 8] [--rounds 6] [--seconds 3] [--models branches,resnet]
+                                  [--json out.json] [--tf-python /path/to/python-with-tensorflow]
+
+Each client thread runs one model (client i takes model i % len(models)) in a closed loop. The modes
+alternate round by round (off, on, off, on, ...) so drift of the machine hits both alike; the table adds
+up all rounds of a mode. With --tf-python the same harness runs in TensorFlow (tf.compat.v1.Session with
+RunOptions.experimental.use_run_handler_pool) in a subprocess, so the two pools are compared on the same
+graphs and machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from proto import config_pb2
+from runtime.graph import Graph, load_graph_def
+from runtime.session import Session
+
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "models"
+
+
+def load_model(name: str) -> tuple[Graph, dict[str, Any], list[str]]:
+    data = np.load(FIXTURES / f"{name}.npz")
+    feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
+    fetches = [k[4:] for k in data.files if k.startswith("out:")]
+    return Graph(load_graph_def(FIXTURES / f"{name}.pb")), feeds, fetches
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def summarize(latencies: list[float], seconds: float) -> dict[str, float]:
+    ms = [v * 1e3 for v in latencies]
+    return {
+        "requests": len(ms),
+        "throughput_rps": len(ms) / seconds if seconds else 0.0,
+        "p50_ms": percentile(ms, 50),
+        "p99_ms": percentile(ms, 99),
+        "mean_ms": float(np.mean(ms)) if ms else float("nan"),
+    }
+
+
+def run_round(
+    sessions: list[tuple[Session, dict[str, Any], list[str]]],
+    clients: int,
+    seconds: float,
+    options: config_pb2.RunOptions,
+) -> dict[str, list[float]]:
+    """``clients`` threads in a closed loop for ``seconds``; latencies per model index."""
+    stop = time.monotonic() + seconds
+    out: dict[str, list[float]] = {str(i): [] for i in range(len(sessions))}
+    start = threading.Barrier(clients)
+
+    def client(i: int) -> None:
+        s, feeds, fetches = sessions[i % len(sessions)]
+        mine = out[str(i % len(sessions))]
+        start.wait()
+        while True:
+            t0 = time.perf_counter()
+            if time.monotonic() >= stop:
+                return
+            s.run(fetches, feeds, options=options)
+            mine.append(time.perf_counter() - t0)  # list.append is atomic
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def bench_poolserve(models: list[str], clients: int, rounds: int, seconds: float) -> dict[str, Any]:
+    loaded = [load_model(m) for m in models]
+    sessions = [(Session(g), feeds, fetches) for g, feeds, fetches in loaded]
+    off = config_pb2.RunOptions()
+    on = config_pb2.RunOptions()
+    on.experimental.use_run_handler_pool = True
+    for s, feeds, fetches in sessions:  # warm up plans and cost estimates in both modes
+        for _ in range(5):
+            s.run(fetches, feeds, options=off)
+            s.run(fetches, feeds, options=on)
+    return alternate(
+        lambda opts: run_round(sessions, clients, seconds, opts), off, on, models, rounds, seconds
+    )
+
+
+def alternate(
+    round_fn: Any, off: Any, on: Any, models: list[str], rounds: int, seconds: float
+) -> dict[str, Any]:
+    lat: dict[str, dict[str, list[float]]] = {"no_pool": {}, "pool": {}}
+    for r in range(rounds):
+        mode, opts = ("no_pool", off) if r % 2 == 0 else ("pool", on)
+        for k, v in round_fn(opts).items():
+            lat[mode].setdefault(models[int(k)], []).extend(v)
+    total = seconds * rounds / 2
+    result: dict[str, Any] = {}
+    for mode, per_model in lat.items():
+        result[mode] = {m: summarize(v, total) for m, v in per_model.items()}
+        result[mode]["all"] = summarize([x for v in per_model.values() for x in v], total)
+    return result
+
+
+_TF_SCRIPT = r"""
+import json, sys, threading, time
+import numpy as np
+import tensorflow as tf
+models, clients, rounds, seconds, fixtures = json.loads(sys.argv[1])
+sessions = []
+for m in models:
+    gd = tf.compat.v1.GraphDef()
+    gd.ParseFromString(open(f"{fixtures}/{m}.pb", "rb").read())
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.import_graph_def(gd, name="")
+    data = np.load(f"{fixtures}/{m}.npz")
+    feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
+    fetches = [k[4:] for k in data.files if k.startswith("out:")]
+    sessions.append((tf.compat.v1.Session(graph=g), feeds, fetches))
+off = tf.compat.v1.RunOptions()
+on = tf.compat.v1.RunOptions()
+on.experimental.use_run_handler_pool = True
+for s, feeds, fetches in sessions:
+    for _ in range(5):
+        s.run(fetches, feeds, options=off)
+        s.run(fetches, feeds, options=on)
+lat = {"no_pool": {}, "pool": {}}
+for r in range(rounds):
+    mode, opts = ("no_pool", off) if r % 2 == 0 else ("pool", on)
+    stop = time.monotonic() + seconds
+    barrier = threading.Barrier(clients)
+    def client(i):
+        s, feeds, fetches = sessions[i % len(sessions)]
+        mine = lat[mode].setdefault(models[i % len(sessions)], [])
+        barrier.wait()
+        while True:
+            t0 = time.perf_counter()
+            if time.monotonic() >= stop:
+                return
+            s.run(fetches, feeds, options=opts)
+            mine.append(time.perf_counter() - t0)
+    for m in models:
+        lat[mode].setdefault(m, [])
+    ts = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+print(json.dumps(lat))
+"""
+
+
+def bench_tensorflow(
+    tf_python: str, models: list[str], clients: int, rounds: int, seconds: float
+) -> dict[str, Any]:
+    proc = subprocess.run(
+        [tf_python, "-c", _TF_SCRIPT, json.dumps([models, clients, rounds, seconds, str(FIXTURES)])],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"},
+    )
+    lat = json.loads(proc.stdout.strip().splitlines()[-1])
+    total = seconds * rounds / 2
+    result: dict[str, Any] = {}
+    for mode, per_model in lat.items():
+        result[mode] = {m: summarize(v, total) for m, v in per_model.items()}
+        result[mode]["all"] = summarize([x for v in per_model.values() for x in v], total)
+    return result
+
+
+def print_table(title: str, result: dict[str, Any]) -> None:
+    print(title)
+    head = f"  {'model':12} {'mode':8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}"
+    print(f"{head}   {'p99 ratio':>9} {'tput ratio':>10}")
+    for model in result["no_pool"]:
+        base, pool = result["no_pool"][model], result["pool"][model]
+        for mode, r in (("no_pool", base), ("pool", pool)):
+            line = f"  {model:12} {mode:8} {r['throughput_rps']:8.1f} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f}"
+            if mode == "pool":
+                p99 = r["p99_ms"] / base["p99_ms"]
+                tput = r["throughput_rps"] / base["throughput_rps"]
+                line += f"   {p99:8.2f}x {tput:9.2f}x"
+            print(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--models", default="branches,resnet")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=6, help="rounds in all, alternating no-pool and pool")
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of one round")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--tf-python", help="a Python with TensorFlow, to run the same load in TensorFlow")
+    args = parser.parse_args(argv)
+    models = args.models.split(",")
+
+    ours = bench_poolserve(models, args.clients, args.rounds, args.seconds)
+    print_table(
+        f"poolserve: {args.clients} closed-loop clients, {args.rounds} x {args.seconds:g} s rounds", ours
+    )
+    report: dict[str, Any] = {"poolserve": ours, "config": vars(args) | {"json": str(args.json)}}
+    if args.tf_python:
+        theirs = bench_tensorflow(args.tf_python, models, args.clients, args.rounds, args.seconds)
+        print_table("TensorFlow (same load, same graphs)", theirs)
+        report["tensorflow"] = theirs
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,335 @@
+"""The process-global RunHandlerPool: one scheduler for the inter-op work of every concurrent step.
+
+Each ``Session.run`` that asks for it (``RunOptions.experimental.use_run_handler_pool``) gets a
+``RunHandler`` with its own queue; the step's closures go there. The pool's threads always serve the
+active handlers in order: highest ``priority`` first, then the oldest. A request's remaining work thus
+jumps ahead of newer requests' first steps, so requests finish in order instead of all finishing late
+(processor sharing), and no caller thread runs kernels beside the pool's, so the cores are not
+oversubscribed.
+
+Why not TensorFlow's spread (each thread starts its search at a different request)? On few cores it sends
+a thread to a younger request while the oldest still has ready work, which is processor sharing again;
+strict order is work-conserving (a thread only moves on when every older request has nothing ready or is
+at its cap) and measured better here (``loadtest/bench_pool.py``). The per-request cap on closures in
+flight keeps one wide request from taking every thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.errors import DeadlineExceededError, InvalidArgumentError
+from runtime.threadpool import Closure, default_num_threads, worker_init
+
+DEFAULT_MAX_HANDLERS = 128
+MAX_HANDLERS_ENV = "POOLSERVE_RUN_HANDLER_MAX_CONCURRENT_HANDLERS"
+# A thread takes work from a request only while it has fewer closures than this running.
+MAX_RUNNING_PER_REQUEST = 10
+
+
+class RunHandler:
+    """One request's share of the pool: a queue of inter-op closures. Release it when the step ends."""
+
+    __slots__ = (
+        "_pool",
+        "acquired_at",
+        "key",
+        "priority",
+        "queue",
+        "released",
+        "running",
+        "step_id",
+        "waited",
+    )
+
+    def __init__(self, pool: RunHandlerPool, step_id: int, priority: int, seq: int, waited: float) -> None:
+        self._pool = pool
+        self.step_id = step_id
+        self.priority = priority
+        self.key = (-priority, seq)
+        self.queue: deque[Closure] = deque()
+        self.running = 0
+        self.released = False
+        self.acquired_at = time.monotonic()
+        self.waited = waited
+
+    def schedule_inter_op_closure(self, fn: Closure) -> None:
+        self._pool._enqueue(self, fn)
+
+    schedule = schedule_inter_op_closure  # the executor's Scheduler interface
+
+    def release(self) -> None:
+        self._pool._release(self)
+
+    def __repr__(self) -> str:
+        return f"RunHandler(step={self.step_id}, priority={self.priority}, queued={len(self.queue)})"
+
+
+@dataclass
+class PoolStats:
+    """A snapshot of the pool, for metrics."""
+
+    threads: int
+    max_handlers: int
+    active_handlers: int
+    waiting_requests: int
+    queued_closures: int
+    queued_per_handler: list[int]
+    handlers_acquired: int
+    handler_wait_seconds_total: float
+    handler_held_seconds_total: float
+
+
+class _Waiter:
+    __slots__ = ("done", "event", "future", "handler", "loop")
+
+    def __init__(self) -> None:
+        self.event: threading.Event | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.future: asyncio.Future[RunHandler] | None = None
+        self.handler: RunHandler | None = None
+        self.done = False
+
+
+class RunHandlerPool:
+    """A fixed set of threads and at most ``max_handlers`` concurrent requests."""
+
+    def __init__(self, num_threads: int = 0, max_handlers: int = 0) -> None:
+        self.num_threads = num_threads if num_threads > 0 else default_num_threads()
+        if max_handlers <= 0:
+            max_handlers = int(os.environ.get(MAX_HANDLERS_ENV, DEFAULT_MAX_HANDLERS))
+        self.max_handlers = max_handlers
+        self._cond = threading.Condition(threading.Lock())
+        self._active: list[RunHandler] = []  # sorted by key
+        self._keys: list[tuple[int, int]] = []
+        self._waiters: deque[tuple[tuple[int, int], _Waiter]] = deque()
+        self._seq = itertools.count()
+        self._queued = 0
+        self._idle = 0
+        self._acquired = 0
+        self._wait_total = 0.0
+        self._held_total = 0.0
+        self._threads = [
+            threading.Thread(target=self._work, name=f"run_handler_pool/{i}", daemon=True)
+            for i in range(self.num_threads)
+        ]
+        for t in self._threads:
+            t.start()
+
+    # --- handlers ----------------------------------------------------------------------------------------
+
+    def _activate(self, step_id: int, priority: int, waited: float) -> RunHandler:
+        """With the lock held: a new active handler, in order."""
+        h = RunHandler(self, step_id, priority, next(self._seq), waited)
+        i = bisect.bisect(self._keys, h.key)
+        self._keys.insert(i, h.key)
+        self._active.insert(i, h)
+        self._acquired += 1
+        self._wait_total += waited
+        return h
+
+    def get(self, step_id: int = 0, timeout_ms: int = 0, priority: int = 0) -> RunHandler:
+        """A handler for a step; waits while all are in use (``timeout_ms`` 0 = forever)."""
+        t0 = time.monotonic()
+        with self._cond:
+            if len(self._active) < self.max_handlers and not self._waiters:
+                return self._activate(step_id, priority, 0.0)
+            waiter = _Waiter()
+            waiter.event = threading.Event()
+            self._add_waiter(priority, waiter)
+        if not waiter.event.wait(timeout_ms / 1000.0 if timeout_ms > 0 else None):
+            with self._cond:
+                if not waiter.done:
+                    waiter.done = True
+                    self._remove_waiter(waiter)
+                    raise DeadlineExceededError(
+                        f"Could not obtain RunHandler for request after waiting for {timeout_ms} ms."
+                    )
+        assert waiter.handler is not None
+        waiter.handler.waited = time.monotonic() - t0
+        return waiter.handler
+
+    async def get_async(self, step_id: int = 0, timeout_ms: int = 0, priority: int = 0) -> RunHandler:
+        """``get`` for asyncio code: waits without blocking the event loop."""
+        t0 = time.monotonic()
+        loop = asyncio.get_running_loop()
+        with self._cond:
+            if len(self._active) < self.max_handlers and not self._waiters:
+                return self._activate(step_id, priority, 0.0)
+            waiter = _Waiter()
+            waiter.loop = loop
+            waiter.future = loop.create_future()
+            self._add_waiter(priority, waiter)
+        try:
+            if timeout_ms > 0:
+                handler = await asyncio.wait_for(asyncio.shield(waiter.future), timeout_ms / 1000.0)
+            else:
+                handler = await asyncio.shield(waiter.future)
+        except (TimeoutError, asyncio.CancelledError) as e:
+            with self._cond:
+                if not waiter.done:
+                    waiter.done = True
+                    self._remove_waiter(waiter)
+                    if isinstance(e, TimeoutError):
+                        raise DeadlineExceededError(
+                            f"Could not obtain RunHandler for request after waiting for {timeout_ms} ms."
+                        ) from None
+                    raise
+            # a handler was handed over just as we gave up: give it back
+            if waiter.handler is not None:
+                waiter.handler.release()
+            raise
+        handler.waited = time.monotonic() - t0
+        return handler
+
+    def _add_waiter(self, priority: int, waiter: _Waiter) -> None:
+        key = (-priority, next(self._seq))
+        # waiting requests are served by priority, then arrival
+        i = len(self._waiters)
+        while i > 0 and self._waiters[i - 1][0] > key:
+            i -= 1
+        self._waiters.insert(i, (key, waiter))
+
+    def _remove_waiter(self, waiter: _Waiter) -> None:
+        for i, (_, w) in enumerate(self._waiters):
+            if w is waiter:
+                del self._waiters[i]
+                return
+
+    def _release(self, h: RunHandler) -> None:
+        handoff: _Waiter | None = None
+        with self._cond:
+            if h.released:
+                return
+            h.released = True
+            self._held_total += time.monotonic() - h.acquired_at
+            i = bisect.bisect_left(self._keys, h.key)
+            del self._keys[i]
+            del self._active[i]
+            if h.queue:  # a cancelled step may leave closures behind: they must not run
+                self._queued -= len(h.queue)
+                h.queue.clear()
+            while self._waiters and len(self._active) < self.max_handlers:
+                key, w = self._waiters.popleft()
+                if w.done:
+                    continue
+                w.done = True
+                w.handler = self._activate(0, -key[0], 0.0)
+                handoff = w
+                break
+        if handoff is not None:
+            if handoff.event is not None:
+                handoff.event.set()
+            elif handoff.loop is not None and handoff.future is not None:
+                handoff.loop.call_soon_threadsafe(_resolve, handoff.future, handoff.handler)
+
+    # --- scheduling --------------------------------------------------------------------------------------
+
+    def _enqueue(self, h: RunHandler, fn: Closure) -> None:
+        with self._cond:
+            if h.released:
+                raise InvalidArgumentError("closure scheduled on a released RunHandler")
+            h.queue.append(fn)
+            self._queued += 1
+            if self._idle:
+                self._cond.notify()
+
+    def _take(self) -> tuple[RunHandler, Closure] | None:
+        """With the lock held: the next closure, from the first handler in order with work under its cap."""
+        for h in self._active:
+            if h.queue and h.running < MAX_RUNNING_PER_REQUEST:
+                h.running += 1
+                self._queued -= 1
+                return h, h.queue.popleft()
+        return None
+
+    def _work(self) -> None:
+        worker_init()
+        cond = self._cond
+        while True:
+            with cond:
+                item = self._take()
+                while item is None:
+                    self._idle += 1
+                    cond.wait()
+                    self._idle -= 1
+                    item = self._take()
+            h, fn = item
+            try:
+                fn()
+            finally:
+                with cond:
+                    h.running -= 1
+                    # the cap may have held back work of this handler
+                    if h.queue and self._idle:
+                        cond.notify()
+
+    # --- observability -----------------------------------------------------------------------------------
+
+    def stats(self) -> PoolStats:
+        with self._cond:
+            return PoolStats(
+                threads=self.num_threads,
+                max_handlers=self.max_handlers,
+                active_handlers=len(self._active),
+                waiting_requests=sum(1 for _, w in self._waiters if not w.done),
+                queued_closures=self._queued,
+                queued_per_handler=[len(h.queue) for h in self._active],
+                handlers_acquired=self._acquired,
+                handler_wait_seconds_total=self._wait_total,
+                handler_held_seconds_total=self._held_total,
+            )
+
+
+def _resolve(future: asyncio.Future[RunHandler], handler: RunHandler | None) -> None:
+    if not future.done() and handler is not None:
+        future.set_result(handler)
+    elif handler is not None and future.cancelled():
+        handler.release()
+
+
+_pool_lock = threading.Lock()
+_pool: RunHandlerPool | None = None
+
+
+def get_pool(num_threads: int = 0, max_handlers: int = 0) -> RunHandlerPool:
+    """The process-global pool, made on first use with these sizes (later sizes are ignored, as in TF)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = RunHandlerPool(num_threads, max_handlers)
+        return _pool
+
+
+def configure_pool(num_threads: int = 0, max_handlers: int = 0) -> RunHandlerPool:
+    """Makes the global pool explicitly (the server does this at start-up). Fails if it exists already
+    with other sizes."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = RunHandlerPool(num_threads, max_handlers)
+        else:
+            want_threads = num_threads if num_threads > 0 else _pool.num_threads
+            want_max = max_handlers if max_handlers > 0 else _pool.max_handlers
+            if (want_threads, want_max) != (_pool.num_threads, _pool.max_handlers):
+                raise InvalidArgumentError(
+                    f"The RunHandlerPool exists with {_pool.num_threads} threads and {_pool.max_handlers} "
+                    f"handlers; cannot re-configure it with {want_threads} and {want_max}"
+                )
+        return _pool
+
+
+def current_pool() -> RunHandlerPool | None:
+    return _pool
+
+
+Callback = Callable[[RunHandler], Any]

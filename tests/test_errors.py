@@ -1,0 +1,39 @@
+import pickle
+
+import pytest
+
+from runtime import errors
+
+
+def test_codes_match_tensorflow():
+    expected = {
+        "CancelledError": 1,
+        "UnknownError": 2,
+        "InvalidArgumentError": 3,
+        "DeadlineExceededError": 4,
+        "NotFoundError": 5,
+        "AlreadyExistsError": 6,
+        "PermissionDeniedError": 7,
+        "ResourceExhaustedError": 8,
+        "FailedPreconditionError": 9,
+        "AbortedError": 10,
+        "OutOfRangeError": 11,
+        "UnimplementedError": 12,
+        "InternalError": 13,
+        "UnavailableError": 14,
+    }
+    for name, code in expected.items():
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.OpError)
+        assert cls.code == code
+        assert errors.error_class(code) is cls
+
+
+def test_op_error_carries_node_and_pickles():
+    e = errors.InvalidArgumentError("bad thing", "layer/x")
+    assert str(e) == "bad thing" and e.node_name == "layer/x"
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is errors.InvalidArgumentError and e2.node_name == "layer/x"
+    with pytest.raises(errors.OpError):
+        raise e
+    assert errors.OpError("x", code=errors.Code.ABORTED).code == errors.Code.ABORTED

@@ -1,0 +1,159 @@
+import numpy as np
+import pytest
+
+from proto import graph_pb2
+from runtime.builder import GraphBuilder, attr_value, shape
+from runtime.errors import InvalidArgumentError, NotFoundError
+from runtime.evaluate import evaluate
+from runtime.graph import Graph, load_graph_def
+from runtime.node import parse_input, parse_tensor_name
+
+
+def node(g, name, op, inputs=(), **attrs):
+    n = g.node.add(name=name, op=op)
+    n.input.extend(inputs)
+    for k, v in attrs.items():
+        n.attr[k].CopyFrom(attr_value(v))
+    return n
+
+
+def const(g, name, value):
+    value = np.asarray(value, np.float32)
+    return node(g, name, "Const", dtype=value.dtype, value=value)
+
+
+def test_parse_inputs_and_tensor_names():
+    assert parse_input("a") == ("a", 0, False)
+    assert parse_input("a/b:2") == ("a/b", 2, False)
+    assert parse_input("^a") == ("a", -1, True)
+    assert parse_tensor_name("x") == ("x", 0)
+    assert parse_tensor_name("x:3") == ("x", 3)
+    for bad in ("", "^x", "x:y", ":1"):
+        with pytest.raises(InvalidArgumentError, match="not a tensor name"):
+            parse_tensor_name(bad)
+
+
+def test_validation_errors_name_node_op_and_attr():
+    g = graph_pb2.GraphDef()
+    const(g, "a", 1.0)
+    const(g, "a", 2.0)
+    with pytest.raises(InvalidArgumentError, match="Duplicate node name in graph: 'a'"):
+        Graph(g)
+
+    g = graph_pb2.GraphDef()
+    node(g, "b", "Identity", ["missing"])
+    with pytest.raises(
+        InvalidArgumentError, match="Node 'b' \\(op 'Identity'\\): input 'missing:0' refers to unknown node"
+    ):
+        Graph(g)
+
+    g = graph_pb2.GraphDef()
+    const(g, "a", 1.0)
+    node(g, "b", "Identity", ["a:1"])
+    with pytest.raises(
+        InvalidArgumentError, match="refers to output 1 of 'a' \\(op 'Const'\\), which has 1 outputs"
+    ):
+        Graph(g)
+
+    g = graph_pb2.GraphDef()
+    node(g, "b", "Identity", ["^ghost"])
+    with pytest.raises(InvalidArgumentError, match="control input '\\^ghost'"):
+        Graph(g)
+
+    g = graph_pb2.GraphDef()
+    node(g, "f", "FrobnicateV7")
+    with pytest.raises(NotFoundError, match="Op type not registered 'FrobnicateV7' \\(node 'f'\\)"):
+        Graph(g)
+
+    g = graph_pb2.GraphDef()
+    node(g, "m", "MatMul", transpose_a="yes")
+    with pytest.raises(
+        InvalidArgumentError, match="Node 'm' \\(op 'MatMul'\\): attr 'transpose_a' must be b, got s"
+    ):
+        Graph(g)
+
+    g = graph_pb2.GraphDef()
+    node(g, "c", "Const")
+    with pytest.raises(InvalidArgumentError, match="Node 'c' \\(op 'Const'\\): attr 'value' is missing"):
+        Graph(g)
+
+
+def test_cycle_is_rejected():
+    g = graph_pb2.GraphDef()
+    node(g, "a", "Identity", ["b"])
+    node(g, "b", "Identity", ["a"])
+    with pytest.raises(InvalidArgumentError, match="Graph has a cycle: node 'a'"):
+        Graph(g)
+
+
+def test_topological_order_and_pruning():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, ())
+    c = b.constant(1.0, name="c")
+    y = b.add(x, c, name="y")
+    z = b.add(y, c, name="z")
+    unused = b.add(c, c, name="unused")
+    noop = b.no_op("init", control_inputs=[unused])
+    g = Graph(b.graph_def)
+    pos = g.position
+    assert pos["x"] < pos["y"] < pos["z"] and pos["c"] < pos["y"]
+    assert [n.name for n in g.prune([g.tensor(z)])] == sorted(["x", "c", "y", "z"], key=pos.get)
+    # feeding y cuts x away
+    assert {n.name for n in g.prune([g.tensor(z)], feeds=[g.tensor(y)])} == {"c", "z"}
+    # targets pull in control dependencies
+    assert {n.name for n in g.prune([], [noop])} == {"init", "unused", "c"}
+    with pytest.raises(NotFoundError, match="Node 'ghost' not found"):
+        g.prune([], ["ghost"])
+    with pytest.raises(NotFoundError, match="Tensor 'z:3' not found"):
+        g.tensor("z:3")
+    assert evaluate(g, [z], {x: 2.0}) == [4.0]
+
+
+def test_load_binary_and_text(tmp_path):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (2,))
+    b.add(x, b.constant([1.0, 2.0]), name="y")
+    (tmp_path / "g.pb").write_bytes(b.graph_def.SerializeToString())
+    from google.protobuf import text_format
+
+    (tmp_path / "g.pbtxt").write_text(text_format.MessageToString(b.graph_def))
+    assert load_graph_def(tmp_path / "g.pb") == load_graph_def(tmp_path / "g.pbtxt") == b.graph_def
+    (tmp_path / "bad.pb").write_bytes(b"\xff\xff\xff garbage")
+    with pytest.raises(InvalidArgumentError, match="not a valid binary GraphDef"):
+        load_graph_def(tmp_path / "bad.pb")
+    (tmp_path / "bad.pbtxt").write_text("node { name: ")
+    with pytest.raises(InvalidArgumentError, match="not a valid text GraphDef"):
+        load_graph_def(tmp_path / "bad.pbtxt")
+    with pytest.raises(NotFoundError, match="not found"):
+        load_graph_def(tmp_path / "nope.pb")
+
+
+def test_unknown_fields_are_kept():
+    b = GraphBuilder()
+    b.constant(1.0, name="c")
+    data = b.graph_def.SerializeToString()
+    # field 5 of GraphDef (debug_info) and field 7 of NodeDef (experimental_type) are not declared here
+    extra = data + b"\x2a\x02\x0a\x00"
+    g = graph_pb2.GraphDef()
+    g.ParseFromString(extra)
+    assert g.SerializeToString() == extra
+    Graph(g)
+
+
+def test_builder_names_scopes_and_attrs():
+    b = GraphBuilder()
+    with b.scope("dense"):
+        x = b.placeholder("x", np.float32, (None, 3))
+        m = b.matmul(x, b.constant(np.ones((3, 2), np.float32), name="kernel"))
+        m2 = b.matmul(x, b.constant(np.ones((3, 2), np.float32), name="kernel"))
+    assert m == "dense/MatMul:0" and m2 == "dense/MatMul_1:0"
+    nodes = {n.name: n for n in b.graph_def.node}
+    assert "dense/kernel_1" in nodes
+    assert nodes["dense/x"].attr["shape"].shape == shape((None, 3))
+    assert nodes["dense/MatMul"].input == ["dense/x", "dense/kernel"]
+    assert b.graph_def.versions.producer > 0
+    assert attr_value([1, 2]).list.i == [1, 2]
+    assert attr_value(np.float32).type == 1
+    assert attr_value([np.int32, np.float32]).list.type == [3, 1]
+    with pytest.raises(TypeError):
+        attr_value(object())

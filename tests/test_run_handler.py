@@ -1,0 +1,280 @@
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+from support import sleep_op
+
+from proto import config_pb2
+from runtime.builder import GraphBuilder
+from runtime.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
+from runtime.run_handler import MAX_RUNNING_PER_REQUEST, RunHandlerPool, get_pool
+from runtime.session import Session
+
+
+def blocker(pool):
+    """Occupies every thread of the pool until the returned event is set."""
+    gate = threading.Event()
+    started = threading.Semaphore(0)
+    h = pool.get()
+
+    def block():
+        started.release()
+        gate.wait(10)
+
+    for _ in range(pool.num_threads):
+        h.schedule(block)
+    for _ in range(pool.num_threads):
+        assert started.acquire(timeout=5)
+    return h, gate
+
+
+def test_priority_then_arrival_order():
+    pool = RunHandlerPool(num_threads=1)
+    hb, gate = blocker(pool)
+    order = []
+    done = threading.Event()
+    handlers = {
+        "old_low": pool.get(priority=0),
+        "high": pool.get(priority=5),
+        "young_low": pool.get(priority=0),
+        "mid": pool.get(priority=1),
+    }
+    # schedule in an order unrelated to the expected one
+    for name in ("young_low", "mid", "old_low", "high"):
+        handlers[name].schedule(lambda n=name: order.append(n))
+    handlers["young_low"].schedule(lambda: done.set())
+    gate.set()
+    assert done.wait(5)
+    assert order == ["high", "mid", "old_low", "young_low"]
+    for h in (*handlers.values(), hb):
+        h.release()
+    assert pool.stats().active_handlers == 0
+
+
+def test_get_blocks_and_times_out():
+    pool = RunHandlerPool(num_threads=1, max_handlers=1)
+    h = pool.get()
+    t0 = time.monotonic()
+    with pytest.raises(
+        DeadlineExceededError, match="Could not obtain RunHandler for request after waiting for 50 ms."
+    ):
+        pool.get(timeout_ms=50)
+    assert 0.04 < time.monotonic() - t0 < 1.0
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(pool.get(timeout_ms=5000)))
+    waiter.start()
+    time.sleep(0.05)
+    assert pool.stats().waiting_requests == 1 and not got
+    h.release()
+    waiter.join(5)
+    assert len(got) == 1 and pool.stats().active_handlers == 1
+    got[0].release()
+    stats = pool.stats()
+    assert stats.active_handlers == 0 and stats.waiting_requests == 0 and stats.handlers_acquired == 2
+
+
+def test_waiters_are_served_by_priority():
+    pool = RunHandlerPool(num_threads=1, max_handlers=1)
+    h = pool.get()
+    got = []
+
+    def want(priority):
+        hh = pool.get(timeout_ms=5000, priority=priority)
+        got.append(priority)
+        hh.release()
+
+    low = threading.Thread(target=want, args=(0,))
+    low.start()
+    time.sleep(0.05)
+    high = threading.Thread(target=want, args=(9,))
+    high.start()
+    time.sleep(0.05)
+    h.release()
+    low.join(5)
+    high.join(5)
+    assert got == [9, 0]
+
+
+def test_get_async_does_not_block_the_loop():
+    pool = RunHandlerPool(num_threads=1, max_handlers=1)
+
+    async def main():
+        h = await pool.get_async()
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        t = asyncio.ensure_future(ticker())
+        with pytest.raises(DeadlineExceededError, match="after waiting for 60 ms"):
+            await pool.get_async(timeout_ms=60)
+        assert ticks >= 3  # the loop kept running while we waited
+        later = asyncio.ensure_future(pool.get_async(timeout_ms=5000))
+        await asyncio.sleep(0.02)
+        assert not later.done()
+        h.release()
+        h2 = await later
+        h2.release()
+        t.cancel()
+
+    asyncio.run(main())
+    assert pool.stats().active_handlers == 0
+
+
+def test_closures_scheduling_closures_do_not_deadlock():
+    pool = RunHandlerPool(num_threads=1)
+    h = pool.get()
+    done = threading.Event()
+    count = [0]
+
+    def step():
+        count[0] += 1
+        if count[0] < 500:
+            h.schedule(step)
+            h.schedule(lambda: None)
+        else:
+            done.set()
+
+    h.schedule(step)
+    assert done.wait(10)
+    h.release()
+    with pytest.raises(InvalidArgumentError, match="released"):
+        h.schedule(step)
+
+
+def test_cap_on_closures_running_per_request():
+    pool = RunHandlerPool(num_threads=MAX_RUNNING_PER_REQUEST + 2)
+    wide, other = pool.get(), pool.get()
+    lock = threading.Lock()
+    running = {"wide": 0, "wide_max": 0}
+    other_ran = threading.Event()
+    gate = threading.Event()
+
+    def wide_task():
+        with lock:
+            running["wide"] += 1
+            running["wide_max"] = max(running["wide_max"], running["wide"])
+        gate.wait(5)
+        with lock:
+            running["wide"] -= 1
+
+    for _ in range(3 * MAX_RUNNING_PER_REQUEST):
+        wide.schedule(wide_task)
+    other.schedule(other_ran.set)
+    assert other_ran.wait(5)  # the younger request was not starved by the wide one
+    gate.set()
+    deadline = time.monotonic() + 5
+    while pool.stats().queued_closures and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert running["wide_max"] == MAX_RUNNING_PER_REQUEST
+    wide.release()
+    other.release()
+
+
+# --- through Session ---------------------------------------------------------------------------------------
+
+
+def pool_options(timeout_ms=0, priority=0):
+    opts = config_pb2.RunOptions(timeout_in_ms=timeout_ms)
+    opts.experimental.use_run_handler_pool = True
+    opts.experimental.run_handler_pool_options.priority = priority
+    return opts
+
+
+def chain(n, seconds):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, ())
+    t = x
+    for i in range(n):
+        t = sleep_op(b, t, seconds, f"pool_step{i}")
+    return b, x, t
+
+
+def active():
+    return get_pool().stats().active_handlers
+
+
+def test_session_releases_the_handler_on_every_exit_path():
+    b, x, t = chain(30, 0.01)
+    with Session(b.graph_def) as s:
+        pool = s.run_handler_pool()
+        assert pool is get_pool()
+        md = config_pb2.RunMetadata()
+        opts = pool_options()
+        opts.trace_level = config_pb2.RunOptions.FULL_TRACE
+        assert s.run(t, {x: 1.0}, options=opts, run_metadata=md) == 1.0  # success
+        names = set(md.step_stats.dev_stats[0].thread_names.values())
+        assert names and all(n.startswith("run_handler_pool/") for n in names)
+        assert active() == 0
+        with pytest.raises(DeadlineExceededError):  # timeout
+            s.run(t, {x: 1.0}, options=pool_options(timeout_ms=50))
+        time.sleep(0.05)
+        assert active() == 0
+        f = s.submit(t, {x: 1.0}, options=pool_options(), handler=pool.get())  # cancel
+        time.sleep(0.03)
+        f.cancel()
+        with pytest.raises(CancelledError):
+            f.result(5)
+        assert active() == 0
+        bad = GraphBuilder()
+        p = bad.placeholder("p", np.float32, None)
+        m = bad.matmul(p, p)
+    with Session(bad.graph_def) as s2:  # a kernel error
+        with pytest.raises(InvalidArgumentError):
+            s2.run(m, {p: np.ones((2, 3))}, options=pool_options())
+        assert active() == 0
+        with pytest.raises(InvalidArgumentError):  # a bad feed, with a handler given
+            s2.submit(m, {p: "nope"}, handler=get_pool().get())
+        assert active() == 0
+
+
+def test_fallbacks_do_not_use_the_pool():
+    b, x, t = chain(1, 0)
+    cfg = config_pb2.ConfigProto(use_per_session_threads=True)
+    with Session(b.graph_def, cfg) as s:
+        assert not s._uses_run_handler_pool(pool_options())
+    with Session(b.graph_def) as s:
+        opts = pool_options()
+        opts.inter_op_thread_pool = -1
+        assert not s._uses_run_handler_pool(opts)
+        assert s._uses_run_handler_pool(pool_options())
+        assert not s._uses_run_handler_pool(config_pb2.RunOptions())
+
+
+def test_many_threads_many_sessions_under_the_pool():
+    graphs = []
+    for k in range(3):
+        b = GraphBuilder()
+        x = b.placeholder("x", np.float32, (None, 8))
+        w = b.constant(np.full((8, 8), k + 1, np.float32))
+        branches = [b.relu(b.matmul(x, w)) for _ in range(3)]
+        y = b.op("AddN", branches, {"N": 3, "T": np.float32})
+        graphs.append((b.graph_def, x, y, k + 1))
+    sessions = [Session(g) for g, *_ in graphs]
+    errors = []
+
+    def client(seed):
+        rng = np.random.default_rng(seed)
+        for i in range(25):
+            k = (seed + i) % 3
+            _, x, y, scale = graphs[k]
+            v = rng.standard_normal((4, 8)).astype(np.float32)
+            out = sessions[k].run(y, {x: v}, options=pool_options(priority=seed % 2))
+            want = 3 * np.maximum(v @ np.full((8, 8), scale, np.float32), 0)
+            if not np.allclose(out, want, rtol=1e-5, atol=1e-5):
+                errors.append((seed, i))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for s in sessions:
+        s.close()
+    assert not errors
+    assert active() == 0
