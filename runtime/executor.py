@@ -95,7 +95,10 @@ class PlanNode:
         self.label = ""
 
     def learn(self, elapsed_us: float) -> None:
-        self.cost_us = (9.0 * self.cost_us + elapsed_us) / 10.0
+        if self.cost_us >= _INITIAL_COST_US:  # the first measurement replaces the guess
+            self.cost_us = min(elapsed_us, _INITIAL_COST_US - 1.0)
+        else:
+            self.cost_us = (9.0 * self.cost_us + elapsed_us) / 10.0
         self.expensive = self.cost_us > EXPENSIVE_THRESHOLD_US
 
 

@@ -542,13 +542,6 @@ class Session:
                 f"The partial run handle '{handle}' is not valid: call partial_run_setup first"
             )
         graph = self._graph
-        for name, value in (feed_dict or {}).items():
-            tid = graph.tensor(name)
-            if tid not in state.feeds:
-                raise InvalidArgumentError(f"Tensor '{name}' was not declared as a feed in partial_run_setup")
-            if tid in state.values:
-                raise InvalidArgumentError(f"Tensor '{name}' has already been fed in this partial run")
-            state.values[tid] = prepare_feed(graph, tid, value)
         mapper = _FetchMapper(fetches)
         wanted: list[TensorId] = []
         targets: list[str] = []
@@ -564,25 +557,34 @@ class Session:
             if tid in state.fetched:
                 raise InvalidArgumentError(f"Tensor '{name}' has already been fetched in this partial run")
             wanted.append(tid)
-        todo = sorted({t for t in wanted if t not in state.values})
+        new_values: dict[TensorId, Any] = {}
+        for name, value in (feed_dict or {}).items():
+            tid = graph.tensor(name)
+            if tid not in state.feeds:
+                raise InvalidArgumentError(f"Tensor '{name}' was not declared as a feed in partial_run_setup")
+            if tid in state.values:
+                raise InvalidArgumentError(f"Tensor '{name}' has already been fed in this partial run")
+            new_values[tid] = prepare_feed(graph, tid, value)
+        values = {**state.values, **new_values}
+        todo = sorted({t for t in wanted if t not in values})
         fresh_targets = sorted({t for t in targets if t not in state.ran})
         if todo or fresh_targets:
-            known = sorted(state.values)
+            known = sorted(values)
             plan = Plan(graph, known, todo, fresh_targets, folder=self._folder)
-            missing = [
+            missing = {
                 f"{n}:{p}"
                 for pn in plan.nodes
                 for n, p in pn.node.inputs
-                if (n, p) in state.feeds and (n, p) not in state.values
-            ]
+                if (n, p) in state.feeds and (n, p) not in values
+            }
             if missing:
                 raise InvalidArgumentError(
-                    f"Partial run: the fetches need feed(s) not given yet: {', '.join(sorted(set(missing)))}"
+                    f"Partial run: the fetches need feed(s) not given yet: {', '.join(sorted(missing))}"
                 )
-            values = self._run_plan_collect(plan, [state.values[t] for t in known])
-            state.values.update(values)
+            values.update(self._run_plan_collect(plan, [values[t] for t in known]))
             state.ran.update(pn.name for pn in plan.nodes)
             state.ran.update(fresh_targets)
+        state.values = values  # only once the whole call has succeeded
         state.fetched.update(wanted)
         results = [
             None if _is_op_name(n) else _as_output(state.values[graph.tensor(n)]) for n in mapper.names
