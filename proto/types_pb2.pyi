@@ -40,6 +40,7 @@ class DataType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DT_UINT4: _ClassVar[DataType]
     DT_INT2: _ClassVar[DataType]
     DT_UINT2: _ClassVar[DataType]
+    DT_FLOAT4_E2M1FN: _ClassVar[DataType]
     DT_FLOAT_REF: _ClassVar[DataType]
     DT_DOUBLE_REF: _ClassVar[DataType]
     DT_INT32_REF: _ClassVar[DataType]
@@ -72,6 +73,7 @@ class DataType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DT_UINT4_REF: _ClassVar[DataType]
     DT_INT2_REF: _ClassVar[DataType]
     DT_UINT2_REF: _ClassVar[DataType]
+    DT_FLOAT4_E2M1FN_REF: _ClassVar[DataType]
 DT_INVALID: DataType
 DT_FLOAT: DataType
 DT_DOUBLE: DataType
@@ -105,6 +107,7 @@ DT_INT4: DataType
 DT_UINT4: DataType
 DT_INT2: DataType
 DT_UINT2: DataType
+DT_FLOAT4_E2M1FN: DataType
 DT_FLOAT_REF: DataType
 DT_DOUBLE_REF: DataType
 DT_INT32_REF: DataType
@@ -137,6 +140,7 @@ DT_INT4_REF: DataType
 DT_UINT4_REF: DataType
 DT_INT2_REF: DataType
 DT_UINT2_REF: DataType
+DT_FLOAT4_E2M1FN_REF: DataType
 
 class SerializedDType(_message.Message):
     __slots__ = ("datatype",)

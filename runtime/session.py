@@ -30,6 +30,7 @@ from runtime.errors import (
 from runtime.executor import ConstantFolder, Plan, Step, StepTrace, deadline_timer
 from runtime.graph import Graph, prepare_feed
 from runtime.kernels.registry import Compute, OpContext, ResourceContainer
+from runtime.kernels.state_ops import UninitializedValue
 from runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report
 from runtime.node import Node
 from runtime.run_handler import RunHandler, get_pool
@@ -203,9 +204,8 @@ class Session:
 
     def _make_folder(self, graph: Graph) -> ConstantFolder:
         opts = self._config.graph_options.optimizer_options
-        enabled = opts.opt_level != config_pb2.OptimizerOptions.L0
-        if opts.HasField("do_constant_folding") if _has_presence(opts, "do_constant_folding") else False:
-            enabled = opts.do_constant_folding
+        # TensorFlow: opt_level L1 (the default) turns folding on; at L0 only do_constant_folding does
+        enabled = opts.do_constant_folding or opts.opt_level != config_pb2.OptimizerOptions.L0
         max_bytes = opts.max_folded_constant_in_bytes or (10 << 20)
         return ConstantFolder(graph, enabled, max_bytes)
 
@@ -413,6 +413,8 @@ class Session:
                     error = ResourceExhaustedError(f"{error.message}\n{extra}", error.node_name)
                 if run_metadata is not None:
                     self._fill_metadata(run_metadata, sig.plan, trace, options)
+            except OpError as e:
+                error = error or e
             except Exception as e:  # never leave a caller waiting
                 error = error or OpError(f"failed to build the run's results: {e}")
             step.values = []
@@ -667,18 +669,14 @@ class _PartialRun:
 _CALLER = CallerThread()
 
 
-def _has_presence(msg: Any, field: str) -> bool:
-    """Whether a proto3 scalar field tracks presence (declared ``optional``)."""
-    fd = msg.DESCRIPTOR.fields_by_name.get(field)
-    return fd is not None and bool(getattr(fd, "has_presence", False))
-
-
 def _as_output(value: Any) -> Any:
     """Fetched values are the caller's to keep: fresh writable arrays, never views of graph constants."""
     if isinstance(value, np.ndarray):
         return value if value.flags.writeable else value.copy()
     if isinstance(value, np.generic):
         return np.asarray(value)
+    if isinstance(value, UninitializedValue):
+        value._fail()
     return value
 
 

@@ -71,7 +71,7 @@ def to_ndarray(proto: tensor_pb2.TensorProto, name: str = "tensor") -> np.ndarra
 
     if proto.tensor_content:
         if dtype == types_pb2.DT_STRING:
-            raise InvalidArgumentError(f"{name}: DT_STRING tensors cannot use tensor_content")
+            return _strings_from_content(proto.tensor_content, shape, count, name)
         expected = count * np_dtype.itemsize
         if len(proto.tensor_content) != expected:
             raise InvalidArgumentError(
@@ -117,6 +117,35 @@ def to_ndarray(proto: tensor_pb2.TensorProto, name: str = "tensor") -> np.ndarra
     return out
 
 
+def _strings_from_content(
+    content: bytes, shape: tuple[int, ...], count: int, name: str
+) -> np.ndarray[Any, Any]:
+    """DT_STRING in tensor_content, as TensorFlow encodes it: every length as a varint, then the bytes."""
+    lengths: list[int] = []
+    pos = 0
+    for _ in range(count):
+        length, shift = 0, 0
+        while True:
+            if pos >= len(content) or shift > 63:
+                raise InvalidArgumentError(f"{name}: truncated string lengths in tensor_content")
+            byte = content[pos]
+            pos += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        lengths.append(length)
+    if pos + sum(lengths) != len(content):
+        raise InvalidArgumentError(
+            f"{name}: tensor_content holds {len(content) - pos} string bytes, the lengths say {sum(lengths)}"
+        )
+    out = np.empty(count, dtype=object)
+    for i, length in enumerate(lengths):
+        out[i] = content[pos : pos + length]
+        pos += length
+    return out.reshape(shape)
+
+
 def as_array(value: Any, dtype: int | None = None) -> np.ndarray[Any, Any]:
     """A numpy array from an array, list, scalar, bytes or str (str is encoded as UTF-8 bytes)."""
     arr = value if isinstance(value, np.ndarray) and value.dtype.kind not in "SU" else np.asarray(value)
@@ -124,7 +153,14 @@ def as_array(value: Any, dtype: int | None = None) -> np.ndarray[Any, Any]:
         out = np.empty(arr.shape, dtype=object)
         flat = out.reshape(-1)
         for i, v in enumerate(arr.reshape(-1)):
-            flat[i] = v.encode("utf-8") if isinstance(v, str) else bytes(v)
+            if isinstance(v, str):
+                flat[i] = v.encode("utf-8")
+            elif isinstance(v, (bytes, bytearray, memoryview, np.bytes_)):
+                flat[i] = bytes(v)
+            else:
+                raise InvalidArgumentError(
+                    f"a string tensor holds only str or bytes values, got {type(v).__name__} {v!r}"
+                )
         arr = out
     if dtype is not None:
         arr = arr.astype(dtypes.as_numpy_dtype(dtype), copy=False)

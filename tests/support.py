@@ -35,7 +35,10 @@ def run_op(
         else:
             t = b.constant(arr, dtype=arr.dtype, name=f"in{i}")
         names.append(t)
-    out = b.op(op, names, attrs or {}, name="op", num_outputs=num_outputs)
+    attrs = dict(attrs or {})
+    if inputs and "T" not in attrs:  # as TensorFlow's graphs always carry it
+        attrs["T"] = np.asarray(inputs[0]).dtype
+    out = b.op(op, names, attrs, name="op", num_outputs=num_outputs)
     fetches = [out] if num_outputs == 1 else list(out)
     results = evaluate(Graph(b.graph_def), fetches, feeds)
     return results[0] if num_outputs == 1 else results

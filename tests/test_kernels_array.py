@@ -871,3 +871,23 @@ def test_copying_kernels_are_marked_expensive():
         "Where",
     ):
         assert not KERNELS[op].expensive
+
+
+def test_matrix_band_part():
+    x = np.arange(1, 17, dtype=np.float32).reshape(4, 4)
+    for lo, up in [(0, -1), (-1, 0), (1, 1), (0, 0), (-1, -1), (2, 0)]:
+        want = x.copy()
+        for i in range(4):
+            for j in range(4):
+                if (lo >= 0 and i - j > lo) or (up >= 0 and j - i > up):
+                    want[i, j] = 0
+        out = run_op("MatrixBandPart", [x, np.int64(lo), np.int64(up)], {"T": np.float32, "Tindex": np.int64})
+        assert_close(out, want)
+    batched = run_op("MatrixBandPart", [np.ones((2, 3, 3), np.int32), np.int32(0), np.int32(-1)])
+    assert batched.dtype == np.int32 and batched[1].tolist() == [[1, 1, 1], [0, 1, 1], [0, 0, 1]]
+    with pytest.raises(
+        InvalidArgumentError, match="num_lower must be negative or less or equal to number of rows"
+    ):
+        run_op("MatrixBandPart", [np.ones((2, 2), np.float32), np.int64(3), np.int64(0)])
+    with pytest.raises(InvalidArgumentError, match="at least 2-dim"):
+        run_op("MatrixBandPart", [np.ones(3, np.float32), np.int64(0), np.int64(0)])

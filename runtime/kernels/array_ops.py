@@ -1127,3 +1127,33 @@ def check_numerics(node: Node) -> Compute:
         return (x,)
 
     return compute
+
+
+@kernel("MatrixBandPart")
+def matrix_band_part(node: Node) -> Compute:
+    """Keeps a band of the innermost matrices: ``num_lower`` diagonals below, ``num_upper`` above
+    (negative: all of them); used for causal attention masks."""
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, lower, upper = inputs
+        if x.ndim < 2:
+            raise InvalidArgumentError(f"input must be at least 2-dim, received shape: {_shape_str(x.shape)}")
+        m, n = x.shape[-2], x.shape[-1]
+        lo, up = int(lower), int(upper)
+        if lo > m:
+            raise InvalidArgumentError(
+                f"num_lower must be negative or less or equal to number of rows ({m}) got: {lo}"
+            )
+        if up > n:
+            raise InvalidArgumentError(
+                f"num_upper must be negative or less or equal to number of columns ({n}) got: {up}"
+            )
+        diff = np.arange(m)[:, None] - np.arange(n)[None, :]  # row - column
+        keep = np.ones((m, n), dtype=bool)
+        if lo >= 0:
+            keep &= diff <= lo
+        if up >= 0:
+            keep &= -diff <= up
+        return (np.where(keep, x, np.zeros((), x.dtype)),)
+
+    return compute

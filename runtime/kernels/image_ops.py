@@ -1,3 +1,209 @@
-"""Image ops: resizing."""
+"""Image ops: resizing (NHWC images, ``size`` = [new_height, new_width]).
+
+Source coordinates are computed as TensorFlow's CPU kernels compute them, in float32:
+
+- scale = (in - 1) / (out - 1) with ``align_corners`` (and out > 1), else in / out;
+- bilinear: x = (i + 0.5) * scale - 0.5 with ``half_pixel_centers``, else i * scale; it blends the pixels
+  max(floor(x), 0) and min(ceil(x), in - 1) with weight x - floor(x), in float32;
+- nearest: x = (i + 0.5) * scale with ``half_pixel_centers``, else i * scale; it takes pixel round(x)
+  (half away from zero) with ``align_corners``, else floor(x), clamped to [0, in - 1].
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from proto import types_pb2
+from runtime import dtypes
+from runtime.errors import InvalidArgumentError, ResourceExhaustedError
+from runtime.kernels.registry import Compute, OpContext, kernel
+from runtime.node import Node
+
+_RESIZE_TYPES = (
+    types_pb2.DT_INT8,
+    types_pb2.DT_UINT8,
+    types_pb2.DT_INT16,
+    types_pb2.DT_UINT16,
+    types_pb2.DT_INT32,
+    types_pb2.DT_INT64,
+    types_pb2.DT_BFLOAT16,
+    types_pb2.DT_HALF,
+    types_pb2.DT_FLOAT,
+    types_pb2.DT_DOUBLE,
+)
+_HALF = np.float32(0.5)
+_INT64_MAX = 2**63 - 1
+
+Indices = tuple[Any, ...]
+
+
+def _check_type_attr(node: Node) -> None:
+    if not node.has_attr("T"):
+        return
+    t = node.attr_type("T")
+    if t not in _RESIZE_TYPES:
+        allowed = ", ".join(dtypes.name(a) for a in _RESIZE_TYPES)
+        raise InvalidArgumentError(
+            f"Node '{node.name}' (op '{node.op}'): Value for attr 'T' of {dtypes.name(t)} is not in the list "
+            f"of allowed values: {allowed}",
+            node.name,
+        )
+
+
+def _scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
+    if align_corners and out_size > 1:
+        return np.float32(in_size - 1) / np.float32(out_size - 1)
+    return np.float32(in_size) / np.float32(out_size)
+
+
+def _positions(out_size: int) -> Any:
+    # static_cast<float>(i): numpy's int -> float32 conversion rounds the same way
+    return np.arange(out_size).astype(np.float32)
+
+
+def _bilinear_axis(in_size: int, out_size: int, align_corners: bool, half_pixel: bool) -> Indices:
+    scale = _scale(in_size, out_size, align_corners)
+    i = _positions(out_size)
+    x = (i + _HALF) * scale - _HALF if half_pixel else i * scale
+    floor = np.floor(x)
+    lower = np.clip(floor, 0, in_size - 1).astype(np.intp)
+    upper = np.clip(np.ceil(x), 0, in_size - 1).astype(np.intp)
+    lerp = (x - floor).astype(np.float32)
+    return lower, upper, lerp
+
+
+def _nearest_axis(in_size: int, out_size: int, align_corners: bool, half_pixel: bool) -> Any:
+    scale = _scale(in_size, out_size, align_corners)
+    i = _positions(out_size)
+    x = ((i + _HALF) * scale if half_pixel else i * scale).astype(np.float64)
+    if align_corners:
+        # roundf: halves away from zero (x >= 0 here); exact in float64
+        floor = np.floor(x)
+        idx = floor + (x - floor >= 0.5)
+    else:
+        idx = np.floor(x)
+    return np.clip(idx, 0, in_size - 1).astype(np.intp)
+
+
+def _resize_factory(
+    node: Node,
+    axis: Callable[[int, int, bool, bool], Any],
+    resize: Callable[[Any, Any, Any, Any], None],
+    out_dtype: np.dtype[Any] | None,
+) -> Compute:
+    """Shared checks of both resizes; ``axis`` makes the per-axis index data, ``resize`` fills the output.
+
+    ``out_dtype`` None means the input's dtype.
+    """
+    _check_type_attr(node)
+    align_corners = node.attr_bool("align_corners", False)
+    half_pixel = node.attr_bool("half_pixel_centers", False)
+    # TensorFlow checks this when the op runs, not when the graph is loaded.
+    attr_error = (
+        "If half_pixel_centers is True, align_corners must be False."
+        if align_corners and half_pixel
+        else None
+    )
+    # The index data of the last geometry seen: (in_h, in_w, out_h, out_w) -> (rows, cols).
+    cache: list[tuple[tuple[int, int, int, int], tuple[Any, Any]]] = []
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        images, size = inputs
+        if attr_error is not None:
+            raise InvalidArgumentError(attr_error)
+        out_h, out_w = _output_size(images, size)
+        batch, in_h, in_w, channels = images.shape
+        out_shape = (batch, out_h, out_w, channels)
+        if batch * out_h * out_w * channels > _INT64_MAX:
+            raise InvalidArgumentError(
+                f"Encountered overflow: output shape {_shape_str(out_shape)} is too large"
+            )
+        # Allocated first: a size too large fails here, before any index array is made.
+        dtype = images.dtype if out_dtype is None else out_dtype
+        try:
+            out = np.empty(out_shape, dtype)
+        except (ValueError, MemoryError):
+            raise ResourceExhaustedError(
+                f"OOM when allocating tensor with shape{_shape_str(out_shape)} and type {dtype}"
+            ) from None
+        key = (in_h, in_w, out_h, out_w)
+        cached = cache[0] if cache else None
+        if cached is not None and cached[0] == key:
+            rows, cols = cached[1]
+        else:
+            rows = axis(in_h, out_h, align_corners, half_pixel)
+            cols = axis(in_w, out_w, align_corners, half_pixel)
+            cache[:] = [(key, (rows, cols))]
+        resize(images, rows, cols, out)
+        return (out,)
+
+    return compute
+
+
+def _output_size(images: Any, size: Any) -> tuple[int, int]:
+    """Validates the inputs as TensorFlow's ImageResizerState does, in its order."""
+    if images.ndim != 4:
+        raise InvalidArgumentError(f"input must be 4-dimensional{_shape_str(images.shape)}")
+    size = np.asarray(size)
+    if size.ndim != 1:
+        raise InvalidArgumentError(f"shape_t must be 1-dimensional{_shape_str(size.shape)}")
+    if size.shape[0] != 2:
+        raise InvalidArgumentError(f"shape_t must have two elements{_shape_str(size.shape)}")
+    out_h, out_w = int(size[0]), int(size[1])
+    if out_h <= 0 or out_w <= 0:
+        raise InvalidArgumentError("output dimensions must be positive")
+    if images.shape[3] <= 0:
+        raise InvalidArgumentError("image must have at least one channel")
+    if images.shape[1] <= 0 or images.shape[2] <= 0:
+        raise InvalidArgumentError("input image must be of non-zero size")
+    return out_h, out_w
+
+
+def _shape_str(shape: tuple[int, ...]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _lerp_into_b(a: Any, b: Any, weight: Any) -> Any:
+    """a + (b - a) * weight in float32, written over ``b`` (a fresh array)."""
+    np.subtract(b, a, out=b)
+    np.multiply(b, weight, out=b)
+    np.add(b, a, out=b)
+    return b
+
+
+def _bilinear(images: Any, rows: Indices, cols: Indices, out: Any) -> None:
+    y_lo, y_hi, y_lerp = rows
+    x_lo, x_hi, x_lerp = cols
+    img = images.astype(np.float32, copy=False)
+    x_weight = x_lerp[:, None]
+    # float32 throughout, in TensorFlow's order of operations. Fancy indexing copies, so the
+    # in-place steps never touch the input.
+    top = img[:, y_lo]
+    top_row = _lerp_into_b(top[:, :, x_lo], top[:, :, x_hi], x_weight)
+    del top
+    bottom = img[:, y_hi]
+    bottom_row = _lerp_into_b(bottom[:, :, x_lo], bottom[:, :, x_hi], x_weight)
+    del bottom
+    np.subtract(bottom_row, top_row, out=bottom_row)
+    np.multiply(bottom_row, y_lerp[:, None, None], out=bottom_row)
+    np.add(top_row, bottom_row, out=out)
+
+
+def _nearest(images: Any, rows: Any, cols: Any, out: Any) -> None:
+    # the indices are in range: mode="clip" lets np.take write straight into ``out``
+    np.take(np.take(images, rows, axis=1, mode="clip"), cols, axis=2, out=out, mode="clip")
+
+
+@kernel("ResizeBilinear", expensive=True)
+def resize_bilinear(node: Node) -> Compute:
+    """Output is float32 whatever the input type."""
+    return _resize_factory(node, _bilinear_axis, _bilinear, np.dtype(np.float32))
+
+
+@kernel("ResizeNearestNeighbor", expensive=True)
+def resize_nearest_neighbor(node: Node) -> Compute:
+    """Output has the input's type."""
+    return _resize_factory(node, _nearest_axis, _nearest, None)
