@@ -91,6 +91,27 @@ def bench_chain(n: int = 1000) -> dict[str, Any]:
     }
 
 
+def bench_branches(threads: int, branches: int = 4, depth: int = 3, size: int = 384) -> float:
+    """A graph of independent matmul branches, BLAS limited to one thread: ms per run with ``threads``
+    inter-op threads."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (size, size))
+    outs = []
+    for _ in range(branches):
+        t = x
+        for _ in range(depth):
+            t = b.relu(b.matmul(t, b.constant(rng.standard_normal((size, size)).astype(np.float32) / size)))
+        outs.append(t)
+    y = b.op("AddN", outs, {"N": branches, "T": np.float32})
+    cfg = config_pb2.ConfigProto(inter_op_parallelism_threads=threads, use_per_session_threads=True)
+    feed = rng.standard_normal((size, size)).astype(np.float32)
+    with Session(b.graph_def, cfg) as s, threadpool_limits(limits=1):
+        return best_of(lambda: s.submit(y, {x: feed}).result(), repeat=5) * 1e3
+
+
 def model_feeds(name: str) -> tuple[dict[str, Any], list[str]]:
     data = np.load(FIXTURES / f"{name}.npz")
     feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
@@ -211,6 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     extra = chain["full_trace_extra_us_per_node"]
     print(f"  FULL_TRACE              {chain['full_trace_us']:10.1f} us   (+{extra:.2f} us/node)")
 
+    one, two = bench_branches(1), bench_branches(2)
+    print(f"\n4 independent matmul branches, BLAS at 1 thread: 1 inter-op thread {one:.2f} ms,", end="")
+    print(f" 2 threads {two:.2f} ms")
+    chain["branches_1_thread_ms"], chain["branches_2_threads_ms"] = one, two
+
     models = sorted(p.stem for p in FIXTURES.glob("*.pb")) if FIXTURES.exists() else []
     rows = [bench_model(m) for m in models]
     tf_ms: dict[str, float] = bench_tensorflow(args.tf_python, models) if args.tf_python and models else {}
@@ -232,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                 line += f" {r['tensorflow_ms']:8.3f} {r['session_ms'] / r['tensorflow_ms']:5.2f}x"
             print(line)
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"chain": chain, "models": rows}, indent=2))
     return 0
 

@@ -35,8 +35,10 @@ from runtime.threadpool import CallerThread, Scheduler
 from runtime.types import TensorId
 
 # A kernel whose learned cost is above this many microseconds is dispatched to the pool; below it, the
-# thread hand-off (tens of microseconds in Python) would cost more than running it inline.
-EXPENSIVE_THRESHOLD_US = 40.0
+# hand-off costs more than it saves: ~25 us to wake a thread, ~100 us when the sender holds the GIL,
+# and BLAS kernels already use every core. Measured on the fixtures (loadtest/bench_executor.py):
+# 40 us made conv_transpose 4x slower than inline; 100-1000 us were alike on the fixtures.
+EXPENSIVE_THRESHOLD_US = 250.0
 # Learned estimates move as (9 * previous + measured) / 10; they start high, as TensorFlow's do.
 _INITIAL_COST_US = 1000.0
 
@@ -321,7 +323,12 @@ class Step:
     # --- control -----------------------------------------------------------------------------------------
 
     def start(self, inline: bool = False) -> None:
-        """Dispatches the root nodes; with ``inline`` the calling thread runs the first one itself."""
+        """Dispatches the root nodes.
+
+        Cheap roots run together: on the calling thread with ``inline`` (a synchronous caller would only
+        wait otherwise), else in one closure. Each expensive root gets a closure of its own, except that
+        the caller takes one when it has nothing cheap to do.
+        """
         roots = self.plan.roots
         if not roots:
             self._running += 1
@@ -331,11 +338,18 @@ class Step:
             now = time.time_ns()
             for r in roots:
                 self.trace.ready_ns[r] = now
-        first = 0 if inline else len(roots)
-        for r in roots[first + 1 :] if inline else roots:
+        nodes = self.plan.nodes
+        cheap = [r for r in roots if self.inline_all or not nodes[r].expensive]
+        expensive = [r for r in roots if not (self.inline_all or not nodes[r].expensive)]
+        if inline and not cheap and expensive:
+            cheap.append(expensive.pop())
+        for r in expensive:
             self.schedule(self._closure(r))
-        if inline:
-            self._run(roots[0])
+        if cheap:
+            if inline:
+                self._run(cheap)
+            else:
+                self.schedule(lambda: self._run(cheap))
 
     def cancel(self, error: OpError | None = None) -> None:
         """Stops the step: no further node starts; ``done`` fires once running nodes return."""
@@ -360,7 +374,7 @@ class Step:
     # --- running -----------------------------------------------------------------------------------------
 
     def _closure(self, index: int) -> Callable[[], None]:
-        return lambda: self._run(index)
+        return lambda: self._run([index])
 
     def _fail(self, err: OpError) -> None:
         with self._lock:
@@ -380,22 +394,23 @@ class Step:
         if fire:
             self.done(self)
 
-    def _run(self, index: int) -> None:
+    def _run(self, stack: list[int]) -> None:
+        """Runs the given ready nodes and, inline, whatever they make ready (see the module docstring)."""
         with self._lock:
             if self._finished:
                 return
             self._running += 1
         try:
             if self.trace is None and self.memory_limit is None:
-                self._loop(index)
+                self._loop(stack)
             else:
-                self._loop_instrumented(index)
+                self._loop_instrumented(stack)
         except BaseException as e:  # a bug in the executor itself: fail the step, never hang it
             self._fail(InternalError(f"executor failure: {type(e).__name__}: {e}"))
         finally:
             self._exit()
 
-    def _loop(self, index: int) -> None:
+    def _loop(self, stack: list[int]) -> None:
         nodes = self.plan.nodes
         values = self.values
         pending = self._pending
@@ -403,7 +418,6 @@ class Step:
         ctx = self.ctx
         schedule = self.schedule
         inline_all = self.inline_all
-        stack = [index]
         pop = stack.pop
         perf = time.perf_counter
         while stack:
@@ -445,7 +459,7 @@ class Step:
                 if last is not None:
                     stack.append(last)
 
-    def _loop_instrumented(self, index: int) -> None:
+    def _loop_instrumented(self, stack: list[int]) -> None:
         """The same loop with tracing and memory accounting (only steps that ask for them pay for it)."""
         nodes = self.plan.nodes
         values = self.values
@@ -453,7 +467,6 @@ class Step:
         lock = self._lock
         ctx = self.ctx
         trace = self.trace
-        stack = [index]
         while stack:
             if self.status is not None:
                 return

@@ -401,7 +401,8 @@ def test_erfc_float32():
     got = op("Erfc", x)
     assert got.dtype == f32
     normal = want > np.finfo(f32).tiny
-    assert (np.abs(got.astype(f64) - want)[normal] / want[normal]).max() <= 6e-8  # rounded once
+    # a one-pass fit (fractional error < 1.2e-7) rounded to float32; TF's own is off by up to ~3e-7
+    assert (np.abs(got.astype(f64) - want)[normal] / want[normal]).max() <= 2.5e-7
     tf_x = arr([1e-5, 0.5, 2.0, 5.0, 9.0, -3.0, -0.5], f32)
     tf_y = [9.9998873e-01, 4.7950011e-01, 4.6777353e-03, 1.5374600e-12, 4.1370317e-37, 1.9999779, 1.5204999]
     # TF's float32 erfc is off by up to ~2 ulp (erfc(5) = 1.53745979e-12, TF 1.5374600e-12)
