@@ -117,7 +117,9 @@ _TF_SCRIPT = r"""
 import json, sys, threading, time
 import numpy as np
 import tensorflow as tf
-models, clients, rounds, seconds, fixtures = json.loads(sys.argv[1])
+models, clients, rounds, seconds, fixtures, intra = json.loads(sys.argv[1])
+if intra > 0:
+    tf.config.threading.set_intra_op_parallelism_threads(intra)
 sessions = []
 for m in models:
     gd = tf.compat.v1.GraphDef()
@@ -161,10 +163,10 @@ print(json.dumps(lat))
 
 
 def bench_tensorflow(
-    tf_python: str, models: list[str], clients: int, rounds: int, seconds: float
+    tf_python: str, models: list[str], clients: int, rounds: int, seconds: float, intra: int
 ) -> dict[str, Any]:
     proc = subprocess.run(
-        [tf_python, "-c", _TF_SCRIPT, json.dumps([models, clients, rounds, seconds, str(FIXTURES)])],
+        [tf_python, "-c", _TF_SCRIPT, json.dumps([models, clients, rounds, seconds, str(FIXTURES), intra])],
         capture_output=True,
         text=True,
         check=True,
@@ -202,10 +204,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=6, help="rounds in all, alternating no-pool and pool")
     parser.add_argument("--seconds", type=float, default=3.0, help="length of one round")
+    parser.add_argument(
+        "--intra-op-threads",
+        type=int,
+        default=1,
+        help="BLAS threads per kernel, for both modes (0 = numpy's default: every core per kernel)",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--tf-python", help="a Python with TensorFlow, to run the same load in TensorFlow")
     args = parser.parse_args(argv)
     models = args.models.split(",")
+    if args.intra_op_threads > 0:
+        from runtime.session import set_intra_op_threads
+
+        set_intra_op_threads(args.intra_op_threads)
 
     ours = bench_poolserve(models, args.clients, args.rounds, args.seconds)
     print_table(
@@ -213,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     report: dict[str, Any] = {"poolserve": ours, "config": vars(args) | {"json": str(args.json)}}
     if args.tf_python:
-        theirs = bench_tensorflow(args.tf_python, models, args.clients, args.rounds, args.seconds)
+        theirs = bench_tensorflow(
+            args.tf_python, models, args.clients, args.rounds, args.seconds, args.intra_op_threads
+        )
         print_table("TensorFlow (same load, same graphs)", theirs)
         report["tensorflow"] = theirs
     if args.json:

@@ -283,6 +283,7 @@ class Step:
         "inline_all",
         "memory_limit",
         "plan",
+        "saturated",
         "schedule",
         "status",
         "step_id",
@@ -309,6 +310,8 @@ class Step:
         self.schedule = scheduler.schedule
         # on the caller's thread there is nothing to hand off to: every node runs inline
         self.inline_all = isinstance(scheduler, CallerThread)
+        # under load, other requests wait for the cores anyway: parallel branches would only add hand-offs
+        self.saturated: Callable[[], bool] = getattr(scheduler, "saturated", _never)
         self.done = done
         self.trace = trace
         self.memory_limit = memory_limit
@@ -453,6 +456,9 @@ class Step:
                         else:
                             stack.append(c)
             if expensive is not None:
+                if self.saturated():
+                    stack.extend(expensive)
+                    continue
                 last = expensive.pop() if not stack else None
                 for c in expensive:
                     schedule(self._closure(c))
@@ -506,7 +512,8 @@ class Step:
                 now = time.time_ns()
                 for c in ready:
                     trace.ready_ns[c] = now
-            expensive = [c for c in ready if nodes[c].expensive and not self.inline_all]
+            inline_all = self.inline_all or (bool(ready) and self.saturated())
+            expensive = [c for c in ready if nodes[c].expensive and not inline_all]
             stack.extend(c for c in ready if c not in expensive)
             last = expensive.pop() if expensive and not stack else None
             for c in expensive:
@@ -533,6 +540,10 @@ class Step:
                 if v is not None:
                     sizes[pn.name] = sizes.get(pn.name, 0) + int(getattr(v, "nbytes", 0))
         return sorted(((b, n) for n, b in sizes.items() if b), reverse=True)
+
+
+def _never() -> bool:
+    return False
 
 
 class DeadlineTimer:

@@ -1,17 +1,21 @@
 """The process-global RunHandlerPool: one scheduler for the inter-op work of every concurrent step.
 
 Each ``Session.run`` that asks for it (``RunOptions.experimental.use_run_handler_pool``) gets a
-``RunHandler`` with its own queue; the step's closures go there. The pool's threads always serve the
-active handlers in order: highest ``priority`` first, then the oldest. A request's remaining work thus
-jumps ahead of newer requests' first steps, so requests finish in order instead of all finishing late
-(processor sharing), and no caller thread runs kernels beside the pool's, so the cores are not
-oversubscribed.
+``RunHandler`` with its own queue; the step's closures go there. The pool owns ``num_threads`` execution
+slots and hands each free slot, with the next closure, to one chosen thread: the closure comes from the
+first handler in order (highest ``priority``, then oldest) that has work under its cap. A request's
+remaining work thus goes ahead of newer requests, so requests finish in order instead of all finishing
+late (processor sharing), and never more than ``num_threads`` threads run kernels, so the cores (and the
+GIL) are not oversubscribed.
+
+The thread chosen is the request's own caller when it waits in ``RunHandler.help`` (a synchronous
+``Session.run``): it runs its step itself, so the request costs no thread hand-off. Otherwise it is a pool
+thread (asyncio callers, parallel branches). Each grant wakes exactly one thread, never a herd.
 
 Why not TensorFlow's spread (each thread starts its search at a different request)? On few cores it sends
 a thread to a younger request while the oldest still has ready work, which is processor sharing again;
-strict order is work-conserving (a thread only moves on when every older request has nothing ready or is
-at its cap) and measured better here (``loadtest/bench_pool.py``). The per-request cap on closures in
-flight keeps one wide request from taking every thread.
+strict order is work-conserving (a slot goes to a younger request only when every older one has nothing
+ready or is at its cap). The per-request cap keeps one wide request from taking every slot.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class RunHandler:
     __slots__ = (
         "_pool",
         "acquired_at",
+        "helper",
         "key",
         "priority",
         "queue",
@@ -59,6 +64,7 @@ class RunHandler:
         self.queue: deque[Closure] = deque()
         self.running = 0
         self.released = False
+        self.helper: _Worker | None = None
         self.acquired_at = time.monotonic()
         self.waited = waited
 
@@ -66,6 +72,22 @@ class RunHandler:
         self._pool._enqueue(self, fn)
 
     schedule = schedule_inter_op_closure  # the executor's Scheduler interface
+
+    def saturated(self) -> bool:
+        """Every slot is taken or work is waiting: a parallel branch would only queue (read without the
+        lock: a hint, not a promise)."""
+        pool = self._pool
+        return pool._slots == 0 or pool._queued > 0
+
+    def attach_caller(self) -> None:
+        """Makes the calling thread this request's worker: call before scheduling, then ``help()``."""
+        with self._pool._cond:
+            self.helper = _Worker()
+            self.helper.waiting = True
+
+    def help(self) -> None:
+        """Runs this handler's closures on the calling thread, as slots are granted, until released."""
+        self._pool._help(self)
 
     def release(self) -> None:
         self._pool._release(self)
@@ -83,6 +105,7 @@ class PoolStats:
     active_handlers: int
     waiting_requests: int
     queued_closures: int
+    running_closures: int
     queued_per_handler: list[int]
     handlers_acquired: int
     handler_wait_seconds_total: float
@@ -100,6 +123,17 @@ class _Waiter:
         self.done = False
 
 
+class _Worker:
+    """A thread that runs closures the dispatcher hands it: a pool thread or a helping caller."""
+
+    __slots__ = ("event", "task", "waiting")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.task: tuple[RunHandler, Closure] | None = None
+        self.waiting = False
+
+
 class RunHandlerPool:
     """A fixed set of threads and at most ``max_handlers`` concurrent requests."""
 
@@ -114,7 +148,8 @@ class RunHandlerPool:
         self._waiters: deque[tuple[tuple[int, int], _Waiter]] = deque()
         self._seq = itertools.count()
         self._queued = 0
-        self._idle = 0
+        self._slots = self.num_threads  # free execution slots
+        self._idle: list[_Worker] = []  # pool threads waiting for a task
         self._acquired = 0
         self._wait_total = 0.0
         self._held_total = 0.0
@@ -218,6 +253,10 @@ class RunHandlerPool:
             if h.queue:  # a cancelled step may leave closures behind: they must not run
                 self._queued -= len(h.queue)
                 h.queue.clear()
+            helper = h.helper
+            if helper is not None and helper.waiting:
+                helper.waiting = False
+                helper.event.set()  # the caller returns from help()
             while self._waiters and len(self._active) < self.max_handlers:
                 key, w = self._waiters.popleft()
                 if w.done:
@@ -240,38 +279,84 @@ class RunHandlerPool:
                 raise InvalidArgumentError("closure scheduled on a released RunHandler")
             h.queue.append(fn)
             self._queued += 1
-            if self._idle:
-                self._cond.notify()
+            wake = self._dispatch()
+        for w in wake:
+            w.event.set()
 
-    def _take(self) -> tuple[RunHandler, Closure] | None:
-        """With the lock held: the next closure, from the first handler in order with work under its cap."""
-        for h in self._active:
-            if h.queue and h.running < MAX_RUNNING_PER_REQUEST:
-                h.running += 1
-                self._queued -= 1
-                return h, h.queue.popleft()
-        return None
+    def _dispatch(self) -> list[_Worker]:
+        """With the lock held: hands free slots and the next closures to chosen workers (to be woken)."""
+        wake: list[_Worker] = []
+        while self._slots and self._queued:
+            for h in self._active:
+                if h.queue and h.running < MAX_RUNNING_PER_REQUEST:
+                    break
+            else:
+                break
+            helper = h.helper
+            if helper is not None and helper.waiting:
+                w = helper
+            elif self._idle:
+                w = self._idle.pop()
+            else:
+                break
+            w.waiting = False
+            w.task = (h, h.queue.popleft())
+            h.running += 1
+            self._queued -= 1
+            self._slots -= 1
+            wake.append(w)
+        return wake
 
     def _work(self) -> None:
+        """A pool thread: waits to be handed a closure, runs it, gives the slot back, repeats."""
         worker_init()
+        self._serve(_Worker(), None)
+
+    def _help(self, h: RunHandler) -> None:
+        w = h.helper
+        if w is None:
+            raise InvalidArgumentError("RunHandler.help() needs attach_caller() first")
+        self._serve(w, h)
+
+    def _serve(self, me: _Worker, own: RunHandler | None) -> None:
+        """The worker loop. ``own`` is set for a helping caller: it returns once its handler is released."""
         cond = self._cond
+        done: RunHandler | None = None  # whose closure just returned its slot
         while True:
             with cond:
-                item = self._take()
-                while item is None:
-                    self._idle += 1
-                    cond.wait()
-                    self._idle -= 1
-                    item = self._take()
-            h, fn = item
+                if done is not None:
+                    done.running -= 1
+                    self._slots += 1
+                    done = None
+                task, me.task = me.task, None
+                wake: list[_Worker] = []
+                if task is None:
+                    if own is not None and own.released:
+                        own.helper = None
+                        me.waiting = False
+                        wake = self._dispatch()  # our slot may serve someone else now
+                    else:
+                        me.waiting = True
+                        if own is None:
+                            self._idle.append(me)
+                        wake = self._dispatch()
+                        task, me.task = me.task, None
+                        if task is not None and own is None and me in self._idle:
+                            self._idle.remove(me)
+            for w in wake:
+                if w is not me:
+                    w.event.set()
+            if task is None:
+                if own is not None and own.helper is None:
+                    return
+                me.event.wait()
+                me.event.clear()
+                continue
+            h, fn = task
             try:
                 fn()
             finally:
-                with cond:
-                    h.running -= 1
-                    # the cap may have held back work of this handler
-                    if h.queue and self._idle:
-                        cond.notify()
+                done = h
 
     # --- observability -----------------------------------------------------------------------------------
 
@@ -283,6 +368,7 @@ class RunHandlerPool:
                 active_handlers=len(self._active),
                 waiting_requests=sum(1 for _, w in self._waiters if not w.done),
                 queued_closures=self._queued,
+                running_closures=self.num_threads - self._slots,
                 queued_per_handler=[len(h.queue) for h in self._active],
                 handlers_acquired=self._acquired,
                 handler_wait_seconds_total=self._wait_total,

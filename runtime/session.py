@@ -368,9 +368,8 @@ class Session:
         handler: RunHandler | None = None,
         started: float | None = None,
     ) -> Step:
-        """Starts a step. With a run handler (given, or taken here when the options ask for the pool and
-        ``inline`` allows blocking), every closure of the step goes through it and it is released when
-        the step ends, however it ends."""
+        """Starts a step. With a run handler, every closure of the step goes through it, and it is
+        released when the step ends, however it ends."""
         started = time.monotonic() if started is None else started
         try:
             self._check_open()
@@ -381,14 +380,6 @@ class Session:
                 handler.release()
             raise
         timeout_ms = self._deadline_ms(options)
-        if handler is None and inline and self._uses_run_handler_pool(options):
-            priority = options.experimental.run_handler_pool_options.priority if options is not None else 0
-            handler = self.run_handler_pool().get(0, timeout_ms, priority)
-            if timeout_ms > 0 and time.monotonic() - started > timeout_ms / 1000.0:
-                handler.release()
-                raise DeadlineExceededError(
-                    f"Timed out waiting for a RunHandler: the deadline of {timeout_ms} ms has passed"
-                )
         if handler is not None:
             scheduler = handler
             inline = False  # the pool's threads run the step; the caller only waits
@@ -475,8 +466,33 @@ class Session:
             box.append((result, error))
             event.set()
 
+        started = time.monotonic()
+        handler: RunHandler | None = None
+        if self._uses_run_handler_pool(options):
+            assert options is not None
+            self._check_open()
+            timeout_ms = self._deadline_ms(options)
+            priority = options.experimental.run_handler_pool_options.priority
+            handler = self.run_handler_pool().get(0, timeout_ms, priority)
+            if timeout_ms > 0 and time.monotonic() - started > timeout_ms / 1000.0:
+                handler.release()
+                raise DeadlineExceededError(
+                    f"Timed out waiting for a RunHandler: the deadline of {timeout_ms} ms has passed"
+                )
+            handler.attach_caller()  # this thread runs the step when the pool grants it a slot
         with np.errstate(all="ignore"):
-            self._start(fetches, feed_dict, options, run_metadata, on_done, inline=True)
+            self._start(
+                fetches,
+                feed_dict,
+                options,
+                run_metadata,
+                on_done,
+                inline=True,
+                handler=handler,
+                started=started,
+            )
+            if handler is not None:
+                handler.help()
         event.wait()
         result, error = box[0]
         if error is not None:

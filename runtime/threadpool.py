@@ -53,6 +53,10 @@ class ThreadPool:
     def schedule(self, fn: Closure) -> None:
         self._queue.put(fn)
 
+    def saturated(self) -> bool:
+        """Work is already waiting for a thread: more parallelism would only queue."""
+        return not self._queue.empty()
+
     def _work(self) -> None:
         worker_init()
         get = self._queue.get

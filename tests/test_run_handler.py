@@ -167,6 +167,11 @@ def test_cap_on_closures_running_per_request():
         wide.schedule(wide_task)
     other.schedule(other_ran.set)
     assert other_ran.wait(5)  # the younger request was not starved by the wide one
+    deadline = time.monotonic() + 5
+    while running["wide"] < MAX_RUNNING_PER_REQUEST and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.05)  # give a wrongly granted eleventh closure the time to show up
+    assert pool.stats().running_closures == MAX_RUNNING_PER_REQUEST
     gate.set()
     deadline = time.monotonic() + 5
     while pool.stats().queued_closures and time.monotonic() < deadline:
@@ -208,8 +213,12 @@ def test_session_releases_the_handler_on_every_exit_path():
         opts = pool_options()
         opts.trace_level = config_pb2.RunOptions.FULL_TRACE
         assert s.run(t, {x: 1.0}, options=opts, run_metadata=md) == 1.0  # success
+        # a synchronous caller runs its own step when the pool grants it a slot: no hand-off
+        assert set(md.step_stats.dev_stats[0].thread_names.values()) == {threading.current_thread().name}
+        md = config_pb2.RunMetadata()
+        s.submit(t, {x: 1.0}, options=opts, run_metadata=md, handler=pool.get()).result(10)
         names = set(md.step_stats.dev_stats[0].thread_names.values())
-        assert names and all(n.startswith("run_handler_pool/") for n in names)
+        assert names and all(n.startswith("run_handler_pool/") for n in names)  # asyncio callers: pool threads
         assert active() == 0
         with pytest.raises(DeadlineExceededError):  # timeout
             s.run(t, {x: 1.0}, options=pool_options(timeout_ms=50))
