@@ -210,10 +210,17 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="BLAS threads per kernel, for both modes (0 = numpy's default: every core per kernel)",
     )
+    parser.add_argument(
+        "--switch-interval-ms",
+        type=float,
+        default=1.0,
+        help="Python's GIL switch interval for both modes (CPython's default is 5 ms)",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--tf-python", help="a Python with TensorFlow, to run the same load in TensorFlow")
     args = parser.parse_args(argv)
     models = args.models.split(",")
+    sys.setswitchinterval(args.switch_interval_ms / 1000.0)
     if args.intra_op_threads > 0:
         from runtime.session import set_intra_op_threads
 

@@ -218,7 +218,9 @@ def test_session_releases_the_handler_on_every_exit_path():
         md = config_pb2.RunMetadata()
         s.submit(t, {x: 1.0}, options=opts, run_metadata=md, handler=pool.get()).result(10)
         names = set(md.step_stats.dev_stats[0].thread_names.values())
-        assert names and all(n.startswith("run_handler_pool/") for n in names)  # asyncio callers: pool threads
+        assert names and all(
+            n.startswith("run_handler_pool/") for n in names
+        )  # asyncio callers: pool threads
         assert active() == 0
         with pytest.raises(DeadlineExceededError):  # timeout
             s.run(t, {x: 1.0}, options=pool_options(timeout_ms=50))
@@ -286,4 +288,32 @@ def test_many_threads_many_sessions_under_the_pool():
     for s in sessions:
         s.close()
     assert not errors
+    assert active() == 0
+
+
+def test_sync_callers_share_the_pools_slots_in_order():
+    """Eight synchronous callers: at most num_threads steps run at once, each on its caller's thread."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, ())
+    y = sleep_op(b, x, 0.05, "slot_sleep")
+    pool = get_pool()
+    seen = []
+    with Session(b.graph_def) as s:
+
+        def client():
+            s.run(y, {x: 1.0}, options=pool_options())
+
+        threads = [threading.Thread(target=client) for _ in range(8)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads) and time.monotonic() - t0 < 10:
+            seen.append(pool.stats().running_closures)
+            time.sleep(0.005)
+        for t in threads:
+            t.join(10)
+        elapsed = time.monotonic() - t0
+    assert max(seen) <= pool.num_threads
+    # 8 steps of 50 ms through num_threads slots cannot finish faster than in 8/num_threads waves
+    assert elapsed >= 0.05 * 8 / pool.num_threads * 0.9
     assert active() == 0
