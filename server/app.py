@@ -1,0 +1,323 @@
+"""The ASGI app: protocol routers, the serving middleware, and the operational endpoints.
+
+``create_app(config)`` loads the models at once (so a test client can use the app without running its
+lifespan) and returns a FastAPI app. The middleware gives every request an id (``X-Request-Id`` echoed or a
+fresh uuid4 hex), limits body size (413), sheds load past ``max_in_flight`` (503 + Retry-After), cancels the
+request's work when the client disconnects, turns unexpected exceptions into a logged 500, and records
+metrics and the trace's last span.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi.responses import JSONResponse
+from google.protobuf import json_format
+from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from runtime.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, UnauthenticatedError
+from server import errors, kserve, native, tfserving
+from server.config import Config
+from server.core import RequestContext, Runtime, new_request_id, reset_context, set_context
+from server.errors import REQUEST_ID_HEADER
+
+log = logging.getLogger("poolserve")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_MAX_ID_LENGTH = 128
+# requests that compute, and count against max_in_flight
+_WORK_METHODS = frozenset({"POST"})
+
+
+def _request_id(scope: Scope) -> str:
+    for key, value in scope.get("headers", ()):
+        if key == b"x-request-id":
+            rid: str = value.decode("latin-1").strip()
+            if 0 < len(rid) <= _MAX_ID_LENGTH and rid.isprintable():
+                return rid
+    return new_request_id()
+
+
+def _content_length(scope: Scope) -> int | None:
+    for key, value in scope.get("headers", ()):
+        if key == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+class ServingMiddleware:
+    def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
+        self.app = app
+        self.runtime = runtime
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        runtime = self.runtime
+        server = runtime.config.server
+        metrics = runtime.metrics
+        ctx = RequestContext(_request_id(scope), time.monotonic())
+        token = set_context(ctx)
+        rid_header = (REQUEST_ID_HEADER.lower().encode(), ctx.request_id.encode("latin-1"))
+        state: dict[str, Any] = {"status": 500, "started": False, "complete": False}
+        work = scope["method"] in _WORK_METHODS
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+                state["started"] = True
+                headers = [h for h in message.get("headers", []) if h[0].lower() != rid_header[0]]
+                message["headers"] = [*headers, rid_header]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                state["complete"] = True
+            await send(message)
+
+        async def answer(response: Response) -> None:
+            await response(scope, receive, send_wrapper)
+
+        if work and self.in_flight >= server.max_in_flight:
+            metrics.rejected.inc()
+            await answer(
+                errors.status_response(
+                    503,
+                    f"The server is at its limit of {server.max_in_flight} requests in flight; retry later",
+                    headers={"Retry-After": "1"},
+                )
+            )
+            self._count(scope, ctx, state["status"])
+            reset_context(token)
+            return
+        length = _content_length(scope)
+        if length is not None and length > server.max_request_bytes:
+            await answer(self._too_large())
+            self._count(scope, ctx, state["status"])
+            reset_context(token)
+            return
+
+        received = 0
+        body_done = asyncio.Event()
+        gone = asyncio.Event()  # the client disconnected (or the answer is complete)
+        disconnected = False
+
+        async def receive_wrapper() -> Message:
+            nonlocal received
+            if body_done.is_set():
+                # once the body is in, the watcher owns the connection's receive channel
+                await gone.wait()
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > server.max_request_bytes:
+                    raise StarletteHTTPException(413, self._too_large_message())
+                if not message.get("more_body", False) and work:
+                    body_done.set()
+            return message
+
+        task = asyncio.current_task()
+
+        async def watch_disconnect() -> None:
+            nonlocal disconnected
+            await body_done.wait()
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+                if not state["complete"] and task is not None:
+                    disconnected = True
+                    task.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch_disconnect()) if work else None
+        if work:
+            self.in_flight += 1
+            metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive_wrapper, send_wrapper)
+        except asyncio.CancelledError:
+            if not disconnected or task is None:
+                raise
+            task.uncancel()
+            state["status"] = 499
+            log.info("request %s: the client disconnected; its work was cancelled", ctx.request_id)
+        except Exception:
+            log.exception("request %s failed with an unexpected error", ctx.request_id)
+            if not state["started"]:
+                await answer(JSONResponse(errors.internal_error_body(ctx.request_id), status_code=500))
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            if work:
+                self.in_flight -= 1
+                metrics.in_flight.dec()
+            end = time.monotonic()
+            if ctx.traced:
+                runtime.traces.finish(ctx.request_id, state["status"], ctx.compute_end, end)
+            self._count(scope, ctx, state["status"], end)
+            reset_context(token)
+
+    def _too_large_message(self) -> str:
+        limit = self.runtime.config.server.max_request_bytes
+        return f"The request body is larger than max_request_bytes ({limit})"
+
+    def _too_large(self) -> Response:
+        return errors.status_response(413, self._too_large_message())
+
+    def _count(self, scope: Scope, ctx: RequestContext, status: int, end: float | None = None) -> None:
+        route = scope.get("route")
+        endpoint = getattr(route, "path", None) or "unmatched"
+        metrics = self.runtime.metrics
+        metrics.requests.labels(ctx.model, endpoint, str(status)).inc()
+        if ctx.model:
+            elapsed = (end or time.monotonic()) - ctx.received_at
+            metrics.latency.labels(ctx.model, endpoint).observe(elapsed)
+
+
+# --- operational endpoints -------------------------------------------------------------------------------
+
+
+class PoolSetting(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    enabled: bool
+
+
+def _pool_state(runtime: Runtime) -> dict[str, Any]:
+    body: dict[str, Any] = {"enabled": runtime.pool_enabled}
+    stats = runtime.pool_stats()
+    if stats is not None:
+        body.update(
+            active_handlers=stats.active_handlers,
+            waiting_requests=stats.waiting_requests,
+            queued_closures=stats.queued_closures,
+            threads=stats.threads,
+            max_handlers=stats.max_handlers,
+        )
+    return body
+
+
+def _check_admin(runtime: Runtime, request: Request) -> None:
+    token = runtime.config.server.admin_token
+    if not token:
+        return
+    auth = request.headers.get("authorization", "")
+    scheme, _, given = auth.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        raise UnauthenticatedError("This endpoint needs 'Authorization: Bearer <admin_token>'")
+    if not secrets.compare_digest(given.strip().encode(), token.encode()):
+        raise PermissionDeniedError("The admin token is not valid")
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(
+        json.dumps(body, separators=(",", ":")), status_code=status, media_type="application/json"
+    )
+
+
+def operations_router(runtime: Runtime) -> APIRouter:
+    api = APIRouter()
+
+    @api.get("/v1/health/live")
+    async def live() -> dict[str, bool]:
+        return {"live": True}
+
+    @api.get("/v1/health/ready")
+    async def ready() -> Response:
+        if runtime.ready and not runtime.draining:
+            return _json({"ready": True})
+        reason = "draining" if runtime.draining else "starting"
+        return _json({"ready": False, "error": f"The server is not ready ({reason})"}, 503)
+
+    @api.get("/metrics")
+    async def metrics() -> Response:
+        data, content_type = runtime.metrics.exposition()
+        return Response(data, media_type=content_type)
+
+    @api.get("/v1/runtime/run_handler_pool")
+    async def get_pool() -> dict[str, Any]:
+        return _pool_state(runtime)
+
+    @api.put("/v1/runtime/run_handler_pool")
+    async def put_pool(request: Request, setting: PoolSetting) -> dict[str, Any]:
+        _check_admin(runtime, request)
+        runtime.pool_enabled = setting.enabled
+        log.info("run handler pool default set to %s", setting.enabled)
+        return _pool_state(runtime)
+
+    @api.get("/v1/traces")
+    async def list_traces(limit: int = Query(100, ge=1, le=10000)) -> dict[str, Any]:
+        return {"traces": [r.summary() for r in runtime.traces.recent(limit)]}
+
+    @api.get("/v1/traces:merge")
+    async def merge_traces(ids: str = "") -> Response:
+        wanted = [i for i in (p.strip() for p in ids.split(",")) if i]
+        if not wanted:
+            raise InvalidArgumentError("Give the request ids to merge: /v1/traces:merge?ids=a,b")
+        return _json(runtime.traces.merge(wanted))
+
+    @api.get("/v1/traces/{request_id}")
+    async def get_trace(request_id: str, format: str = "chrome") -> Response:
+        record = runtime.traces.get(request_id)
+        if format == "chrome":
+            return _json(record.chrome_trace())
+        if format == "run_metadata":
+            if record.run_metadata is None:
+                raise NotFoundError(f"The trace of request '{request_id}' has no RunMetadata")
+            return _json(json_format.MessageToDict(record.run_metadata))
+        raise InvalidArgumentError(f"Unknown trace format '{format}': use chrome or run_metadata")
+
+    return api
+
+
+# --- the app ---------------------------------------------------------------------------------------------
+
+
+def create_app(config: Config, runtime: Runtime | None = None) -> FastAPI:
+    """The server's app. Models load here (blocking); the lifespan's end drains and closes them."""
+    if runtime is None:
+        runtime = Runtime(config)
+        runtime.start()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log.info("poolserve ready: %d model(s): %s", len(runtime.models), ", ".join(sorted(runtime.models)))
+        try:
+            yield
+        finally:
+            runtime.draining = True
+            runtime.ready = False
+            await _drain(app, runtime)
+            runtime.close()
+
+    app = FastAPI(title="poolserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.runtime = runtime
+    errors.install(app)
+    app.include_router(operations_router(runtime))
+    app.include_router(native.router(runtime))
+    app.include_router(kserve.router(runtime))
+    app.include_router(tfserving.router(runtime))
+    app.add_middleware(ServingMiddleware, runtime=runtime)
+    return app
+
+
+async def _drain(app: FastAPI, runtime: Runtime) -> None:
+    """Waits (up to drain_seconds) for the requests still computing."""
+    deadline = time.monotonic() + runtime.config.server.drain_seconds
+    while runtime.steps_running > 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)

@@ -1,0 +1,191 @@
+"""The server's settings: one validated object, loaded once at start-up.
+
+``load_config(path)`` reads a TOML file (or the embedded ``configs/default.toml`` without one); environment
+variables ``POOLSERVE_<SECTION>__<KEY>`` override it (``POOLSERVE_SERVER__PORT=9000``). Relative model
+paths resolve against the config file's folder.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import text_format
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from proto import config_pb2
+
+ENV_PREFIX = "POOLSERVE_"
+MiB = 1 << 20
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the field."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8500, ge=0, le=65535)
+    default_timeout_ms: int = Field(default=30000, ge=0)
+    max_request_bytes: int = Field(default=64 * MiB, gt=0)
+    admin_token: str | None = None
+    drain_seconds: float = Field(default=30.0, ge=0)
+    max_in_flight: int = Field(default=256, gt=0)
+
+
+class RuntimeSettings(_Section):
+    inter_op_threads: int = Field(default=0, ge=0)
+    intra_op_threads: int = Field(default=0, ge=0)
+    memory_limit_bytes: int | None = Field(default=None, gt=0)
+
+
+class RunHandlerPoolSettings(_Section):
+    enabled: bool = True
+    threads: int = Field(default=0, ge=0)
+    max_concurrent_handlers: int = Field(default=128, gt=0)
+
+
+class TraceSettings(_Section):
+    capacity: int = Field(default=1000, ge=0)
+    capacity_bytes: int = Field(default=64 * MiB, ge=0)
+    sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
+class ModelConfig(_Section):
+    name: str = Field(min_length=1)
+    path: Path
+    version: int = Field(default=1, ge=1)
+    inputs: dict[str, str] | None = None  # public name -> tensor ("node:port")
+    outputs: dict[str, str] | None = None
+    session_config: str | None = None  # a ConfigProto in text format
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        if "/" in v or ":" in v:
+            raise ValueError(f"model name '{v}' may not contain '/' or ':'")
+        return v
+
+    @field_validator("session_config")
+    @classmethod
+    def _parse_session_config(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                text_format.Parse(v, config_pb2.ConfigProto())
+            except text_format.ParseError as e:
+                raise ValueError(f"not a ConfigProto in text format: {e}") from None
+        return v
+
+    def config_proto(self) -> config_pb2.ConfigProto:
+        proto = config_pb2.ConfigProto()
+        if self.session_config:
+            text_format.Parse(self.session_config, proto)
+        return proto
+
+
+class Config(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid")
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
+    run_handler_pool: RunHandlerPoolSettings = Field(default_factory=RunHandlerPoolSettings)
+    traces: TraceSettings = Field(default_factory=TraceSettings)
+    models: list[ModelConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_models(self) -> Config:
+        seen: set[tuple[str, int]] = set()
+        for m in self.models:
+            if (m.name, m.version) in seen:
+                raise ValueError(f"model '{m.name}' version {m.version} is configured twice")
+            seen.add((m.name, m.version))
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # the environment overrides the file (which arrives as init kwargs)
+        return env_settings, init_settings
+
+
+def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _deep_merge(dict(out[k]), v)
+        else:
+            out[k] = v
+    return out
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for e in error.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "config"
+        parts.append(f"{where}: {e['msg']}")
+    return "; ".join(parts)
+
+
+def default_config_text() -> tuple[str, Path]:
+    """The embedded ``configs/default.toml`` and the folder its model paths are relative to."""
+    ref = resources.files("configs").joinpath("default.toml")
+    try:
+        text = ref.read_text(encoding="utf-8")
+    except (FileNotFoundError, OSError):
+        raise ConfigError("no --config given and the embedded configs/default.toml is missing") from None
+    return text, Path(str(ref)).parent
+
+
+def make_config(data: Mapping[str, Any], base_dir: Path | None = None) -> Config:
+    """A Config from a mapping (TOML's structure), with environment overrides applied."""
+    try:
+        config = Config(**dict(data))
+    except ValidationError as e:
+        raise ConfigError(f"invalid config: {_describe(e)}") from None
+    if base_dir is not None:
+        for m in config.models:
+            if not m.path.is_absolute():
+                m.path = (base_dir / m.path).resolve()
+    return config
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Reads and validates a TOML config (the embedded default when ``path`` is None)."""
+    if path is None:
+        text, base_dir = default_config_text()
+        source = "configs/default.toml"
+    else:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {p}: {e.strerror}") from None
+        base_dir, source = p.resolve().parent, str(p)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{source} is not valid TOML: {e}") from None
+    try:
+        return make_config(data, base_dir)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def env_overrides() -> dict[str, str]:
+    """The POOLSERVE_* variables in effect (for logging at start-up)."""
+    return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX) and "__" in k}

@@ -1,0 +1,123 @@
+"""The one mapping from runtime errors to HTTP answers, and the app's exception handlers.
+
+Error bodies are ``{"error": message, "code": "INVALID_ARGUMENT"}`` (TF Serving and KServe clients read
+``error``). Status codes follow TF Serving's mapping of canonical codes. Anything unexpected is logged with
+its traceback and the request id, and answered 500 without details.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from runtime.errors import Code, OpError
+
+log = logging.getLogger("poolserve")
+
+REQUEST_ID_HEADER = "X-Request-Id"
+
+_STATUS: dict[Code, int] = {
+    Code.OK: 200,
+    Code.CANCELLED: 499,
+    Code.INVALID_ARGUMENT: 400,
+    Code.FAILED_PRECONDITION: 400,
+    Code.OUT_OF_RANGE: 400,
+    Code.DEADLINE_EXCEEDED: 504,
+    Code.NOT_FOUND: 404,
+    Code.ALREADY_EXISTS: 409,
+    Code.ABORTED: 409,
+    Code.PERMISSION_DENIED: 403,
+    Code.RESOURCE_EXHAUSTED: 429,
+    Code.UNIMPLEMENTED: 501,
+    Code.UNAVAILABLE: 503,
+    Code.UNAUTHENTICATED: 401,
+}
+
+_CODE_FOR_STATUS: dict[int, Code] = {
+    400: Code.INVALID_ARGUMENT,
+    401: Code.UNAUTHENTICATED,
+    403: Code.PERMISSION_DENIED,
+    404: Code.NOT_FOUND,
+    405: Code.UNIMPLEMENTED,
+    409: Code.ABORTED,
+    413: Code.RESOURCE_EXHAUSTED,
+    415: Code.INVALID_ARGUMENT,
+    429: Code.RESOURCE_EXHAUSTED,
+    501: Code.UNIMPLEMENTED,
+    503: Code.UNAVAILABLE,
+    504: Code.DEADLINE_EXCEEDED,
+}
+
+
+def http_status(code: Code | int) -> int:
+    """The HTTP status for a canonical error code (500 for INTERNAL, UNKNOWN, DATA_LOSS, ...)."""
+    try:
+        return _STATUS.get(Code(code), 500)
+    except ValueError:
+        return 500
+
+
+def error_body(message: str, code: Code | int, **extra: Any) -> dict[str, Any]:
+    try:
+        name = Code(code).name
+    except ValueError:
+        name = Code.UNKNOWN.name
+    return {"error": message, "code": name, **extra}
+
+
+def error_response(exc: OpError, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The answer for a runtime error."""
+    return JSONResponse(error_body(exc.message, exc.code), status_code=http_status(exc.code), headers=headers)
+
+
+def status_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """An error answer for a bare HTTP status (413, 503, ...)."""
+    code = _CODE_FOR_STATUS.get(status, Code.UNKNOWN)
+    return JSONResponse(error_body(message, code), status_code=status, headers=headers)
+
+
+def validation_message(exc: RequestValidationError) -> str:
+    """FastAPI's validation errors as one line naming each field."""
+    parts = []
+    for e in exc.errors():
+        loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "query", "path", "header")]
+        where = ".".join(loc) or "request"
+        if e.get("type") == "json_invalid":
+            ctx = e.get("ctx") or {}
+            parts.append(f"malformed JSON: {ctx.get('error', e.get('msg', ''))}")
+        else:
+            parts.append(f"{where}: {e.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+async def _op_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, OpError)
+    return error_response(exc)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return status_response(400, validation_message(exc))
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    return status_response(exc.status_code, detail, headers=dict(exc.headers or {}))
+
+
+def internal_error_body(request_id: str) -> dict[str, Any]:
+    return {"error": "internal error", "code": Code.INTERNAL.name, "request_id": request_id}
+
+
+def install(app: FastAPI) -> None:
+    """Registers the handlers. Unexpected exceptions are caught by the app's middleware (server/app.py),
+    which knows the request id and logs them."""
+    app.add_exception_handler(OpError, _op_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)

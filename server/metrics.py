@@ -1,0 +1,75 @@
+"""Prometheus metrics of one app, in its own registry (tests build many apps in one process)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from runtime.run_handler import PoolStats
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    def __init__(
+        self,
+        pool_stats: Callable[[], PoolStats | None],
+        traces_stored: Callable[[], int],
+        steps_running: Callable[[], int],
+    ) -> None:
+        self.registry = CollectorRegistry()
+        self._pool_stats = pool_stats
+        r = self.registry
+        self.requests = Counter(
+            "poolserve_requests", "Requests answered", ["model", "endpoint", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "poolserve_request_latency_seconds",
+            "Time from receiving a request to sending its answer",
+            ["model", "endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.handler_wait = Histogram(
+            "poolserve_handler_wait_seconds",
+            "Time a request waited for a RunHandler (0 with the pool off)",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge("poolserve_in_flight_requests", "Requests being served", registry=r)
+        self.timeouts = Counter("poolserve_timeouts", "Requests past their deadline", ["model"], registry=r)
+        self.rejected = Counter(
+            "poolserve_rejected", "Requests refused by backpressure (max_in_flight)", registry=r
+        )
+        Gauge("poolserve_run_handler_pool_active_handlers", "RunHandlers in use", registry=r).set_function(
+            lambda: self._pool_value("active_handlers")
+        )
+        Gauge(
+            "poolserve_run_handler_pool_queued_closures", "Closures waiting in RunHandler queues", registry=r
+        ).set_function(lambda: self._pool_value("queued_closures"))
+        Gauge(
+            "poolserve_run_handler_pool_waiting_requests", "Requests waiting for a RunHandler", registry=r
+        ).set_function(lambda: self._pool_value("waiting_requests"))
+        Gauge("poolserve_steps_running", "Steps submitted and not yet ended", registry=r).set_function(
+            lambda: float(steps_running())
+        )
+        Gauge("poolserve_traces_stored", "Traces held by the trace store", registry=r).set_function(
+            lambda: float(traces_stored())
+        )
+
+    def _pool_value(self, name: str) -> float:
+        stats = self._pool_stats()
+        return float(getattr(stats, name)) if stats is not None else 0.0
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text exposition format and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,384 @@
+"""poolserve's own endpoint: ``POST /v1/models/{model}[/versions/{v}]:run``, Session.run over HTTP.
+
+JSON body ``{"feeds": {name: tensor}, "fetches": [...], "targets": [...], "run_options": {RunOptions as
+protobuf JSON}, "trace": "none"|"response", "use_run_handler_pool": bool}``. A tensor is
+``{"dtype": "float32", "shape": [2, 3], "data": [...]}`` (data flat or nested, row-major) or plain nested
+lists (the input's dtype). Strings are str (UTF-8) or ``{"b64": ...}``. The answer is
+``{"outputs": {name: {"dtype", "shape", "data"}}, "request_id"}`` plus ``run_metadata`` and ``trace``
+(Chrome trace) when traced. With ``Content-Type: application/x-protobuf`` the same request and answer are
+``RunRequest``/``RunResponse`` (proto/serving.proto).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request, Response
+from google.protobuf import json_format, message
+
+from proto import config_pb2, serving_pb2, types_pb2
+from runtime import dtypes
+from runtime.errors import InvalidArgumentError, OpError
+from runtime.tensor import as_array, from_ndarray, to_ndarray
+from runtime.types import Array
+from server.core import InferRequest, InferResult, ModelEntry, Runtime, TensorSpec
+
+PROTOBUF = "application/x-protobuf"
+_FIELDS = ("feeds", "fetches", "targets", "run_options", "trace", "use_run_handler_pool")
+_TRACE_MODES = ("none", "response")
+
+
+def _dtype_names() -> dict[str, int]:
+    names: dict[str, int] = {}
+    for code in types_pb2.DataType.values():
+        if code in (types_pb2.DT_INVALID, types_pb2.DT_RESOURCE) or code >= 100:
+            continue
+        try:
+            dtypes.as_numpy_dtype(code)
+        except OpError:
+            continue
+        names[dtypes.name(code)] = code
+    names.update(float=types_pb2.DT_FLOAT, double=types_pb2.DT_DOUBLE, half=types_pb2.DT_HALF)
+    return names
+
+
+# TensorFlow's dtype names ("float32", "string", ...) plus the aliases tf.as_dtype takes
+DTYPES = _dtype_names()
+
+
+# --- decoding -------------------------------------------------------------------------------------------
+
+
+def _json_error(e: ValueError) -> InvalidArgumentError:
+    return InvalidArgumentError(f"malformed JSON: {e}")
+
+
+def parse_body(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise _json_error(e) from None
+    if not isinstance(data, dict):
+        raise InvalidArgumentError("The request body must be a JSON object")
+    unknown = sorted(set(data) - set(_FIELDS))
+    if unknown:
+        raise InvalidArgumentError(
+            f"Unknown field(s) in the request: {', '.join(unknown)}; expected: {', '.join(_FIELDS)}"
+        )
+    return data
+
+
+def _strings(where: str, data: Any) -> Any:
+    """Nested str / {"b64"} / bytes -> the same nesting of bytes."""
+    if isinstance(data, list):
+        return [_strings(where, d) for d in data]
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, dict) and set(data) == {"b64"} and isinstance(data["b64"], str):
+        try:
+            return base64.b64decode(data["b64"], validate=True)
+        except binascii.Error as e:
+            raise InvalidArgumentError(f"{where}: invalid base64 in {{'b64': ...}}: {e}") from None
+    raise InvalidArgumentError(f"{where}: a string tensor holds str or {{'b64': ...}} values, got {data!r}")
+
+
+def _nested_shape(data: Any) -> tuple[int, ...]:
+    shape: list[int] = []
+    while isinstance(data, list):
+        shape.append(len(data))
+        if not data:
+            break
+        data = data[0]
+    return tuple(shape)
+
+
+def _array(where: str, data: Any, code: int) -> Array:
+    """JSON data (nested lists or a scalar) as an array of the DataType ``code``, refusing lossy casts."""
+    if code == types_pb2.DT_STRING:
+        value = _strings(where, data)
+        shape = _nested_shape(value)
+        out = np.empty(shape, dtype=object)
+        try:
+            out[...] = value
+        except ValueError:
+            raise InvalidArgumentError(f"{where}: ragged nested lists (rows of different lengths)") from None
+        return out
+    want = dtypes.as_numpy_dtype(code)
+    try:
+        parsed = np.asarray(data)
+    except ValueError:
+        raise InvalidArgumentError(f"{where}: ragged nested lists (rows of different lengths)") from None
+    kind = parsed.dtype.kind
+    if parsed.size == 0:
+        return np.zeros(parsed.shape, dtype=want)
+    if kind not in "biuf":
+        raise InvalidArgumentError(
+            f"{where}: expected numbers for dtype {dtypes.name(code)}, got {data!r}"[:300]
+        )
+    if want.kind == "c":
+        if parsed.shape[-1:] != (2,):
+            raise InvalidArgumentError(f"{where}: complex values are [real, imag] pairs")
+        return (parsed[..., 0] + 1j * parsed[..., 1]).astype(want)
+    if want.kind == "b":
+        if kind != "b":
+            raise InvalidArgumentError(f"{where}: expected true/false for dtype bool")
+        return parsed
+    if want.kind in "iu":
+        if kind == "f":
+            raise InvalidArgumentError(f"{where}: expected integers for dtype {dtypes.name(code)}")
+        info = np.iinfo(want)
+        if kind in "iu" and (parsed.min() < info.min or parsed.max() > info.max):
+            raise InvalidArgumentError(f"{where}: a value is out of range for dtype {dtypes.name(code)}")
+    return parsed.astype(want)
+
+
+def decode_tensor(where: str, value: Any, spec: TensorSpec | None) -> Array:
+    """A feed: ``{"dtype", "shape", "data"}`` or plain nested lists of the input's dtype."""
+    if isinstance(value, dict) and "data" in value:
+        extra = sorted(set(value) - {"dtype", "shape", "data"})
+        if extra:
+            raise InvalidArgumentError(
+                f"{where}: unknown field(s) {', '.join(extra)} (expected dtype, shape, data)"
+            )
+        name = value.get("dtype")
+        if name is None:
+            if spec is None or not spec.dtype:
+                raise InvalidArgumentError(f"{where}: give a dtype (the input's dtype is unknown)")
+            code = spec.dtype
+        elif not isinstance(name, str) or name not in DTYPES:
+            raise InvalidArgumentError(
+                f"{where}: unknown dtype {name!r}; use one of: {', '.join(sorted(DTYPES))}"
+            )
+        else:
+            code = DTYPES[name]
+        arr = _array(where, value["data"], code)
+        shape = value.get("shape")
+        if shape is None:
+            return arr
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise InvalidArgumentError(
+                f"{where}: shape must be a list of non-negative integers, got {shape!r}"
+            )
+        count = int(np.prod(shape, dtype=np.int64))
+        if arr.size != count:
+            raise InvalidArgumentError(f"{where}: data has {arr.size} values but shape {shape} needs {count}")
+        return arr.reshape(shape)
+    if isinstance(value, dict) and set(value) != {"b64"}:
+        raise InvalidArgumentError(f"{where}: a tensor is nested lists or {{'dtype', 'shape', 'data'}}")
+    code = spec.dtype if spec is not None and spec.dtype else 0
+    if not code:
+        # no dtype known: numpy's reading of the JSON (float64 / int64 / bool / strings)
+        try:
+            return as_array(_strings(where, value) if _has_text(value) else value)
+        except (ValueError, OpError) as e:
+            raise InvalidArgumentError(f"{where}: {e}") from None
+    return _array(where, value, code)
+
+
+def _has_text(value: Any) -> bool:
+    while isinstance(value, list) and value:
+        value = value[0]
+    return isinstance(value, (str, dict))
+
+
+def _run_options(raw: Any) -> tuple[config_pb2.RunOptions | None, bool | None]:
+    """RunOptions from protobuf JSON, and use_run_handler_pool when the request spelled it out."""
+    if raw is None:
+        return None, None
+    if not isinstance(raw, dict):
+        raise InvalidArgumentError("run_options must be an object (RunOptions in protobuf JSON)")
+    options = config_pb2.RunOptions()
+    try:
+        json_format.ParseDict(raw, options)
+    except json_format.ParseError as e:
+        raise InvalidArgumentError(f"run_options: {e}") from None
+    experimental = raw.get("experimental")
+    explicit: bool | None = None
+    if isinstance(experimental, dict):
+        for key in ("use_run_handler_pool", "useRunHandlerPool"):
+            if key in experimental:
+                explicit = options.experimental.use_run_handler_pool
+    return options, explicit
+
+
+def _names(raw: Any, field: str) -> list[str]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
+        raise InvalidArgumentError(f"{field} must be a list of tensor names")
+    return raw
+
+
+def decode_json(body: bytes, entry: ModelEntry, version: int | None) -> InferRequest:
+    data = parse_body(body)
+    feeds_raw = data.get("feeds", {})
+    if not isinstance(feeds_raw, dict):
+        raise InvalidArgumentError("feeds must be an object: {name: tensor}")
+    feeds = {}
+    for name, value in feeds_raw.items():
+        spec = entry.input_spec(name)
+        feeds[name] = decode_tensor(f"feed '{name}'", value, spec)
+    trace = data.get("trace", "none")
+    if trace not in _TRACE_MODES:
+        raise InvalidArgumentError(f"trace must be one of {', '.join(_TRACE_MODES)}, got {trace!r}")
+    options, explicit_pool = _run_options(data.get("run_options"))
+    use_pool = data.get("use_run_handler_pool", explicit_pool)
+    if use_pool is not None and not isinstance(use_pool, bool):
+        raise InvalidArgumentError("use_run_handler_pool must be true or false")
+    return InferRequest(
+        model=entry.name,
+        version=version,
+        feeds=feeds,
+        fetches=_names(data.get("fetches"), "fetches"),
+        targets=_names(data.get("targets"), "targets"),
+        run_options=options,
+        trace=trace == "response",
+        use_run_handler_pool=use_pool,
+    )
+
+
+def decode_protobuf(body: bytes, entry: ModelEntry, version: int | None) -> InferRequest:
+    msg = serving_pb2.RunRequest()
+    try:
+        msg.ParseFromString(body)
+    except message.DecodeError as e:
+        raise InvalidArgumentError(f"The body is not a valid RunRequest: {e}") from None
+    if msg.trace not in ("", *_TRACE_MODES):
+        raise InvalidArgumentError(f"trace must be one of {', '.join(_TRACE_MODES)}, got {msg.trace!r}")
+    feeds = {}
+    for name, proto in msg.feeds.items():
+        entry.input_spec(name)
+        feeds[name] = to_ndarray(proto, f"feed '{name}'")
+    return InferRequest(
+        model=entry.name,
+        version=version,
+        feeds=feeds,
+        fetches=list(msg.fetches),
+        targets=list(msg.targets),
+        run_options=msg.run_options if msg.HasField("run_options") else None,
+        trace=msg.trace == "response",
+        use_run_handler_pool=msg.use_run_handler_pool if msg.HasField("use_run_handler_pool") else None,
+    )
+
+
+# --- encoding -------------------------------------------------------------------------------------------
+
+
+def _string_json(value: bytes) -> Any:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"b64": base64.b64encode(value).decode("ascii")}
+
+
+def encode_tensor(name: str, value: Any) -> dict[str, Any]:
+    arr = np.asarray(value)
+    try:
+        code = dtypes.from_numpy(arr.dtype)
+    except OpError:
+        raise InvalidArgumentError(f"Output '{name}' has dtype {arr.dtype}, which has no JSON form") from None
+    flat = arr.reshape(-1)
+    data: list[Any]
+    if code == types_pb2.DT_STRING:
+        data = [_string_json(bytes(v)) for v in flat]
+    elif arr.dtype.kind == "c":
+        data = np.stack([flat.real, flat.imag], axis=-1).tolist()
+    else:
+        data = flat.tolist()
+    return {"dtype": dtypes.name(code), "shape": list(arr.shape), "data": data}
+
+
+def encode_json(result: InferResult) -> bytes:
+    body: dict[str, Any] = {
+        "outputs": {name: encode_tensor(name, v) for name, v in result.outputs.items() if v is not None},
+        "request_id": result.request_id,
+    }
+    if result.run_metadata is not None:
+        body["run_metadata"] = json_format.MessageToDict(result.run_metadata)
+    if result.trace is not None:
+        body["trace"] = result.trace
+    return json.dumps(body, separators=(",", ":")).encode("utf-8")
+
+
+def encode_protobuf(result: InferResult) -> bytes:
+    msg = serving_pb2.RunResponse(request_id=result.request_id)
+    for name, value in result.outputs.items():
+        if value is not None:
+            msg.outputs[name].CopyFrom(from_ndarray(value))
+    if result.run_metadata is not None:
+        msg.run_metadata.CopyFrom(result.run_metadata)
+    if result.trace is not None:
+        msg.trace_json = json.dumps(result.trace, separators=(",", ":"))
+    return msg.SerializeToString()
+
+
+def _is_protobuf(content_type: str) -> bool:
+    return content_type.split(";")[0].strip().lower() in (PROTOBUF, "application/protobuf")
+
+
+def _version(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    if not raw.isdigit():
+        raise InvalidArgumentError(f"The model version must be a positive integer, got '{raw}'")
+    return int(raw)
+
+
+def model_info(entry: ModelEntry) -> dict[str, Any]:
+    def specs(items: list[TensorSpec]) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": s.name,
+                "tensor": s.tensor,
+                "dtype": dtypes.name(s.dtype) if s.dtype else None,
+                "shape": list(s.shape) if s.shape is not None else None,
+            }
+            for s in items
+        ]
+
+    return {
+        "name": entry.name,
+        "version": entry.version,
+        "inputs": specs(entry.inputs),
+        "outputs": specs(entry.outputs),
+    }
+
+
+def router(runtime: Runtime) -> APIRouter:
+    api = APIRouter()
+
+    async def run(request: Request, model: str, version: str | None) -> Response:
+        entry = runtime.model(model, _version(version))
+        body = await request.body()
+        content_type = request.headers.get("content-type", "application/json")
+        protobuf = _is_protobuf(content_type)
+        if protobuf:
+            infer = decode_protobuf(body, entry, entry.version)
+        elif content_type.split(";")[0].strip().lower() in ("application/json", ""):
+            infer = decode_json(body, entry, entry.version)
+        else:
+            raise InvalidArgumentError(
+                f"Unsupported Content-Type '{content_type}': use application/json or {PROTOBUF}"
+            )
+        result = await runtime.infer(infer)
+        if protobuf or _is_protobuf(request.headers.get("accept", "")):
+            return Response(encode_protobuf(result), media_type=PROTOBUF)
+        return Response(encode_json(result), media_type="application/json")
+
+    @api.post("/v1/models/{model}:run")
+    async def run_latest(request: Request, model: str) -> Response:
+        return await run(request, model, None)
+
+    @api.post("/v1/models/{model}/versions/{version}:run")
+    async def run_version(request: Request, model: str, version: str) -> Response:
+        return await run(request, model, version)
+
+    @api.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        return {"models": [model_info(e) for e in runtime.list_models()]}
+
+    return api

@@ -1,0 +1,170 @@
+"""``poolserve serve`` as a real process (uvicorn on 127.0.0.1): graceful SIGTERM, client disconnects."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from runtime.builder import GraphBuilder
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOW_LAYERS = 300
+
+
+def write_models(root: Path) -> None:
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, 3])
+    b.identity(b.add(b.mul(x, b.constant(2.0)), b.constant(1.0)), name="out")
+    (root / "add.pb").write_bytes(b.graph_def.SerializeToString())
+    b = GraphBuilder()
+    dims = b.placeholder("dims", np.int32, [2])
+    h = b.op("Fill", [dims, b.constant(0.001)], {"T": np.float32, "index_type": np.int32}, name="fill")
+    for _ in range(SLOW_LAYERS):
+        h = b.unary("Tanh", b.op("MatMul", [h, h], {"T": np.float32}, name="MatMul"))
+    axes = b.constant(np.asarray([0, 1], np.int32))
+    total = b.op("Sum", [h, axes], {"T": np.float32, "Tidx": np.int32, "keep_dims": False}, name="total")
+    b.op("Identity", [total], {"T": np.float32}, name="out")
+    (root / "slow.pb").write_bytes(b.graph_def.SerializeToString())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Server:
+    def __init__(self, tmp: Path) -> None:
+        write_models(tmp)
+        config = tmp / "server.toml"
+        config.write_text(
+            '[server]\ndrain_seconds = 20\n\n[[models]]\nname = "add"\npath = "add.pb"\n\n'
+            '[[models]]\nname = "slow"\npath = "slow.pb"\n'
+        )
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
+        self.log = tmp / "server.log"
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "server.cli",
+                    "serve",
+                    "--config",
+                    str(config),
+                    "--port",
+                    str(self.port),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.output()
+            try:
+                if httpx.get(f"{self.url}/v1/health/ready", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("the server did not become ready")
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def metric(self, text: str, name: str) -> float:
+        m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+    def steps_running(self) -> float:
+        return self.metric(httpx.get(f"{self.url}/metrics", timeout=5).text, "poolserve_steps_running")
+
+    def wait_steps(self, want: float, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.steps_running() == want:
+                return True
+            time.sleep(0.01)
+        return False
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    s = Server(tmp_path)
+    yield s
+    s.stop()
+
+
+def slow_body(n: int) -> bytes:
+    return json.dumps({"feeds": {"dims": [n, n]}}).encode()
+
+
+def test_sigterm_drains_in_flight_requests_and_exits_0(server: Server) -> None:
+    r = httpx.post(f"{server.url}/v1/models/add:run", json={"feeds": {"x": [[1, 2, 3]]}}, timeout=10)
+    assert r.status_code == 200 and r.json()["outputs"]["out"]["data"] == [3, 5, 7]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(
+            httpx.post,
+            f"{server.url}/v1/models/slow:run",
+            content=slow_body(350),
+            headers={"content-type": "application/json"},
+            timeout=30,
+        )
+        assert server.wait_steps(1.0, 10), "the slow request did not start"
+        server.proc.send_signal(signal.SIGTERM)
+        # no new connections while draining
+        refused = False
+        for _ in range(100):
+            try:
+                httpx.get(f"{server.url}/v1/health/live", timeout=0.5)
+            except httpx.TransportError:
+                refused = True
+                break
+            time.sleep(0.02)
+        assert refused
+        r = slow.result(timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["outputs"]["out"]["shape"] == []
+    assert server.proc.wait(timeout=20) == 0, server.output()
+
+
+def test_client_disconnect_cancels_the_step(server: Server) -> None:
+    body = slow_body(600)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(
+            b"POST /v1/models/slow:run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        assert server.wait_steps(1.0, 10), "the slow request did not start"
+        t0 = time.monotonic()
+    # the socket is closed: the server notices, cancels the task and with it the step
+    assert server.wait_steps(0.0, 1.5), "the step kept running after the client left"
+    assert time.monotonic() - t0 < 1.5
+    text = httpx.get(f"{server.url}/metrics", timeout=5).text
+    assert 'model="slow",status="499"} 1.0' in text
+    r = httpx.post(f"{server.url}/v1/models/add:run", json={"feeds": {"x": [[0, 0, 0]]}}, timeout=10)
+    assert r.status_code == 200

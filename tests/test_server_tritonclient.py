@@ -1,0 +1,189 @@
+"""A real KServe v2 client (NVIDIA's tritonclient) against a real `poolserve serve` process."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.http as triton
+from test_server_kserve import CONFIG, write_models
+from tritonclient.utils import InferenceServerException
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("triton")
+    write_models(folder)
+    (folder / "poolserve.toml").write_text(CONFIG)
+    port = free_port()
+    log = (folder / "server.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "server.cli", "serve", "--config", str(folder / "poolserve.toml")]
+        + ["--port", str(port), "--host", "127.0.0.1", "--log-level", "warning"],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        for _ in range(300):
+            if proc.poll() is not None:
+                pytest.fail(
+                    f"the server exited with {proc.returncode}: {(folder / 'server.log').read_text()}"
+                )
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the server did not become ready")
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    c = triton.InferenceServerClient(server)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_health_and_metadata(client):
+    assert client.is_server_live()
+    assert client.is_server_ready()
+    assert client.is_model_ready("calc")
+    assert client.is_model_ready("calc", "1")
+    assert not client.is_model_ready("nope")
+    assert not client.is_model_ready("calc", "9")
+    meta = client.get_server_metadata()
+    assert meta["name"] == "poolserve" and "binary_tensor_data" in meta["extensions"]
+    model = client.get_model_metadata("calc")
+    assert model["versions"] == ["1", "2"] and model["platform"] == "tensorflow_graphdef"
+    assert model["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]
+    assert client.get_model_metadata("calc", "1")["name"] == "calc"
+
+
+@pytest.mark.parametrize("binary_in", [True, False])
+@pytest.mark.parametrize("binary_out", [True, False])
+def test_infer(client, binary_in, binary_out):
+    x = np.random.default_rng(1).standard_normal((5, 3)).astype(np.float32)
+    inp = triton.InferInput("x", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=binary_in)
+    outputs = [triton.InferRequestedOutput(n, binary_data=binary_out) for n in ("y", "total")]
+    result = client.infer("calc", [inp], outputs=outputs, request_id="req-7")
+    y = result.as_numpy("y")
+    assert y.dtype == np.float32 and y.shape == (5, 3)
+    np.testing.assert_array_equal(y, x * 3 + 1)
+    np.testing.assert_allclose(result.as_numpy("total"), x.sum(axis=1), rtol=1e-6)
+    response = result.get_response()
+    assert response["id"] == "req-7" and response["model_version"] == "2"
+    assert ("data" in response["outputs"][0]) == (not binary_out)
+
+
+def test_infer_version_and_default_outputs(client):
+    x = np.ones((2, 3), np.float32)
+    inp = triton.InferInput("x", [2, 3], "FP32")
+    inp.set_data_from_numpy(x)
+    result = client.infer("calc", [inp], model_version="1")  # no outputs: all of them, in binary
+    np.testing.assert_array_equal(result.as_numpy("y"), np.full((2, 3), 3.0, np.float32))
+    np.testing.assert_array_equal(result.as_numpy("total"), [3.0, 3.0])
+    assert result.get_response()["model_version"] == "1"
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_infer_bytes_bool_int_half(client, binary):
+    arrays = {
+        "a": np.array([3, -4], np.int32),
+        "flag": np.array([True, False, False]),
+        "text": np.array(["héllo".encode(), b"", b"x"], dtype=np.object_),
+        "half": np.array([1.5, -2], np.float16),
+    }
+    datatypes = {"a": "INT32", "flag": "BOOL", "text": "BYTES", "half": "FP16"}
+    inputs = []
+    for name, value in arrays.items():
+        inp = triton.InferInput(name, list(value.shape), datatypes[name])
+        inp.set_data_from_numpy(value, binary_data=binary)
+        inputs.append(inp)
+    outputs = [
+        triton.InferRequestedOutput(n, binary_data=binary) for n in ("a2", "not_flag", "text_out", "half_out")
+    ]
+    result = client.infer("types", inputs, outputs=outputs)
+    np.testing.assert_array_equal(result.as_numpy("a2"), [6, -8])
+    np.testing.assert_array_equal(result.as_numpy("not_flag"), [False, True, True])
+    text = result.as_numpy("text_out").tolist()
+    # tritonclient hands JSON BYTES back as the str it parsed, binary ones as bytes
+    assert text == (arrays["text"].tolist() if binary else ["héllo", "", "x"])
+    half = result.as_numpy("half_out")
+    assert half.dtype == np.float16
+    np.testing.assert_array_equal(half, arrays["half"])
+
+
+def test_infer_parameters_and_trace(client):
+    inp = triton.InferInput("x", [1, 3], "FP32")
+    inp.set_data_from_numpy(np.ones((1, 3), np.float32))
+    result = client.infer(
+        "calc",
+        [inp],
+        priority=2,
+        timeout=10_000_000,
+        parameters={"trace": True, "use_run_handler_pool": False},
+    )
+    np.testing.assert_array_equal(result.as_numpy("y"), [[4.0, 4.0, 4.0]])
+    trace = json.loads(result.get_response()["parameters"]["trace"])
+    wait = next(e for e in trace["traceEvents"] if e.get("name") == "wait for run handler")
+    assert wait["args"]["run_handler_pool"] is False
+
+
+def test_errors_reach_the_client(client):
+    bad = triton.InferInput("x", [2, 2], "FP32")
+    bad.set_data_from_numpy(np.ones((2, 2), np.float32))
+    with pytest.raises(
+        InferenceServerException, match=r"Cannot feed value of shape \(2, 2\) for Tensor 'x:0'"
+    ):
+        client.infer("calc", [bad])
+    wrong_type = triton.InferInput("x", [1, 3], "FP64")
+    wrong_type.set_data_from_numpy(np.ones((1, 3), np.float64))
+    with pytest.raises(
+        InferenceServerException, match="input 'x' has datatype FP64 but model 'calc' expects FP32"
+    ):
+        client.infer("calc", [wrong_type])
+    ok = triton.InferInput("x", [1, 3], "FP32")
+    ok.set_data_from_numpy(np.ones((1, 3), np.float32))
+    with pytest.raises(InferenceServerException, match="Model 'nope' not found"):
+        client.infer("nope", [ok])
+    with pytest.raises(InferenceServerException, match="has no output 'missing'"):
+        client.infer("calc", [ok], outputs=[triton.InferRequestedOutput("missing")])
+    scalar = triton.InferInput("x", [], "FP32")
+    scalar.set_data_from_numpy(np.array(1.0, np.float32))
+    with pytest.raises(InferenceServerException, match="deadline"):
+        client.infer("slow", [scalar], timeout=1)
+    with pytest.raises(InferenceServerException, match="Model 'nope' not found"):
+        client.get_model_metadata("nope")
