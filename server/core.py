@@ -13,6 +13,7 @@ import contextvars
 import logging
 import math
 import random
+import sys
 import threading
 import time
 import uuid
@@ -336,6 +337,7 @@ class Runtime:
 
     def start(self) -> None:
         """Makes the RunHandlerPool and loads every configured model (blocking: run it off the loop)."""
+        sys.setswitchinterval(self.config.runtime.gil_switch_interval_ms / 1000.0)
         self._pool = self._configure_pool()
         for mc in self.config.models:
             self.add_model(load_model(mc, self.config))

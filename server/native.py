@@ -348,6 +348,10 @@ def model_info(entry: ModelEntry) -> dict[str, Any]:
     }
 
 
+# curl -d sends form-urlencoded; TF Serving reads any body as JSON, so a bare curl works here too
+_JSON_TYPES = ("application/json", "", "application/x-www-form-urlencoded", "text/plain")
+
+
 def router(runtime: Runtime) -> APIRouter:
     api = APIRouter()
 
@@ -358,7 +362,7 @@ def router(runtime: Runtime) -> APIRouter:
         protobuf = _is_protobuf(content_type)
         if protobuf:
             infer = decode_protobuf(body, entry, entry.version)
-        elif content_type.split(";")[0].strip().lower() in ("application/json", ""):
+        elif content_type.split(";")[0].strip().lower() in _JSON_TYPES:
             infer = decode_json(body, entry, entry.version)
         else:
             raise InvalidArgumentError(

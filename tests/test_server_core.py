@@ -4,6 +4,7 @@ cancellation), the trace store, the error mapping and the CLI's argument handlin
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -410,3 +411,14 @@ def test_cli_loadtest_hook(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["loadtest", "--help"])
     assert info.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+def test_start_sets_the_gil_switch_interval(model_dir: Path) -> None:
+    before = sys.getswitchinterval()
+    config = make_config({"runtime": {"gil_switch_interval_ms": 2.0}, "models": []}, model_dir)
+    try:
+        Runtime(config).start()
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+    finally:
+        sys.setswitchinterval(before)
+    assert load_config(None).runtime.gil_switch_interval_ms == 5.0  # CPython's own default

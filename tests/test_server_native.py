@@ -230,8 +230,13 @@ async def test_unknown_model_and_content_type(client: httpx.AsyncClient) -> None
     message = error_of(r, 404)
     assert "Model 'nope' not found" in message and "add" in message
     assert r.json()["code"] == "NOT_FOUND"
-    r = await client.post("/v1/models/add:run", content=b"x", headers={"content-type": "text/plain"})
+    r = await client.post("/v1/models/add:run", content=b"x", headers={"content-type": "image/png"})
     assert "Unsupported Content-Type" in error_of(r, 400)
+    # a bare `curl -d` body (form-urlencoded) is read as JSON
+    r = await client.post(
+        "/v1/models/add:run", content=b"{bad", headers={"content-type": "application/x-www-form-urlencoded"}
+    )
+    assert "JSON" in error_of(r, 400)
 
 
 async def test_request_body_limits(models: list[dict[str, Any]]) -> None:
