@@ -216,11 +216,17 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help="Python's GIL switch interval for both modes (CPython's default is 5 ms)",
     )
+    parser.add_argument(
+        "--pool-threads", type=int, default=0, help="RunHandlerPool threads (execution slots); 0 = cores"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--tf-python", help="a Python with TensorFlow, to run the same load in TensorFlow")
     args = parser.parse_args(argv)
     models = args.models.split(",")
     sys.setswitchinterval(args.switch_interval_ms / 1000.0)
+    from runtime.run_handler import configure_pool
+
+    configure_pool(args.pool_threads)
     if args.intra_op_threads > 0:
         from runtime.session import set_intra_op_threads
 

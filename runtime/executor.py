@@ -253,16 +253,21 @@ class NodeRecord:
 class StepTrace:
     """Per-step trace state: node records and the time each node became ready."""
 
-    def __init__(self, num_nodes: int) -> None:
+    def __init__(self, num_nodes: int, scheduler_label: str = "") -> None:
         self.records: list[NodeRecord] = []
         self.ready_ns = [0] * num_nodes
         self.start_ns = time.time_ns()
         self.thread_names: dict[int, str] = {}
+        # names what scheduled the step (e.g. its run handler): step_stats' thread names carry it
+        self.scheduler_label = scheduler_label
 
     def record(self, rec: NodeRecord) -> None:
         self.records.append(rec)  # list.append is atomic
         if rec.thread_id not in self.thread_names:
-            self.thread_names[rec.thread_id] = threading.current_thread().name
+            name = threading.current_thread().name
+            self.thread_names[rec.thread_id] = (
+                f"{name} ({self.scheduler_label})" if self.scheduler_label else name
+            )
 
 
 _step_ids = itertools.count(1)

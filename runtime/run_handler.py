@@ -68,6 +68,11 @@ class RunHandler:
         self.acquired_at = time.monotonic()
         self.waited = waited
 
+    @property
+    def id(self) -> int:
+        """A number unique to this handler in the process (its arrival order)."""
+        return self.key[1]
+
     def schedule_inter_op_closure(self, fn: Closure) -> None:
         self._pool._enqueue(self, fn)
 

@@ -384,7 +384,8 @@ class Session:
             scheduler = handler
             inline = False  # the pool's threads run the step; the caller only waits
         trace_level = options.trace_level if options is not None else 0
-        trace = StepTrace(sig.plan.num_nodes) if trace_level > 0 else None
+        label = f"run handler {handler.id}" if handler is not None else ""
+        trace = StepTrace(sig.plan.num_nodes, label) if trace_level > 0 else None
         report_oom = options is not None and options.report_tensor_allocations_upon_oom
 
         def done(step: Step) -> None:
