@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 from google.protobuf import json_format
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from runtime.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, UnauthenticatedError
@@ -254,8 +254,20 @@ def operations_router(runtime: Runtime) -> APIRouter:
         return _pool_state(runtime)
 
     @api.put("/v1/runtime/run_handler_pool")
-    async def put_pool(request: Request, setting: PoolSetting) -> dict[str, Any]:
+    async def put_pool(request: Request) -> dict[str, Any]:
         _check_admin(runtime, request)
+        # read the body ourselves: a bare `curl -d` sends it form-encoded, and it is still JSON
+        try:
+            data = json.loads(await request.body())
+        except ValueError as e:
+            raise InvalidArgumentError(f"malformed JSON: {e}") from None
+        try:
+            setting = PoolSetting.model_validate(data)
+        except ValidationError as e:
+            problems = "; ".join(
+                f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}" for err in e.errors()
+            )
+            raise InvalidArgumentError(f'Expected {{"enabled": true|false}}: {problems}') from None
         runtime.pool_enabled = setting.enabled
         log.info("run handler pool default set to %s", setting.enabled)
         return _pool_state(runtime)

@@ -445,7 +445,12 @@ async def test_pool_toggle_with_admin_token(app: FastAPI, client: httpx.AsyncCli
         headers={**auth, "content-type": "application/json"},
     )
     assert "malformed JSON" in error_of(r, 400)
-    r = await client.put("/v1/runtime/run_handler_pool", json={"enabled": False}, headers=auth)
+    # a bare `curl -X PUT -d '{"enabled": false}'` sends form-encoded JSON: accepted
+    r = await client.put(
+        "/v1/runtime/run_handler_pool",
+        content=b'{"enabled": false}',
+        headers={**auth, "content-type": "application/x-www-form-urlencoded"},
+    )
     assert r.status_code == 200 and r.json()["enabled"] is False
     assert runtime_of(app).pool_enabled is False
     assert (await client.get("/v1/runtime/run_handler_pool")).json()["enabled"] is False
