@@ -1,0 +1,503 @@
+"""Convolutions and pooling: Conv2D, DepthwiseConv2dNative, Conv2DBackpropInput, MaxPool, MaxPoolV2,
+AvgPool, and the window geometry (strides, dilations, padding) they share.
+
+Convolutions run as one BLAS matmul over a strided patch view (im2col); depthwise convolution and pooling
+loop over the kernel taps only. Half-precision products are computed in float32 and rounded once, as
+TensorFlow's CPU kernels do.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from runtime.errors import InvalidArgumentError, UnimplementedError
+from runtime.kernels._common import _F16, _PLAN_CACHE_SIZE, _attrs_of, _dims, _reduce_taps, _taps, _widen
+from runtime.kernels.registry import Compute, OpContext, kernel
+from runtime.node import Node
+
+# --- convolution and pooling geometry ----------------------------------------------------------------------
+
+
+class _Window(NamedTuple):
+    """Stride, dilation and padding of a 2-D window op; ``pads`` are explicit (top, bottom, left, right)."""
+
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    padding: str
+    pads: tuple[int, int, int, int]
+    nchw: bool
+
+
+def _window_attrs(node: Node) -> _Window:
+    """Reads and checks strides, dilations, padding, explicit_paddings and data_format of a Conv2D-like op."""
+    nchw = node.attr_str("data_format", "NHWC", choices=("NHWC", "NCHW")) == "NCHW"
+    strides = node.attr_ints("strides")
+    dilations = node.attr_ints("dilations", [1, 1, 1, 1])
+    padding = node.attr_str("padding", choices=("SAME", "VALID", "EXPLICIT"))
+    explicit = node.attr_ints("explicit_paddings", [])
+    h, w, c = (2, 3, 1) if nchw else (1, 2, 3)
+    with _attrs_of(node):
+        if len(strides) != 4:
+            raise InvalidArgumentError("Sliding window strides field must specify 4 dimensions")
+        if strides[0] != 1 or strides[c] != 1:
+            raise UnimplementedError(
+                "Current implementation does not yet support strides in the batch and depth dimensions."
+            )
+        if strides[h] < 1 or strides[w] < 1:
+            raise InvalidArgumentError("Row and column strides should be larger than 0.")
+        if len(dilations) != 4:
+            raise InvalidArgumentError("Sliding window dilations field must specify 4 dimensions")
+        if dilations[0] != 1 or dilations[c] != 1:
+            raise UnimplementedError(
+                "Current implementation does not yet support dilations in the batch and depth dimensions."
+            )
+        if dilations[h] < 1 or dilations[w] < 1:
+            raise InvalidArgumentError("Dilated rates should be larger than 0.")
+        pads = (0, 0, 0, 0)
+        if padding == "EXPLICIT":
+            if len(explicit) != 8:
+                raise InvalidArgumentError(
+                    f"explicit_paddings attribute must contain 8 values, but got: {len(explicit)}"
+                )
+            if min(explicit) < 0:
+                raise InvalidArgumentError("All elements of explicit_paddings must be nonnegative")
+            if any(explicit[2 * c : 2 * c + 2]) or any(explicit[0:2]):
+                raise InvalidArgumentError(
+                    "Nonzero explicit padding in the batch or depth dimensions is not supported"
+                )
+            pads = (explicit[2 * h], explicit[2 * h + 1], explicit[2 * w], explicit[2 * w + 1])
+        elif explicit:
+            raise InvalidArgumentError(
+                "explicit_paddings attribute must be empty if the padding attribute is not EXPLICIT"
+            )
+    return _Window(strides[h], strides[w], dilations[h], dilations[w], padding, pads, nchw)
+
+
+def _out_dim(
+    size: int, k: int, stride: int, dilation: int, padding: str, before: int, after: int
+) -> tuple[int, int, int]:
+    """(output size, pad before, pad after) of one spatial dim, as TensorFlow computes them."""
+    eff = (k - 1) * dilation + 1
+    if padding == "SAME":
+        out = (size + stride - 1) // stride
+        need = max(0, (out - 1) * stride + eff - size)
+        return out, need // 2, need - need // 2
+    if padding == "VALID":
+        before = after = 0
+    num = size + before + after - eff + stride
+    out = num // stride if num >= 0 else -(-num // stride)  # C++ division truncates toward zero
+    if out < 0:
+        raise InvalidArgumentError(
+            f"Computed output size would be negative: {out} [input_size: {size}, "
+            f"effective_filter_size: {eff}, stride: {stride}]"
+        )
+    return out, before, after
+
+
+def _geometry(win: _Window, h: int, w: int, kh: int, kw: int) -> tuple[int, int, tuple[int, int, int, int]]:
+    oh, pt, pb = _out_dim(h, kh, win.sh, win.dh, win.padding, win.pads[0], win.pads[1])
+    ow, pl, pr = _out_dim(w, kw, win.sw, win.dw, win.padding, win.pads[2], win.pads[3])
+    return oh, ow, (pt, pb, pl, pr)
+
+
+def _pad(x: Any, pads: tuple[int, int, int, int], nchw: bool, value: Any = 0) -> Any:
+    pt, pb, pl, pr = pads
+    if not (pt or pb or pl or pr):
+        return x
+    if nchw:
+        n, c, h, w = x.shape
+        shape = (n, c, h + pt + pb, w + pl + pr)
+    else:
+        n, h, w, c = x.shape
+        shape = (n, h + pt + pb, w + pl + pr, c)
+    out = np.zeros(shape, x.dtype) if value == 0 else np.full(shape, value, x.dtype)
+    out[_spatial(nchw, slice(pt, pt + h), slice(pl, pl + w))] = x
+    return out
+
+
+def _spatial(nchw: bool, rows: slice, cols: slice) -> tuple[slice, ...]:
+    every = slice(None)
+    return (every, every, rows, cols) if nchw else (every, rows, cols, every)
+
+
+def _check_rank4(x: Any, what: str) -> None:
+    if x.ndim != 4:
+        raise InvalidArgumentError(f"{what} must be 4-dimensional: {_dims(x.shape)}")
+
+
+# --- convolutions ------------------------------------------------------------------------------------------
+
+
+def _conv2d(
+    x: Any, w: Any, win: _Window, oh: int, ow: int, pads: tuple[int, int, int, int], groups: int
+) -> Any:
+    """im2col convolution: the patches of a strided view, reshaped to rows, times the filter matrix."""
+    kh, kw, cf, o = w.shape
+    sh, sw, dh, dw = win.sh, win.sw, win.dh, win.dw
+    if win.nchw and groups > 1:
+        nhwc = win._replace(nchw=False)
+        return _conv2d(x.transpose(0, 2, 3, 1), w, nhwc, oh, ow, pads, groups).transpose(0, 3, 1, 2)
+    pointwise = kh == kw == 1 and not any(pads)
+    if win.nchw:
+        n, c = x.shape[:2]
+        if pointwise:
+            cols = x[:, :, ::sh, ::sw].reshape(n, c, oh * ow)
+        else:
+            xp = _pad(x, pads, True)
+            s0, s1, s2, s3 = xp.strides
+            patches = as_strided(
+                xp, (n, kh, kw, c, oh, ow), (s0, s2 * dh, s3 * dw, s1, s2 * sh, s3 * sw), writeable=False
+            )
+            cols = patches.reshape(n, kh * kw * c, oh * ow)
+        return np.matmul(w.reshape(kh * kw * c, o).T, cols).reshape(n, o, oh, ow)
+    n, c = x.shape[0], x.shape[3]
+    rows = n * oh * ow
+    if pointwise:
+        cols = x[:, ::sh, ::sw, :].reshape(rows, c)
+    else:
+        xp = _pad(x, pads, False)
+        s0, s1, s2, s3 = xp.strides
+        patches = as_strided(
+            xp, (n, oh, ow, kh, kw, c), (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3), writeable=False
+        )
+        cols = patches.reshape(rows, kh * kw * c)
+    if groups == 1:
+        y = cols @ w.reshape(kh * kw * cf, o)
+    else:
+        og = o // groups
+        gcols = (
+            cols.reshape(rows, kh * kw, groups, cf).transpose(2, 0, 1, 3).reshape(groups, rows, kh * kw * cf)
+        )
+        gw = w.reshape(kh * kw * cf, groups, og).transpose(1, 0, 2)
+        y = np.matmul(gcols, gw).transpose(1, 0, 2).reshape(rows, o)
+    return y.reshape(n, oh, ow, o)
+
+
+@kernel("Conv2D", expensive=True)
+def conv2d(node: Node) -> Compute:
+    win = _window_attrs(node)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, w = inputs
+        _check_rank4(x, "convolution input")
+        _check_rank4(w, "convolution filter")
+        h, wd, c = (x.shape[2], x.shape[3], x.shape[1]) if win.nchw else x.shape[1:]
+        kh, kw, cf, o = w.shape
+        if cf == 0:
+            raise InvalidArgumentError(f"filter depth must be strictly positive, got {cf}")
+        if c % cf:
+            raise InvalidArgumentError(f"input depth must be evenly divisible by filter depth: {c} vs {cf}")
+        groups = c // cf
+        if o % groups:
+            raise InvalidArgumentError(
+                f"output depth must be evenly divisible by number of groups: {o} vs {groups}"
+            )
+        oh, ow, pads = _geometry(win, h, wd, kh, kw)
+        half, (x, w) = _widen(x, w)
+        y = _conv2d(x, w, win, oh, ow, pads, groups)
+        return (y.astype(_F16) if half else y,)
+
+    return compute
+
+
+@kernel("DepthwiseConv2dNative", expensive=True)
+def depthwise_conv2d(node: Node) -> Compute:
+    win = _window_attrs(node)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, w = inputs
+        _check_rank4(x, "input")
+        _check_rank4(w, "filter")
+        n, h, wd, c = (x.shape[0], x.shape[2], x.shape[3], x.shape[1]) if win.nchw else x.shape
+        kh, kw, cw, m = w.shape
+        if c != cw:
+            raise InvalidArgumentError(f"input and filter must have the same depth: {c} vs {cw}")
+        oh, ow, pads = _geometry(win, h, wd, kh, kw)
+        half, (x, w) = _widen(x, w)
+        out_shape = (n, c * m, oh, ow) if win.nchw else (n, oh, ow, c * m)
+        if oh == 0 or ow == 0 or kh * kw == 0:
+            y = np.zeros(out_shape, x.dtype)
+        else:
+            y = _depthwise(_pad(x, pads, win.nchw), w, win, oh, ow).reshape(out_shape)
+        return (y.astype(_F16) if half else y,)
+
+    return compute
+
+
+def _depthwise(xp: Any, w: Any, win: _Window, oh: int, ow: int) -> Any:
+    """Multiply-accumulate over the kernel taps; the result is [N, OH, OW, C(, M)] or [N, C(, M), OH, OW]."""
+    kh, kw, c, m = w.shape
+    # The weights of one tap, shaped to broadcast against the input window (with a multiplier axis if m > 1).
+    if win.nchw:
+        wts = w.reshape(kh, kw, c, m, 1, 1) if m > 1 else w.reshape(kh, kw, c, 1, 1)
+    else:
+        wts = w if m > 1 else w.reshape(kh, kw, c)
+    acc: Any = None
+    tmp: Any = None
+    for i in range(kh):
+        rows = _taps(i * win.dh, oh, win.sh)
+        for j in range(kw):
+            v = xp[_spatial(win.nchw, rows, _taps(j * win.dw, ow, win.sw))]
+            if m > 1:
+                v = v[:, :, None] if win.nchw else v[..., None]
+            if acc is None:
+                acc = v * wts[i, j]
+                tmp = np.empty_like(acc)
+            else:
+                np.multiply(v, wts[i, j], out=tmp)
+                acc += tmp
+    return acc
+
+
+@kernel("Conv2DBackpropInput", expensive=True)
+def conv2d_backprop_input(node: Node) -> Compute:
+    win = _window_attrs(node)
+    op = "Conv2DCustomBackpropInput"
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        sizes, w, dy = inputs
+        _check_rank4(w, "filter")
+        _check_rank4(dy, "out_backprop")
+        sizes = np.asarray(sizes).reshape(-1).tolist()
+        kh, kw, cf, o = w.shape
+        if win.nchw:
+            dy = dy.transpose(0, 2, 3, 1)
+        if len(sizes) == 2:
+            n, h, wd, c = dy.shape[0], sizes[0], sizes[1], cf
+        elif len(sizes) == 4:
+            n, h, wd, c = (sizes[0], sizes[2], sizes[3], sizes[1]) if win.nchw else sizes
+        else:
+            raise InvalidArgumentError(
+                "Conv2DBackpropInput requires input_sizes to contain 4 values or 2 values, "
+                f"but got: {len(sizes)}"
+            )
+        if min(n, h, wd, c) < 0:
+            raise InvalidArgumentError(f"{op}: input_sizes must be non-negative, got {_dims(tuple(sizes))}")
+        if cf == 0 or c % cf:
+            raise InvalidArgumentError(f"{op}: input depth must be evenly divisible by filter depth")
+        if c != cf:
+            raise InvalidArgumentError(
+                f"{op}: gradients for grouped convolutions are not supported: input depth {c} vs filter "
+                f"input depth {cf}"
+            )
+        if dy.shape[3] != o:
+            raise InvalidArgumentError(f"{op}: filter and out_backprop must have the same out_depth")
+        if dy.shape[0] != n:
+            raise InvalidArgumentError(
+                f"{op}: input and out_backprop must have the same batch size. Input batch: {n}, "
+                f"outbackprop batch: {dy.shape[0]}, batch_dim: 0"
+            )
+        oh, ow, pads = _geometry(win, h, wd, kh, kw)
+        for dim, (size, k, s, d, got, want) in enumerate(
+            ((h, kh, win.sh, win.dh, dy.shape[1], oh), (wd, kw, win.sw, win.dw, dy.shape[2], ow)), start=1
+        ):
+            if got != want:
+                raise InvalidArgumentError(
+                    f"{op}: Size of out_backprop doesn't match computed: actual = {got}, computed = {want} "
+                    f"spatial_dim: {dim} input: {size} filter: {k} output: {got} stride: {s} dilation: {d}"
+                )
+        half, (w, dy) = _widen(w, dy)
+        dx = _conv2d_transpose(dy, w, win, (n, h, wd, c), pads)
+        if win.nchw:
+            dx = dx.transpose(0, 3, 1, 2)
+        return (dx.astype(_F16) if half else dx,)
+
+    return compute
+
+
+def _conv2d_transpose(
+    dy: Any, w: Any, win: _Window, shape: tuple[int, int, int, int], pads: tuple[int, int, int, int]
+) -> Any:
+    """The input gradient of an NHWC convolution: one matmul to per-tap columns, a scatter-add per tap."""
+    n, h, wd, c = shape
+    kh, kw, _, o = w.shape
+    _, oh, ow, _ = dy.shape
+    pt, pb, pl, pr = pads
+    if n * oh * ow * kh * kw == 0:
+        return np.zeros(shape, np.result_type(dy, w))
+    cols = (dy.reshape(-1, o) @ w.reshape(kh * kw * c, o).T).reshape(n, oh, ow, kh, kw, c)
+    hp = max(h + pt + pb, (oh - 1) * win.sh + (kh - 1) * win.dh + 1)
+    wp = max(wd + pl + pr, (ow - 1) * win.sw + (kw - 1) * win.dw + 1)
+    dxp = np.zeros((n, hp, wp, c), cols.dtype)
+    for i in range(kh):
+        rows = _taps(i * win.dh, oh, win.sh)
+        for j in range(kw):
+            dxp[:, rows, _taps(j * win.dw, ow, win.sw), :] += cols[:, :, :, i, j, :]
+    return dxp[:, pt : pt + h, pl : pl + wd, :]
+
+
+# --- pooling -----------------------------------------------------------------------------------------------
+
+
+def _pool_window(ksize: list[int], strides: list[int], nchw: bool, op: str) -> tuple[int, int, int, int, int]:
+    """Checks ksize/strides; returns (kh, kw, sh, sw, depth window)."""
+    if len(ksize) != 4:
+        raise InvalidArgumentError("Sliding window ksize field must specify 4 dimensions")
+    if len(strides) != 4:
+        raise InvalidArgumentError("Sliding window stride field must specify 4 dimensions")
+    if min(ksize) < 1:
+        raise InvalidArgumentError(
+            "Sliding window ksize must be positive. The specified or inferred ksize is: "
+            + ",".join(map(str, ksize))
+        )
+    if min(strides) < 1:
+        raise InvalidArgumentError(f"Stride must be > 0, but got {min(strides)}")
+    h, w, c = (2, 3, 1) if nchw else (1, 2, 3)
+    if ksize[0] != 1 or strides[0] != 1:
+        raise UnimplementedError("Pooling is not yet supported on the batch dimension.")
+    kd = ksize[c]
+    if kd != 1 or strides[c] != 1:
+        if op != "max":
+            raise UnimplementedError("Non-spatial pooling is not yet supported.")
+        if ksize[h] != 1 or ksize[w] != 1 or strides[h] != 1 or strides[w] != 1:
+            raise UnimplementedError(
+                "MaxPooling supports exactly one of pooling across depth or pooling across width/height."
+            )
+        if kd != strides[c]:
+            raise UnimplementedError(
+                "Depthwise max pooling requires the depth window to equal the depth stride"
+            )
+    return ksize[h], ksize[w], strides[h], strides[w], kd
+
+
+def _pool_taps(xp: Any, kh: int, kw: int, oh: int, ow: int, win: _Window, fn: Any) -> Any:
+    """Separable window reduction. Rows first: their taps are long contiguous runs, and the column pass,
+    whose strided taps are slow to iterate, then works on ``sh`` times fewer elements."""
+    hx = 2 if win.nchw else 1
+    rows = _reduce_taps(xp, hx, kh, oh, win.sh, fn)
+    return _reduce_taps(rows, hx + 1, kw, ow, win.sw, fn)
+
+
+def _max_pool(x: Any, kh: int, kw: int, kd: int, win: _Window) -> Any:
+    if x.ndim != 4:
+        raise InvalidArgumentError(f"input must be 4-dimensional: {_dims(x.shape)}")
+    if kd != 1:
+        c = x.shape[1 if win.nchw else 3]
+        if c % kd:
+            raise UnimplementedError(
+                "Depthwise max pooling requires the depth window to evenly divide the input depth"
+            )
+        if win.nchw:
+            n, _, h, w = x.shape
+            return x.reshape(n, c // kd, kd, h, w).max(axis=2)
+        return x.reshape(*x.shape[:3], c // kd, kd).max(axis=4)
+    h, w = x.shape[2:] if win.nchw else x.shape[1:3]
+    oh, ow, pads = _geometry(win, h, w, kh, kw)
+    shape = (x.shape[0], x.shape[1], oh, ow) if win.nchw else (x.shape[0], oh, ow, x.shape[3])
+    if oh == 0 or ow == 0:
+        return np.empty(shape, x.dtype)
+    fn: Any
+    if x.dtype.kind == "f":
+        # TensorFlow starts from the lowest finite value and skips NaN: -inf and all-NaN windows give lowest.
+        lowest, fn = np.finfo(x.dtype).min, np.fmax
+    else:
+        lowest, fn = np.iinfo(x.dtype).min, np.maximum
+    out = _pool_taps(_pad(x, pads, win.nchw, lowest), kh, kw, oh, ow, win, fn)
+    if x.dtype.kind == "f":
+        fresh = kh > 1 or kw > 1 or any(pads)
+        out = np.fmax(out, lowest, out=out) if fresh else np.fmax(out, lowest)
+    return out
+
+
+@kernel("MaxPool", expensive=True)
+def max_pool(node: Node) -> Compute:
+    ksize, strides = node.attr_ints("ksize"), node.attr_ints("strides")
+    win = _window_attrs_pool(node, strides)
+    with _attrs_of(node):
+        kh, kw, _, _, kd = _pool_window(ksize, strides, win.nchw, "max")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        return (_max_pool(inputs[0], kh, kw, kd, win),)
+
+    return compute
+
+
+@kernel("MaxPoolV2", expensive=True)
+def max_pool_v2(node: Node) -> Compute:
+    nchw = node.attr_str("data_format", "NHWC", choices=("NHWC", "NCHW")) == "NCHW"
+    padding = node.attr_str("padding", choices=("SAME", "VALID"))
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, ksize, strides = inputs
+        ksize, strides = np.asarray(ksize).reshape(-1).tolist(), np.asarray(strides).reshape(-1).tolist()
+        kh, kw, sh, sw, kd = _pool_window(ksize, strides, nchw, "max")
+        return (_max_pool(x, kh, kw, kd, _Window(sh, sw, 1, 1, padding, (0, 0, 0, 0), nchw)),)
+
+    return compute
+
+
+def _window_attrs_pool(node: Node, strides: list[int]) -> _Window:
+    nchw = node.attr_str("data_format", "NHWC", choices=("NHWC", "NCHW")) == "NCHW"
+    choices = ("SAME", "VALID", "EXPLICIT") if node.op == "MaxPool" else ("SAME", "VALID")
+    padding = node.attr_str("padding", choices=choices)
+    explicit = node.attr_ints("explicit_paddings", [])
+    h, w = (2, 3) if nchw else (1, 2)
+    pads = (0, 0, 0, 0)
+    with _attrs_of(node):
+        if padding == "EXPLICIT":
+            if len(explicit) != 8 or min(explicit) < 0:
+                raise InvalidArgumentError("explicit_paddings attribute must contain 8 nonnegative values")
+            pads = (explicit[2 * h], explicit[2 * h + 1], explicit[2 * w], explicit[2 * w + 1])
+        elif explicit:
+            raise InvalidArgumentError(
+                "explicit_paddings attribute must be empty if the padding attribute is not EXPLICIT"
+            )
+    sh, sw = (strides[h], strides[w]) if len(strides) == 4 else (1, 1)
+    return _Window(sh, sw, 1, 1, padding, pads, nchw)
+
+
+@kernel("AvgPool", expensive=True)
+def avg_pool(node: Node) -> Compute:
+    ksize, strides = node.attr_ints("ksize"), node.attr_ints("strides")
+    win = _window_attrs_pool(node, strides)
+    with _attrs_of(node):
+        kh, kw, _, _, _ = _pool_window(ksize, strides, win.nchw, "avg")
+    divisors: dict[tuple[int, int], Any] = {}
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x = inputs[0]
+        if x.ndim != 4:
+            raise InvalidArgumentError(f"input must be 4-dimensional: {_dims(x.shape)}")
+        h, w = x.shape[2:] if win.nchw else x.shape[1:3]
+        oh, ow, pads = _geometry(win, h, w, kh, kw)
+        shape = (x.shape[0], x.shape[1], oh, ow) if win.nchw else (x.shape[0], oh, ow, x.shape[3])
+        if oh == 0 or ow == 0 or x.size == 0:
+            return (np.empty(shape, x.dtype),)
+        half, (xs,) = _widen(x)
+        total = _pool_taps(_pad(xs, pads, win.nchw), kh, kw, oh, ow, win, np.add)
+        div = divisors.get((h, w))
+        if div is None:
+            div = _avg_divisor(h, w, kh, kw, win, oh, ow, pads, xs.dtype)
+            if len(divisors) >= _PLAN_CACHE_SIZE:
+                divisors.clear()
+            divisors[(h, w)] = div
+        fresh = kh > 1 or kw > 1 or any(pads) or half  # else ``total`` is a view of the input
+        out = np.divide(total, div, out=total) if fresh else np.divide(total, div)
+        return (out.astype(_F16) if half else out,)
+
+    return compute
+
+
+def _avg_divisor(
+    h: int,
+    w: int,
+    kh: int,
+    kw: int,
+    win: _Window,
+    oh: int,
+    ow: int,
+    pads: tuple[int, int, int, int],
+    dtype: Any,
+) -> Any:
+    """How many input (not padding) elements each output window covers."""
+    start_h = np.arange(oh) * win.sh
+    start_w = np.arange(ow) * win.sw
+    rows = np.minimum(start_h + kh, pads[0] + h) - np.maximum(start_h, pads[0])
+    cols = np.minimum(start_w + kw, pads[2] + w) - np.maximum(start_w, pads[2])
+    div = (rows[:, None] * cols[None, :]).astype(dtype)
+    return div if win.nchw else div[:, :, None]

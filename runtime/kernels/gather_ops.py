@@ -1,0 +1,226 @@
+"""Indexing by value: Gather, GatherV2, GatherNd, OneHot, TopKV2, Where, Unique."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from runtime.errors import InvalidArgumentError
+from runtime.kernels._common import _index_type, _scalar, _shape_str
+from runtime.kernels.registry import Compute, OpContext, kernel
+from runtime.node import Node
+
+
+def _tensor(value: Any, dtype: np.dtype[Any]) -> Any:
+    """numpy hands back a bare scalar for some 0-d results (a Python ``bytes`` for strings): re-wrap it."""
+    return value if isinstance(value, np.ndarray) else np.array(value, dtype=dtype)
+
+
+def _check_indices(indices: Any, limit: int) -> None:
+    """Raises TensorFlow's error for the first index outside [0, limit)."""
+    if indices.min() >= 0 and indices.max() < limit:
+        return
+    first = np.flatnonzero((indices < 0) | (indices >= limit))[0]
+    pos = np.unravel_index(first, indices.shape)
+    where = "[" + ",".join(str(int(p)) for p in pos) + "]" if indices.ndim else ""
+    raise InvalidArgumentError(f"indices{where} = {indices[pos]} is not in [0, {limit})")
+
+
+def _gather(params: Any, indices: Any, axis: int, batch_dims: int) -> Any:
+    out_shape = params.shape[:axis] + indices.shape[batch_dims:] + params.shape[axis + 1 :]
+    if math.prod(out_shape) == 0:  # TensorFlow checks no index when there is nothing to copy
+        return np.empty(out_shape, dtype=params.dtype)
+    _check_indices(indices, params.shape[axis])
+    if batch_dims == 0:
+        return _tensor(np.take(params, indices, axis=axis), params.dtype)
+    # [batch, outer, gathered, inner] x [batch, 1, n, 1] -> [batch, outer, n, inner]
+    batch = math.prod(params.shape[:batch_dims])
+    outer = math.prod(params.shape[batch_dims:axis])
+    inner = math.prod(params.shape[axis + 1 :])
+    p = params.reshape(batch, outer, params.shape[axis], inner)
+    idx = indices.reshape(batch, 1, -1, 1)
+    return np.take_along_axis(p, idx, axis=2).reshape(out_shape)
+
+
+@kernel("Gather", expensive=True)
+def gather(node: Node) -> Compute:
+    node.attr_bool("validate_indices", True)  # indices are always validated, as on TensorFlow's CPU
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        params, indices = inputs
+        if params.ndim < 1:
+            raise InvalidArgumentError("params must be at least 1 dimensional")
+        return (_gather(params, indices, 0, 0),)
+
+    return compute
+
+
+@kernel("GatherV2", expensive=True)
+def gather_v2(node: Node) -> Compute:
+    batch_dims_attr = node.attr_int("batch_dims", 0)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        params, indices, axis_t = inputs
+        rank = params.ndim
+        if rank < 1:
+            raise InvalidArgumentError("params must be at least 1 dimensional")
+        if axis_t.ndim != 0:
+            raise InvalidArgumentError("axis must be scalar")
+        axis = _scalar(axis_t)
+        a = axis + rank if axis < 0 else axis
+        if not 0 <= a < rank:
+            raise InvalidArgumentError(f"Expected axis in the range [{-rank}, {rank}), but got {axis}")
+        batch_dims = batch_dims_attr
+        if batch_dims != 0:
+            n = indices.ndim
+            if not -n <= batch_dims <= n:
+                raise InvalidArgumentError(
+                    f"Expected batch_dims in the range [{-n}, {n}], but got {batch_dims}"
+                )
+            if batch_dims < 0:
+                batch_dims += n
+            if batch_dims >= rank:
+                raise InvalidArgumentError(
+                    f"batch_dims ({batch_dims}) must be less than rank(params) ({rank})."
+                )
+            if a < batch_dims:
+                raise InvalidArgumentError(
+                    f"batch_dims ({batch_dims}) must be less than or equal to axis ({a})."
+                )
+            for i in range(batch_dims):
+                if params.shape[i] != indices.shape[i]:
+                    raise InvalidArgumentError(
+                        f"params.shape[{i}]: {params.shape[i]} should be equal to indices.shape[{i}]: "
+                        f"{indices.shape[i]}"
+                    )
+        return (_gather(params, indices, a, batch_dims),)
+
+    return compute
+
+
+@kernel("GatherNd", expensive=True)
+def gather_nd(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        params, indices = inputs
+        if params.ndim < 1:
+            raise InvalidArgumentError("params must be at least a vector")
+        if indices.ndim < 1:
+            raise InvalidArgumentError("indices must be at least a vector")
+        k = indices.shape[-1]
+        if k > params.ndim:
+            raise InvalidArgumentError(
+                f"index innermost dimension length must be <= params rank; saw: {k} vs. {params.ndim}"
+            )
+        lead = indices.shape[:-1]
+        out_shape = lead + params.shape[k:]
+        n = math.prod(lead)
+        if n > 0 and params.size == 0:
+            raise InvalidArgumentError(
+                "Requested more than 0 entries, but params is empty.  Params shape: "
+                f"{_shape_str(params.shape)}"
+            )
+        if n == 0:
+            return (np.empty(out_shape, dtype=params.dtype),)
+        if k == 0:
+            return (np.broadcast_to(params, out_shape),)
+        limits = np.array(params.shape[:k])
+        bad = (indices < 0) | (indices >= limits)
+        if bad.any():
+            # TensorFlow names the last bad index it meets.
+            last = np.flatnonzero(bad.any(axis=-1))[-1]
+            pos = np.unravel_index(last, lead)
+            where = "[" + ",".join(str(int(p)) for p in pos) + "]" if lead else ""
+            values = ", ".join(str(v) for v in indices[pos].tolist())
+            raise InvalidArgumentError(
+                f"indices{where} = [{values}] does not index into param shape {_shape_str(params.shape)}, "
+                f"node name: {node.name}"
+            )
+        return (_tensor(params[tuple(np.moveaxis(indices, -1, 0))], params.dtype),)
+
+    return compute
+
+
+@kernel("OneHot")
+def one_hot(node: Node) -> Compute:
+    axis = node.attr_int("axis", -1)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        indices, depth_t, on_value, off_value = inputs
+        for name, t in (("depth", depth_t), ("on_value", on_value), ("off_value", off_value)):
+            if t.ndim != 0:
+                raise InvalidArgumentError(f"{name} must be a scalar, but got: {_shape_str(t.shape)}")
+        rank = indices.ndim
+        if not (axis == -1 or 0 <= axis <= rank):
+            raise InvalidArgumentError(
+                f"Expected axis to be -1 or between [0, {rank + 1}).  But received: {axis}"
+            )
+        depth = _scalar(depth_t)
+        if depth < 0:
+            raise InvalidArgumentError(f"depth must be non-negative, got: {depth}")
+        a = rank if axis == -1 else axis
+        # Compare each index with 0..depth-1 laid along the new axis; out-of-range indices match nothing.
+        positions = np.arange(depth).reshape((depth,) + (1,) * (rank - a))
+        hot = np.expand_dims(indices, a) == positions
+        return (np.where(hot, on_value, off_value).astype(on_value.dtype, copy=False),)
+
+    return compute
+
+
+@kernel("TopKV2", outputs=2)
+def top_k_v2(node: Node) -> Compute:
+    # sorted=False leaves the order to the implementation; this one always sorts.
+    node.attr_bool("sorted", True)
+    index_type = _index_type(node, "index_type")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, k_t = inputs
+        if k_t.ndim != 0:
+            raise InvalidArgumentError(f"k must be scalar, got shape {_shape_str(k_t.shape)}")
+        k = _scalar(k_t)
+        if k < 0:
+            raise InvalidArgumentError(f"Need k >= 0, got {k}")
+        if x.ndim < 1:
+            raise InvalidArgumentError(f"input must be >= 1-D, got shape {_shape_str(x.shape)}")
+        n = x.shape[-1]
+        if n < k:
+            raise InvalidArgumentError(f"input must have at least k columns. Had {n}, needed {k}")
+        # A stable ascending sort of the reversed rows, read backwards, is descending with ties in
+        # increasing index order (TensorFlow's order) and works for every orderable dtype.
+        order = np.argsort(x[..., ::-1], axis=-1, kind="stable")[..., ::-1][..., :k]
+        indices = (n - 1) - order
+        return np.take_along_axis(x, indices, axis=-1), indices.astype(index_type, copy=False)
+
+    return compute
+
+
+@kernel("Where")
+def where(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x = inputs[0]
+        if x.ndim == 0:
+            raise InvalidArgumentError("WhereOp : Unhandled input dimensions: 0")
+        return (np.argwhere(x).astype(np.int64, copy=False),)
+
+    return compute
+
+
+@kernel("Unique", outputs=2)
+def unique(node: Node) -> Compute:
+    out_idx = _index_type(node, "out_idx")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x = inputs[0]
+        if x.ndim != 1:
+            raise InvalidArgumentError("unique expects a 1D vector.")
+        if x.size == 0:
+            return x, np.zeros(0, dtype=out_idx)
+        # np.unique sorts; TensorFlow numbers values by first appearance (NaNs never equal each other).
+        _, first, inverse = np.unique(x, return_index=True, return_inverse=True, equal_nan=False)
+        order = np.argsort(first, kind="stable")
+        rank_of = np.empty_like(order)
+        rank_of[order] = np.arange(order.size)
+        return x[first[order]], rank_of[inverse].astype(out_idx, copy=False)
+
+    return compute
