@@ -100,7 +100,7 @@ def bench_mlp(clients: int, rounds: int, seconds: float) -> dict[str, Any]:
         for r in range(rounds):
             for name in targets if r % 2 == 0 else reversed(list(targets)):
                 lat[name] += asyncio.run(closed_loop(targets[name], body, headers, clients, seconds))
-        out = {k: summary(v, seconds * rounds) for k, v in lat.items()}
+        out: dict[str, Any] = {k: summary(v, seconds * rounds) for k, v in lat.items()}
         out["ratio"] = out["poolserve"]["throughput_rps"] / out["thin_fastapi"]["throughput_rps"]
         return out
     finally:

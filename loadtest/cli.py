@@ -1,0 +1,431 @@
+"""``poolserve loadtest``: load a running server and report throughput and latency.
+
+    poolserve loadtest --url http://127.0.0.1:8500 --model mlp [--model cnn:2 ...]
+        [--concurrency N | --rate R] [--duration S | --requests K] [--warmup S] [--batch B]
+        [--protocol native|kserve|tfserving] [--binary] [--timeout-ms T] [--pool on|off|default]
+        [--compare-pool [--rounds 6]] [--report out.json] [--plot out.png] [--payload inputs.json] [--seed N]
+
+Closed loop (``--concurrency N``, the default with N=8): N clients, each sending its next request when the
+last is answered. Open loop (``--rate R``): Poisson arrivals at R req/s, sent whatever the server does;
+latencies count from the scheduled send time. ``--compare-pool`` runs the same load with the run handler
+pool on and off in alternating rounds and prints them side by side. Exit status: 0 done, 1 the load could
+not run (unreachable server, unknown model, ...) or no request succeeded, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.text import Text
+
+from loadtest import report
+from loadtest.generator import (
+    PROTOCOLS,
+    HttpSender,
+    Load,
+    LoadtestError,
+    Picker,
+    Recorder,
+    Send,
+    Target,
+    build_payload,
+    encode_request,
+    fetch_model,
+    read_payload_file,
+    run_phase,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8500"
+DEFAULT_CONCURRENCY = 8
+DEFAULT_DURATION = 10.0
+# the open loop's connection pool: enough for a deep queue, as many as the server's default max_in_flight
+OPEN_LOOP_CONNECTIONS = 256
+POOL_CHOICES = {"on": "pool", "off": "no_pool", "default": "default"}
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    name: str
+    weight: float
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's own errors and ours: usage, message, exit 2
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {text!r}")
+    return value
+
+
+def _model(text: str) -> ModelChoice:
+    name, sep, weight = text.rpartition(":")
+    if not sep:
+        name, weight = text, "1"
+    if not name:
+        raise argparse.ArgumentTypeError(f"expected NAME or NAME:WEIGHT, got {text!r}")
+    try:
+        return ModelChoice(name, _positive_float(weight))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"the weight in {text!r} must be a positive number (NAME:WEIGHT)"
+        ) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="poolserve loadtest",
+        description="Load a running poolserve server and report throughput and latency. Payloads follow the "
+        "models' KServe v2 metadata (GET /v2/models/NAME).",
+    )
+    p.add_argument("--url", default=DEFAULT_URL, help=f"the server's base URL (default {DEFAULT_URL})")
+    p.add_argument(
+        "--model",
+        action="append",
+        type=_model,
+        required=True,
+        metavar="NAME[:WEIGHT]",
+        help="a model to load; repeat for a mix, each request picks one by weight (default 1)",
+    )
+    loop = p.add_mutually_exclusive_group()
+    loop.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        metavar="N",
+        help=f"closed loop: N clients with one request in flight each (default {DEFAULT_CONCURRENCY})",
+    )
+    loop.add_argument(
+        "--rate", type=_positive_float, metavar="R", help="open loop: Poisson arrivals at R requests/s"
+    )
+    length = p.add_mutually_exclusive_group()
+    length.add_argument(
+        "--duration",
+        type=_positive_float,
+        metavar="S",
+        help=f"seconds of load (default {DEFAULT_DURATION:g})",
+    )
+    length.add_argument("--requests", type=_positive_int, metavar="K", help="number of requests")
+    p.add_argument(
+        "--warmup", type=_non_negative_float, default=0.0, metavar="S", help="unmeasured seconds first"
+    )
+    p.add_argument("--batch", type=_positive_int, default=1, metavar="B", help="batch size (dims of -1)")
+    p.add_argument("--protocol", choices=PROTOCOLS, default="native")
+    p.add_argument(
+        "--binary",
+        action="store_true",
+        help="binary bodies: protobuf RunRequest (native) or the binary tensor extension (kserve)",
+    )
+    p.add_argument(
+        "--timeout-ms",
+        type=_positive_int,
+        metavar="T",
+        help="server-side timeout (native: run_options.timeout_in_ms; kserve: parameters.timeout)",
+    )
+    p.add_argument(
+        "--pool",
+        choices=tuple(POOL_CHOICES),
+        default="default",
+        help="use_run_handler_pool per request: on, off, or the server's default",
+    )
+    p.add_argument(
+        "--compare-pool", action="store_true", help="run the load with the pool on and off, alternating"
+    )
+    p.add_argument(
+        "--rounds",
+        type=_positive_int,
+        default=6,
+        metavar="N",
+        help="--compare-pool: alternating rounds (even, default 6)",
+    )
+    p.add_argument("--report", metavar="FILE.json", help="write the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="write latency plots (needs matplotlib)")
+    p.add_argument("--payload", metavar="FILE.json", help="inputs as JSON {name: nested list}")
+    p.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="seed of the payloads, model mix and arrivals"
+    )
+    return p
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """Refuses combinations that cannot work (exit 2); returns notes about ignored settings."""
+    notes: list[str] = []
+    if not args.url.startswith(("http://", "https://")):
+        parser.error(f"--url must start with http:// or https://, got {args.url!r}")
+    names = [m.name for m in args.model]
+    if len(set(names)) != len(names):
+        parser.error(f"a model is given more than once: {', '.join(names)}")
+    if args.compare_pool:
+        if args.pool != "default":
+            parser.error("--compare-pool sets the pool per request: leave out --pool")
+        if args.rounds < 2 or args.rounds % 2:
+            parser.error(f"--rounds must be an even number of at least 2, got {args.rounds}")
+        if args.requests is not None and args.requests < args.rounds:
+            parser.error(f"--requests must be at least --rounds ({args.rounds}) with --compare-pool")
+    if args.protocol == "tfserving":
+        if args.binary:
+            parser.error("--binary is not available with --protocol tfserving (TF Serving REST is JSON)")
+        if args.compare_pool:
+            parser.error(
+                "--compare-pool needs a per-request pool switch, which TF Serving's API does not have: "
+                "use --protocol native or kserve"
+            )
+        if args.pool != "default":
+            notes.append(
+                f"--pool {args.pool} cannot be expressed in a TF Serving request: "
+                "the server's default is used"
+            )
+            args.pool = "default"
+        if args.timeout_ms is not None:
+            notes.append(
+                "--timeout-ms cannot be expressed in a TF Serving request: the server's default is used"
+            )
+    return notes
+
+
+def _config(args: argparse.Namespace, loop: Load, modes: list[str]) -> dict[str, Any]:
+    return {
+        "url": args.url,
+        "models": [{"name": m.name, "weight": m.weight} for m in args.model],
+        "protocol": args.protocol,
+        "binary": args.binary,
+        "loop": "open" if loop.rate is not None else "closed",
+        "concurrency": loop.concurrency,
+        "rate": loop.rate,
+        "duration_s": loop.duration,
+        "requests": loop.requests,
+        "warmup_s": args.warmup,
+        "batch": args.batch,
+        "timeout_ms": args.timeout_ms,
+        "pool": args.pool,
+        "compare_pool": args.compare_pool,
+        "rounds": args.rounds if args.compare_pool else 1,
+        "modes": modes,
+        "payload": args.payload,
+        "seed": args.seed,
+    }
+
+
+def _split(load: Load, rounds: int) -> list[Load]:
+    """``load`` cut into ``rounds`` equal phases (requests: the remainder goes to the first ones)."""
+    if load.requests is not None:
+        base, extra = divmod(load.requests, rounds)
+        return [Load(load.concurrency, load.rate, None, base + (i < extra)) for i in range(rounds)]
+    assert load.duration is not None
+    return [Load(load.concurrency, load.rate, load.duration / rounds, None) for _ in range(rounds)]
+
+
+class Runner:
+    """One loadtest invocation: fetch the models, build the requests, warm up, measure, report."""
+
+    def __init__(self, args: argparse.Namespace, out: Console, err: Console) -> None:
+        self.args = args
+        self.out = out
+        self.err = err
+        self.modes = ["pool", "no_pool"] if args.compare_pool else [POOL_CHOICES[args.pool]]
+        self.load = Load(
+            concurrency=None if args.rate is not None else (args.concurrency or DEFAULT_CONCURRENCY),
+            rate=args.rate,
+            duration=args.duration if args.requests is None else None,
+            requests=args.requests,
+        )
+        if self.load.duration is None and self.load.requests is None:
+            self.load = Load(self.load.concurrency, self.load.rate, DEFAULT_DURATION, None)
+        self.rng = random.Random(args.seed)
+
+    async def targets(self, client: Any) -> dict[str, list[Target]]:
+        args = self.args
+        given = read_payload_file(args.payload) if args.payload else None
+        infos = [await fetch_model(client, m.name) for m in args.model]
+        if given is not None:
+            known = {spec.name for info in infos for spec in info.inputs}
+            unknown = sorted(set(given) - known)
+            if unknown:
+                raise LoadtestError(
+                    f"--payload names input(s) {', '.join(unknown)} that the model(s) do not have; "
+                    f"inputs: {', '.join(sorted(known))}"
+                )
+        data_rng = np.random.default_rng(args.seed)
+        payloads = [build_payload(info, args.batch, data_rng, given) for info in infos]
+        return {
+            mode: [
+                encode_request(args.protocol, info, payload, mode, args.timeout_ms, args.binary)
+                for info, payload in zip(infos, payloads, strict=True)
+            ]
+            for mode in self.modes
+        }
+
+    async def run(self) -> int:
+        args = self.args
+        open_loop = self.load.rate is not None
+        connections = OPEN_LOOP_CONNECTIONS if open_loop else (self.load.concurrency or 1)
+        client_timeout = (args.timeout_ms or 30000) / 1000 + 5.0
+        weights = [m.weight for m in args.model]
+        async with HttpSender(args.url, connections, client_timeout) as send:
+            targets = await self.targets(send.clients[0])
+            pickers = {m: Picker(targets[m], weights, random.Random(self.rng.random())) for m in self.modes}
+            if args.warmup > 0:
+                warm = Load(self.load.concurrency, self.load.rate, args.warmup / len(self.modes), None)
+                await self.phases(send, pickers, [warm] * len(self.modes), Recorder(), "warmup")
+            phases = _split(self.load, args.rounds if args.compare_pool else 1)
+            recorder = Recorder()
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            durations = await self.phases(send, pickers, phases, recorder, "load")
+            cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+        return self.finish(recorder, durations, cpu_s, wall_s, send.first_errors)
+
+    async def phases(
+        self, send: Send, pickers: dict[str, Picker], phases: list[Load], recorder: Recorder, label: str
+    ) -> dict[str, float]:
+        """Runs ``phases`` with the modes in turn, showing progress; returns each mode's total time."""
+        by_time = phases[0].requests is None
+        total = sum((p.duration or 0.0) if by_time else (p.requests or 0) for p in phases)
+        durations = dict.fromkeys(self.modes, 0.0)
+        begin = time.perf_counter()
+        description = label
+        with report.LiveProgress(self.err, total, "s" if by_time else "requests") as progress:
+
+            def show() -> None:
+                elapsed = time.perf_counter() - begin
+                progress.update(
+                    recorder, min(elapsed, total) if by_time else len(recorder.samples), description
+                )
+
+            async def tick() -> None:
+                while True:
+                    show()
+                    await asyncio.sleep(0.25)
+
+            ticker = asyncio.create_task(tick())
+            try:
+                for i, phase in enumerate(phases):
+                    mode = self.modes[i % len(self.modes)]
+                    rounds = f" round {i + 1}/{len(phases)}" if len(phases) > 1 else ""
+                    description = f"{label} {mode}{rounds}"
+                    durations[mode] += await run_phase(send, pickers[mode], recorder, phase, self.rng)
+            finally:
+                ticker.cancel()
+            description = f"{label} done"
+            show()
+        return durations
+
+    def finish(
+        self,
+        recorder: Recorder,
+        durations: dict[str, float],
+        cpu_s: float,
+        wall_s: float,
+        first_errors: dict[str, str],
+    ) -> int:
+        args = self.args
+        runs = [
+            report.summarize([s for s in recorder.samples if s.mode == mode], mode, durations[mode])
+            for mode in self.modes
+        ]
+        title = f"poolserve loadtest: {', '.join(m.name for m in args.model)} ({args.protocol}, " + (
+            f"rate {self.load.rate:g}/s)"
+            if self.load.rate is not None
+            else f"{self.load.concurrency} clients)"
+        )
+        self.out.print(title, style="bold", highlight=False)
+        self.out.print(report.results_table(runs))
+        warnings = report.generator_warnings(
+            cpu_s,
+            wall_s,
+            self.load.rate,
+            len(recorder.send_lags),
+            recorder.send_span,
+            recorder.schedule_span,
+        )
+        for status, message in sorted(first_errors.items()):
+            say(self.err, f"first {status} error: {message}")
+        for w in warnings:
+            say(self.err, w, "warning")
+        if args.report:
+            extra: dict[str, Any] = {
+                "generator": {
+                    "cpu_s": cpu_s,
+                    "wall_s": wall_s,
+                    "cpu_fraction": cpu_s / wall_s if wall_s > 0 else 0.0,
+                    "send_lag_ms": report.latency_ms(recorder.send_lags) if recorder.send_lags else None,
+                },
+                "warnings": warnings,
+                "first_errors": first_errors,
+            }
+            by_mode = {r["mode"]: r for r in runs}
+            if "pool" in by_mode and "no_pool" in by_mode:
+                extra["comparison"] = {
+                    "pool_over_no_pool": report.ratios(by_mode["pool"], by_mode["no_pool"])
+                }
+            report.write_report(args.report, runs, _config(args, self.load, self.modes), extra)
+        if args.plot:
+            report.write_plot(args.plot, recorder.samples, title)
+        if not any(r["successes"] for r in runs):
+            say(self.err, "no request succeeded")
+            return 1
+        return 0
+
+
+def say(console: Console, message: str, kind: str = "") -> None:
+    """One unwrapped line on stderr: ``poolserve loadtest: message``, or ``warning: ...``/``note: ...``."""
+    line = Text(f"{kind}: ", style="yellow") if kind else Text("poolserve loadtest: ")
+    line.append(message)
+    console.print(line, soft_wrap=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    notes = check_args(parser, args)
+    out, err = Console(), Console(stderr=True)
+    for note in notes:
+        say(err, note, "note")
+    try:
+        if args.plot:
+            report.check_plotting()
+        return asyncio.run(Runner(args, out, err).run())
+    except LoadtestError as e:
+        say(err, str(e))
+        return 1
+    except KeyboardInterrupt:
+        say(err, "interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

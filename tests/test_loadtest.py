@@ -1,0 +1,536 @@
+"""poolserve loadtest: the pure parts (percentiles, schedule, payloads, request bodies, the loops with a fake
+server) and the command against a real `poolserve serve` process on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from loadtest import cli, report
+from loadtest.generator import (
+    HEADER_LENGTH,
+    HttpSender,
+    InputSpec,
+    Load,
+    LoadtestError,
+    ModelInfo,
+    Picker,
+    Recorder,
+    Sample,
+    Target,
+    build_payload,
+    concrete_shape,
+    encode_request,
+    poisson_arrivals,
+    random_input,
+    run_closed,
+    run_open,
+)
+from proto import serving_pb2, types_pb2
+from server import kserve
+
+ROOT = Path(__file__).resolve().parent.parent
+MLP = ModelInfo("mlp", (InputSpec("input", "FP32", (-1, 64)),))
+
+
+# --- summaries ------------------------------------------------------------------------------------------
+
+
+def test_latency_percentiles():
+    lat = [i / 1000 for i in range(1, 1001)]  # 1..1000 ms
+    random.Random(1).shuffle(lat)
+    ms = report.latency_ms(lat)
+    assert ms["p50"] == pytest.approx(500.5)
+    assert ms["p90"] == pytest.approx(900.1)
+    assert ms["p99"] == pytest.approx(990.01)
+    assert ms["p999"] == pytest.approx(999.001)
+    assert ms["max"] == pytest.approx(1000.0)
+    assert ms["min"] == pytest.approx(1.0)
+    assert report.latency_ms([]) == dict.fromkeys(("p50", "p90", "p99", "p999", "max", "min", "mean"))
+
+
+def test_summarize_counts_errors_by_status():
+    samples = [Sample(i * 0.01, 0.002 * (i + 1), 200, "pool", "mlp") for i in range(7)]
+    samples += [Sample(0.1, 0.05, 504, "pool", "mlp"), Sample(0.1, 0.05, 504, "pool", "cnn")]
+    samples += [Sample(0.2, 5.0, "client_timeout", "pool", "cnn"), Sample(0.3, 0.001, 400, "pool", "cnn")]
+    run = report.summarize(samples, "pool", 2.0)
+    assert run["requests"] == 11
+    assert run["successes"] == 7
+    assert run["errors"] == 4 == sum(run["errors_by_status"].values())
+    assert run["errors_by_status"] == {"400": 1, "504": 2, "client_timeout": 1}
+    assert run["timeouts"] == 2
+    assert run["throughput_rps"] == pytest.approx(3.5)
+    assert run["latency_ms"]["max"] == pytest.approx(14.0)  # successes only
+    assert run["by_model"]["cnn"]["requests"] == 3
+    assert run["by_model"]["mlp"]["successes"] == 7
+
+
+def test_ratios_and_table():
+    def run(mode, rps, p50):
+        lat = dict.fromkeys(("p50", "p90", "p99", "p999", "max"), p50)
+        return {
+            "mode": mode,
+            "requests": 10,
+            "errors": 1,
+            "errors_by_status": {"504": 1},
+            "timeouts": 1,
+            "throughput_rps": rps,
+            "latency_ms": lat,
+            "duration_s": 1.0,
+        }
+
+    pool, no_pool = run("pool", 300.0, 2.0), run("no_pool", 200.0, 4.0)
+    r = report.ratios(pool, no_pool)
+    assert r["throughput_rps"] == pytest.approx(1.5)
+    assert r["latency_p50"] == pytest.approx(0.5)
+    text = report.markdown_table([pool, no_pool])
+    assert "| metric | pool | no_pool | pool / no_pool |" in text
+    assert "| throughput (req/s) | 300.0 | 200.0 | 1.50x |" in text
+    assert "| errors | 1 (504: 1) | 1 (504: 1) | - |" in text
+
+
+def test_generator_warnings():
+    assert report.generator_warnings(0.5, 1.0, None, 0, 0.0, 0.0) == []
+    (cpu,) = report.generator_warnings(0.97, 1.0, None, 0, 0.0, 0.0)
+    assert "97% of a CPU core" in cpu
+    # 100 sends scheduled over 1 s went out over 2 s: half the requested rate
+    (rate,) = report.generator_warnings(0.2, 2.0, 100.0, 100, 2.0, 1.0)
+    assert "50.0 req/s of the requested 100 req/s" in rate
+    assert report.generator_warnings(0.2, 1.0, 100.0, 100, 1.02, 1.0) == []
+
+
+# --- schedule and payloads ------------------------------------------------------------------------------
+
+
+def test_poisson_arrivals():
+    times = list(poisson_arrivals(200.0, random.Random(3), count=4000))
+    assert times == list(poisson_arrivals(200.0, random.Random(3), count=4000))
+    gaps = np.diff([0.0, *times])
+    assert (gaps > 0).all()
+    assert gaps.mean() == pytest.approx(1 / 200, rel=0.06)
+    assert gaps.std() == pytest.approx(1 / 200, rel=0.1)  # exponential: std == mean
+    bounded = list(poisson_arrivals(200.0, random.Random(3), duration=2.0))
+    assert bounded == [t for t in times if t < 2.0]
+
+
+def test_concrete_shape():
+    assert concrete_shape((-1, 64), 4) == (4, 64)
+    assert concrete_shape((-1, -1, 3), 4) == (4, 1, 3)
+    assert concrete_shape((2, -1), 4) == (2, 1)
+    assert concrete_shape((), 4) == ()
+
+
+@pytest.mark.parametrize(
+    ("datatype", "dtype"),
+    [
+        ("FP32", np.float32),
+        ("FP16", np.float16),
+        ("INT64", np.int64),
+        ("UINT8", np.uint8),
+        ("BOOL", np.bool_),
+    ],
+)
+def test_random_input_dtypes(datatype, dtype):
+    spec = InputSpec("x", datatype, (-1, 3))
+    a = random_input(spec, 5, np.random.default_rng(0))
+    assert a.shape == (5, 3)
+    assert a.dtype == dtype
+    np.testing.assert_array_equal(a, random_input(spec, 5, np.random.default_rng(0)))
+
+
+def test_random_strings_and_unknown_datatype():
+    a = random_input(InputSpec("s", "BYTES", (2,)), 1, np.random.default_rng(0))
+    assert a.dtype == object and all(isinstance(v, bytes) and len(v) == 8 for v in a)
+    with pytest.raises(LoadtestError, match="input 'x' has datatype INVALID.*--payload"):
+        random_input(InputSpec("x", "INVALID", (2,)), 1, np.random.default_rng(0))
+
+
+def test_build_payload_mixes_given_and_random():
+    model = ModelInfo("m", (InputSpec("a", "FP32", (-1, 2)), InputSpec("b", "INT32", (-1,))))
+    payload = build_payload(model, 3, np.random.default_rng(0), {"b": [7, 8]})
+    assert payload["a"].shape == (3, 2)
+    assert payload["b"].dtype == np.int32
+    np.testing.assert_array_equal(payload["b"], [7, 8])
+    with pytest.raises(LoadtestError, match="input 'a' is not FP32 data"):
+        build_payload(model, 1, np.random.default_rng(0), {"a": [["x", "y"]]})
+
+
+# --- request bodies -------------------------------------------------------------------------------------
+
+
+def test_native_json_body():
+    payload = {"input": np.arange(128, dtype=np.float32).reshape(2, 64)}
+    t = encode_request("native", MLP, payload, "no_pool", timeout_ms=250)
+    assert t.path == "/v1/models/mlp:run"
+    body = json.loads(t.content)
+    assert body["feeds"]["input"] == payload["input"].tolist()
+    assert body["run_options"] == {"timeout_in_ms": 250, "experimental": {"use_run_handler_pool": False}}
+    default = json.loads(encode_request("native", MLP, payload, "default").content)
+    assert "run_options" not in default
+
+
+def test_native_protobuf_body():
+    payload = {"input": np.arange(128, dtype=np.float32).reshape(2, 64)}
+    t = encode_request("native", MLP, payload, "pool", timeout_ms=250, binary=True)
+    assert t.headers["Content-Type"] == "application/x-protobuf"
+    msg = serving_pb2.RunRequest.FromString(t.content)
+    feed = msg.feeds["input"]
+    assert feed.dtype == types_pb2.DT_FLOAT
+    assert [d.size for d in feed.tensor_shape.dim] == [2, 64]
+    np.testing.assert_array_equal(np.frombuffer(feed.tensor_content, "<f4").reshape(2, 64), payload["input"])
+    assert msg.run_options.timeout_in_ms == 250
+    assert msg.HasField("use_run_handler_pool") and msg.use_run_handler_pool
+    off = serving_pb2.RunRequest.FromString(
+        encode_request("native", MLP, payload, "no_pool", binary=True).content
+    )
+    assert off.HasField("use_run_handler_pool") and not off.use_run_handler_pool
+    default = encode_request("native", MLP, payload, "default", binary=True).content
+    assert not serving_pb2.RunRequest.FromString(default).HasField("use_run_handler_pool")
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_kserve_body_decodes_on_the_server(binary):
+    model = ModelInfo(
+        "m", (InputSpec("x", "FP32", (-1, 3)), InputSpec("i", "INT64", (-1,)), InputSpec("s", "BYTES", (-1,)))
+    )
+    payload = build_payload(model, 2, np.random.default_rng(0))
+    t = encode_request("kserve", model, payload, "pool", timeout_ms=20, binary=binary)
+    assert t.path == "/v2/models/m/infer"
+    decoded = kserve.decode_request(t.content, t.headers.get(HEADER_LENGTH))
+    for name, value in payload.items():
+        np.testing.assert_array_equal(decoded.inputs[name], value)
+    assert decoded.parameters["use_run_handler_pool"] is True
+    assert decoded.parameters["timeout"] == 20_000  # microseconds
+    assert decoded.binary_output is binary
+
+
+def test_tfserving_body():
+    payload = {"input": np.ones((1, 64), np.float32)}
+    t = encode_request("tfserving", MLP, payload, "default", timeout_ms=20)
+    assert t.path == "/v1/models/mlp:predict"
+    assert json.loads(t.content) == {"inputs": {"input": payload["input"].tolist()}}
+
+
+def test_picker_follows_weights():
+    targets = [Target(m, "default", "/", b"", {}) for m in ("a", "b")]
+    pick = Picker(targets, [3.0, 1.0], random.Random(0))
+    names = [pick().model for _ in range(4000)]
+    assert names.count("a") / len(names) == pytest.approx(0.75, abs=0.03)
+
+
+def test_http_sender_spreads_connections_over_small_clients():
+    async def main():
+        async with HttpSender("http://127.0.0.1:1", 40, 1.0) as sender:
+            sizes = sender.sizes
+            first = [sender.slots.get_nowait() for _ in range(3)]
+            return sizes, sender.slots.qsize(), first, sender.clients
+
+    sizes, free, first, clients = asyncio.run(main())
+    assert sizes == [16, 16, 8]
+    assert free == 40 - 3
+    assert first == clients  # interleaved: consecutive requests go to different clients
+    assert all(c.is_closed for c in clients)
+
+
+# --- the loops, against a fake server -------------------------------------------------------------------
+
+
+class SerialServer:
+    """A fake sender: a server that handles one request at a time, ``service`` seconds each."""
+
+    def __init__(self, service: float) -> None:
+        self.service = service
+        self.lock = asyncio.Lock()
+        self.in_flight = 0
+        self.peak = 0
+        self.arrivals: list[float] = []
+
+    async def __call__(self, target: Target) -> int:
+        self.arrivals.append(time.perf_counter())
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            async with self.lock:
+                await asyncio.sleep(self.service)
+        finally:
+            self.in_flight -= 1
+        return 200
+
+
+TARGET = Target("m", "default", "/", b"", {})
+
+
+def test_open_loop_latency_includes_queueing():
+    # 40 requests at 400 req/s to a server that does 50 req/s: the backlog grows through the run
+    server = SerialServer(0.02)
+    recorder = Recorder()
+    schedule = list(poisson_arrivals(400.0, random.Random(5), count=40))
+
+    async def main():
+        recorder.origin = time.perf_counter()
+        return await run_open(server, lambda: TARGET, recorder, 400.0, Load(requests=40), random.Random(5))
+
+    wall = asyncio.run(main())
+    assert len(recorder.samples) == 40
+    # the sender never waited for answers: the requests arrived on schedule, piling up at the server
+    assert server.peak > 20
+    start = recorder.origin
+    lags = [a - start - s for a, s in zip(server.arrivals, schedule, strict=True)]
+    assert max(lags) < 0.05
+    assert sorted(recorder.send_lags) == pytest.approx(sorted(lags), abs=0.01)
+    lat = [s.latency for s in sorted(recorder.samples, key=lambda s: s.start)]
+    # latency counts from the scheduled time: the last request waited for the 39 before it (~0.8 s)
+    assert lat[-1] >= 40 * 0.02 - schedule[-1] - 0.01
+    assert np.mean(lat[-5:]) > 5 * np.mean(lat[:5])
+    assert wall >= 40 * 0.02
+
+
+def test_open_loop_counts_a_slow_generator_from_the_schedule():
+    # each send blocks the event loop for 10 ms (a CPU-bound generator): at 400 req/s the sends fall
+    # behind schedule, and that delay belongs in the latency (and earns the generator a warning)
+    async def blocking_send(target):
+        time.sleep(0.01)
+        return 200
+
+    recorder = Recorder()
+    asyncio.run(run_open(blocking_send, lambda: TARGET, recorder, 400.0, Load(requests=20), random.Random(2)))
+    samples = sorted(recorder.samples, key=lambda s: s.start)
+    lags = sorted(recorder.send_lags)
+    assert lags[-1] > 0.1
+    for sample, lag in zip(samples, recorder.send_lags, strict=True):
+        assert sample.latency >= lag + 0.01
+    assert samples[-1].latency > 0.1  # a clock started at the actual send would say ~10 ms
+    (warning,) = report.generator_warnings(
+        0.1, 1.0, 400.0, len(recorder.send_lags), recorder.send_span, recorder.schedule_span
+    )
+    assert "could not keep up with the schedule" in warning
+
+
+def test_closed_loop_keeps_n_in_flight_and_stops_at_count():
+    server = SerialServer(0.002)
+    recorder = Recorder()
+    asyncio.run(run_closed(server, lambda: TARGET, recorder, 5, Load(concurrency=5, requests=23)))
+    assert len(recorder.samples) == 23
+    assert server.peak == 5
+    assert recorder.in_flight == 0
+
+
+def test_closed_loop_stops_at_duration():
+    server = SerialServer(0.001)
+    recorder = Recorder()
+    wall = asyncio.run(run_closed(server, lambda: TARGET, recorder, 2, Load(concurrency=2, duration=0.2)))
+    assert 0.2 <= wall < 0.5
+    assert 50 < len(recorder.samples) < 500
+
+
+# --- the command against a real server ------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    log_path = tmp_path_factory.mktemp("loadtest") / "server.log"
+    port = free_port()
+    config = ROOT / "configs" / "default.toml"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "server.cli", "serve", "--config", str(config)]
+            + ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 30
+            while True:
+                if proc.poll() is not None:
+                    pytest.fail(f"the server exited with {proc.returncode}: {log_path.read_text()}")
+                try:
+                    if httpx.get(f"{url}/v2/health/ready", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    pytest.fail("the server did not become ready in 30 s")
+                time.sleep(0.05)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+
+def check_run(run):
+    assert run["requests"] == run["successes"] + run["errors"]
+    assert run["errors"] == sum(run["errors_by_status"].values())
+    lat = run["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p999"] <= lat["max"]
+
+
+def test_closed_loop_report(server, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    argv = ["--url", server, "--model", "mlp", "--model", "branches:0.5", "--concurrency", "3"]
+    assert cli.main([*argv, "--requests", "40", "--batch", "2", "--pool", "off", "--report", str(out)]) == 0
+    body = json.loads(out.read_text())
+    (run,) = body["runs"]
+    assert run["mode"] == "no_pool"
+    assert run["requests"] == 40 and run["errors"] == 0
+    check_run(run)
+    assert sum(m["requests"] for m in run["by_model"].values()) == 40
+    assert set(run) >= {"errors_by_status", "timeouts", "throughput_rps", "duration_s"}
+    assert run["throughput_rps"] == pytest.approx(40 / run["duration_s"])
+    config = body["config"]
+    assert config["models"] == [{"name": "mlp", "weight": 1.0}, {"name": "branches", "weight": 0.5}]
+    assert config["concurrency"] == 3 and config["loop"] == "closed" and config["batch"] == 2
+    assert body["generator"]["cpu_fraction"] > 0
+    table = capsys.readouterr().out
+    assert "latency p99.9 (ms)" in table and "no_pool" in table
+
+
+def test_open_loop_kserve_binary(server, tmp_path):
+    out = tmp_path / "r.json"
+    argv = ["--url", server, "--model", "mlp", "--rate", "150", "--requests", "30", "--protocol", "kserve"]
+    assert cli.main([*argv, "--binary", "--pool", "on", "--seed", "4", "--report", str(out)]) == 0
+    body = json.loads(out.read_text())
+    (run,) = body["runs"]
+    assert run["mode"] == "pool" and run["requests"] == 30 and run["errors"] == 0
+    check_run(run)
+    assert body["config"]["loop"] == "open" and body["config"]["rate"] == 150.0
+    assert body["generator"]["send_lag_ms"]["max"] is not None
+
+
+def test_compare_pool_report_and_plot(server, tmp_path, capsys):
+    out, png = tmp_path / "r.json", tmp_path / "p.png"
+    argv = ["--url", server, "--model", "mlp", "--compare-pool", "--rounds", "4", "--concurrency", "2"]
+    assert cli.main([*argv, "--requests", "40", "--binary", "--report", str(out), "--plot", str(png)]) == 0
+    body = json.loads(out.read_text())
+    assert [r["mode"] for r in body["runs"]] == ["pool", "no_pool"]
+    for run in body["runs"]:
+        assert run["requests"] == 20
+        check_run(run)
+    ratio = body["comparison"]["pool_over_no_pool"]
+    pool, no_pool = body["runs"]
+    assert ratio["throughput_rps"] == pytest.approx(pool["throughput_rps"] / no_pool["throughput_rps"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "pool / no_pool" in capsys.readouterr().out
+
+
+def test_timeouts_are_counted(server, tmp_path, capsys):
+    # 1 ms cannot cover decoding a JSON batch of 16 images: the server answers 504
+    out = tmp_path / "r.json"
+    argv = ["--url", server, "--model", "cnn", "--batch", "16", "--timeout-ms", "1", "--concurrency", "2"]
+    assert cli.main([*argv, "--requests", "6", "--report", str(out)]) == 1  # no request succeeded
+    body = json.loads(out.read_text())
+    (run,) = body["runs"]
+    assert run["requests"] == 6 == run["errors"] == run["timeouts"] == run["errors_by_status"]["504"]
+    assert run["latency_ms"]["p50"] is None
+    assert "deadline of 1 ms" in body["first_errors"]["504"]
+    err = capsys.readouterr().err
+    assert "first 504 error: The deadline of 1 ms" in err
+    assert "no request succeeded" in err
+
+
+def test_tfserving_says_pool_is_not_expressible(server, capsys):
+    argv = ["--url", server, "--model", "attention", "--protocol", "tfserving", "--pool", "on"]
+    assert cli.main([*argv, "--requests", "5", "--concurrency", "1", "--timeout-ms", "5000"]) == 0
+    captured = capsys.readouterr()
+    assert "--pool on cannot be expressed in a TF Serving request" in captured.err
+    assert "--timeout-ms cannot be expressed" in captured.err
+    assert "default" in captured.out
+
+
+def test_payload_file(server, tmp_path, capsys):
+    good = tmp_path / "in.json"
+    good.write_text(json.dumps({"input": [[0.5] * 64] * 3}))
+    assert cli.main(["--url", server, "--model", "mlp", "--payload", str(good), "--requests", "4"]) == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"nope": [1.0]}))
+    assert cli.main(["--url", server, "--model", "mlp", "--payload", str(bad), "--requests", "4"]) == 1
+    assert (
+        "--payload names input(s) nope that the model(s) do not have; inputs: input"
+        in capsys.readouterr().err
+    )
+    bad.write_text("{")
+    assert cli.main(["--url", server, "--model", "mlp", "--payload", str(bad), "--requests", "4"]) == 1
+    assert "is not valid JSON" in capsys.readouterr().err
+
+
+def test_unknown_model(server, capsys):
+    assert cli.main(["--url", server, "--model", "nosuch", "--requests", "1"]) == 1
+    err = capsys.readouterr().err
+    assert f"GET {server}/v2/models/nosuch answered 404" in err
+    assert "Traceback" not in err
+
+
+def test_unreachable_url(capsys):
+    url = f"http://127.0.0.1:{free_port()}"
+    assert cli.main(["--url", url, "--model", "mlp", "--requests", "1"]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot connect to {url}/v2/models/mlp" in err
+    assert "Traceback" not in err
+
+
+def test_plot_without_matplotlib(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert cli.main(["--url", "http://127.0.0.1:1", "--model", "m", "--plot", "x.png"]) == 1
+    assert "--plot needs matplotlib" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "m", "--rate", "0"], "expected a positive number, got '0'"),
+        (["--model", "m", "--concurrency", "2", "--rate", "5"], "not allowed with argument"),
+        (["--model", "m", "--duration", "1", "--requests", "5"], "not allowed with argument"),
+        (["--model", "m:heavy"], "the weight in 'm:heavy' must be a positive number"),
+        (["--model", "m", "--model", "m"], "a model is given more than once"),
+        (["--model", "m", "--url", "ftp://x"], "--url must start with http:// or https://"),
+        (["--model", "m", "--compare-pool", "--pool", "on"], "leave out --pool"),
+        (["--model", "m", "--compare-pool", "--rounds", "3"], "--rounds must be an even number"),
+        (["--model", "m", "--compare-pool", "--requests", "3"], "--requests must be at least --rounds"),
+        (["--model", "m", "--protocol", "tfserving", "--binary"], "--binary is not available"),
+        (["--model", "m", "--protocol", "tfserving", "--compare-pool"], "TF Serving's API does not have"),
+        (["--model", "m", "--protocol", "grpc"], "invalid choice: 'grpc'"),
+        (["--model", "m", "--batch", "0"], "expected a positive integer, got '0'"),
+        (["--rate", "5"], "the following arguments are required: --model"),
+    ],
+)
+def test_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "usage: poolserve loadtest" in err
+
+
+def test_command_line_bad_argument_exit_code():
+    proc = subprocess.run(
+        [sys.executable, "-m", "server.cli", "loadtest", "--model", "m", "--warmup", "-1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "argument --warmup: expected a number of at least 0, got '-1'" in proc.stderr
+    assert "Traceback" not in proc.stderr
