@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import itertools
 import os
 import threading
@@ -128,13 +129,31 @@ class _Waiter:
         self.done = False
 
 
+class _Parker:
+    """A one-permit wake-up, cheaper than threading.Event (no Condition, one C call to wake): the
+    dispatcher runs on the event loop for asyncio callers, so waking a thread must cost it little."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def unpark(self) -> None:
+        with contextlib.suppress(RuntimeError):  # already unparked: the permit is not counted twice
+            self._lock.release()
+
+    def park(self) -> None:
+        self._lock.acquire()
+
+
 class _Worker:
     """A thread that runs closures the dispatcher hands it: a pool thread or a helping caller."""
 
-    __slots__ = ("event", "task", "waiting")
+    __slots__ = ("parker", "task", "waiting")
 
     def __init__(self) -> None:
-        self.event = threading.Event()
+        self.parker = _Parker()
         self.task: tuple[RunHandler, Closure] | None = None
         self.waiting = False
 
@@ -261,7 +280,7 @@ class RunHandlerPool:
             helper = h.helper
             if helper is not None and helper.waiting:
                 helper.waiting = False
-                helper.event.set()  # the caller returns from help()
+                helper.parker.unpark()  # the caller returns from help()
             while self._waiters and len(self._active) < self.max_handlers:
                 key, w = self._waiters.popleft()
                 if w.done:
@@ -286,7 +305,7 @@ class RunHandlerPool:
             self._queued += 1
             wake = self._dispatch()
         for w in wake:
-            w.event.set()
+            w.parker.unpark()
 
     def _dispatch(self) -> list[_Worker]:
         """With the lock held: hands free slots and the next closures to chosen workers (to be woken)."""
@@ -350,12 +369,11 @@ class RunHandlerPool:
                             self._idle.remove(me)
             for w in wake:
                 if w is not me:
-                    w.event.set()
+                    w.parker.unpark()
             if task is None:
                 if own is not None and own.helper is None:
                     return
-                me.event.wait()
-                me.event.clear()
+                me.parker.park()
                 continue
             h, fn = task
             try:

@@ -46,6 +46,8 @@ from runtime.threadpool import (
 from runtime.types import Feeds, Fetches, TensorId
 
 CLOSED_MESSAGE = "Attempted to use a closed Session."
+# Resolved call signatures kept per session; past this many (a client inventing fetch lists) start over.
+_MAX_SIGNATURES = 1024
 
 
 # --- fetch structures ------------------------------------------------------------------------------------
@@ -189,6 +191,7 @@ class Session:
         self._resources = ResourceContainer()
         self._folder = self._make_folder(self._graph)
         self._plans: dict[str, Plan] = {}
+        self._signatures: dict[tuple[Any, ...], tuple[_Signature, list[TensorId]]] = {}
         self._lock = threading.Lock()
         self._active: set[Step] = set()
         self._closed = False
@@ -251,7 +254,7 @@ class Session:
         folder = self._make_folder(graph)
         with self._lock:
             folder._values = self._folder._values  # node values do not change when nodes are added
-            self._graph, self._folder, self._plans = graph, folder, {}
+            self._graph, self._folder, self._plans, self._signatures = graph, folder, {}, {}
 
     # --- signature ---------------------------------------------------------------------------------------
 
@@ -293,6 +296,35 @@ class Session:
     def _resolve(
         self, fetches: Fetches, feed_dict: Feeds | None, options: config_pb2.RunOptions | None
     ) -> tuple[_Signature, list[Any]]:
+        """The call's signature and its feeds in plan order. Flat fetch lists (what servers send) are
+        resolved once per (fetches, feed names, watches); later calls only check the fed values."""
+        feed_names = tuple(feed_dict) if feed_dict else ()
+        key: tuple[Any, ...] | None = None
+        if isinstance(fetches, str) or (
+            type(fetches) in (list, tuple) and all(isinstance(f, str) for f in fetches)
+        ):
+            key = (type(fetches), fetches if isinstance(fetches, str) else tuple(fetches), feed_names)
+            key += (_watch_summary(options),)
+            cached = self._signatures.get(key)
+            if cached is not None:
+                sig, feed_ids = cached
+                graph = self._graph
+                feeds = feed_dict or {}
+                by_id = {
+                    t: prepare_feed(graph, t, feeds[n]) for n, t in zip(feed_names, feed_ids, strict=True)
+                }
+                return sig, [by_id[t] for t in sig.plan.feeds]
+        sig, feed_values = self._resolve_uncached(fetches, feed_dict, options)
+        if key is not None:
+            if len(self._signatures) >= _MAX_SIGNATURES:
+                self._signatures.clear()
+            graph = self._graph
+            self._signatures[key] = (sig, [graph.tensor(n) for n in feed_names])
+        return sig, [feed_values[t] for t in sig.plan.feeds]
+
+    def _resolve_uncached(
+        self, fetches: Fetches, feed_dict: Feeds | None, options: config_pb2.RunOptions | None
+    ) -> tuple[_Signature, dict[TensorId, Any]]:
         graph = self._graph
         mapper = _FetchMapper(fetches)
         feed_values: dict[TensorId, Any] = {}
@@ -324,7 +356,7 @@ class Session:
         position = {t: i for i, t in enumerate(plan.fetches)}
         order = [position[t] for t in fetch_ids]
         sig = _Signature(plan, mapper, [None if i is None else order[i] for i in fetch_index])
-        return sig, [feed_values[t] for t in plan.feeds]
+        return sig, feed_values
 
     # --- running -----------------------------------------------------------------------------------------
 

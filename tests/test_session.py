@@ -451,3 +451,15 @@ def test_two_inter_op_threads_run_branches_in_parallel():
             return time.monotonic() - t0
 
     assert timed(2) < 0.27 < timed(1) + 0.02
+
+
+def test_resolved_signatures_are_cached_but_feeds_still_checked():
+    b, x, y = mlp_graph()
+    with Session(b.graph_def) as s:
+        for v in (X, X * 2, X[:1]):
+            np.testing.assert_allclose(s.run([y], {x: v})[0], expected_y(v))
+        assert len(s._signatures) == 1  # one flat signature, resolved once
+        with pytest.raises(InvalidArgumentError, match=r"shape \(2, 4\) for Tensor 'x:0'"):
+            s.run([y], {x: np.zeros((2, 4), np.float32)})  # the cached path still checks the feed
+        np.testing.assert_allclose(s.run((y, y), {"x": X})[1], expected_y(X))  # other keys: other entries
+        assert len(s._signatures) == 2
