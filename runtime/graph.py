@@ -67,6 +67,7 @@ class Graph:
         self._check_inputs()
         self.order: list[Node] = self._topological_order()
         self.position = {node.name: i for i, node in enumerate(self.order)}
+        self._feed_specs: dict[str, tuple[int, np.dtype[Any], tuple[int, ...] | None] | None] = {}
         self.kernels: dict[str, Compute] = {}
         for node in self.order:
             self.kernels[node.name] = self._bind(node)
@@ -151,6 +152,20 @@ class Graph:
             )
         return node, port
 
+    def feed_spec(self, name: str) -> tuple[int, np.dtype[Any], tuple[int, ...] | None] | None:
+        """(dtype, numpy dtype, shape) of a placeholder, read once; None for other nodes."""
+        try:
+            return self._feed_specs[name]
+        except KeyError:
+            pass
+        node = self.nodes[name]
+        spec = None
+        if node.op in ("Placeholder", "PlaceholderWithDefault"):
+            want = node.attr_type("dtype")
+            spec = (want, dtypes.as_numpy_dtype(want), node.attr_shape("shape", None))
+        self._feed_specs[name] = spec
+        return spec
+
     def node(self, name: str) -> Node:
         try:
             return self.nodes[name]
@@ -213,12 +228,11 @@ def prepare_feed(graph: Graph, tensor: TensorId, value: Any) -> np.ndarray[Any, 
     when the cast loses nothing (``int32`` into ``float32`` is fine, ``float64`` into ``int32`` is not).
     Feeds of other nodes' tensors are taken as given.
     """
-    node = graph.nodes[tensor[0]]
-    name = f"{tensor[0]}:{tensor[1]}"
-    if node.op not in ("Placeholder", "PlaceholderWithDefault"):
+    spec = graph.feed_spec(tensor[0])
+    if spec is None:
         return as_array(value)
-    want = node.attr_type("dtype")
-    np_want = dtypes.as_numpy_dtype(want)
+    want, np_want, shape = spec
+    name = f"{tensor[0]}:{tensor[1]}"
     try:
         if (
             isinstance(value, np.ndarray)
@@ -238,7 +252,6 @@ def prepare_feed(graph: Graph, tensor: TensorId, value: Any) -> np.ndarray[Any, 
         raise InvalidArgumentError(
             f"Cannot convert the value fed for Tensor '{name}' to {dtypes.name(want)}: {e}"
         ) from None
-    shape = node.attr_shape("shape", None)
     if shape is not None and (
         len(shape) != arr.ndim or any(d >= 0 and d != s for d, s in zip(shape, arr.shape, strict=False))
     ):

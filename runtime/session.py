@@ -8,7 +8,9 @@ code awaits a step without parking a thread.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
 import os
 import threading
 import time
@@ -563,6 +565,52 @@ class Session:
         )
         return future
 
+    async def arun(
+        self,
+        fetches: Fetches,
+        feed_dict: Feeds | None = None,
+        options: config_pb2.RunOptions | None = None,
+        run_metadata: config_pb2.RunMetadata | None = None,
+        *,
+        handler: RunHandler | None = None,
+        started: float | None = None,
+        on_step_end: Callable[[], None] | None = None,
+    ) -> Any:
+        """``run`` for asyncio code: awaits the step, which runs on the inter-op pool (or the given run
+        handler). The event loop only starts the step and is woken once when it ends; cancelling the
+        awaiting task cancels the step. ``on_step_end`` is called once the step has really stopped (on
+        its thread; also after a cancel), or at once if it could not start."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def on_done(result: Any, error: OpError | None) -> None:
+            if on_step_end is not None:
+                on_step_end()
+            # a cancelled caller's loop may be gone by the time the step stops: nobody waits then
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, future, result, error)
+
+        try:
+            step = self._start(
+                fetches,
+                feed_dict,
+                options,
+                run_metadata,
+                on_done,
+                inline=False,
+                handler=handler,
+                started=started,
+            )
+        except BaseException:
+            if on_step_end is not None:
+                on_step_end()
+            raise
+        try:
+            return await future
+        except asyncio.CancelledError:
+            step.cancel()
+            raise
+
     # --- partial runs ------------------------------------------------------------------------------------
 
     def partial_run_setup(self, fetches: Fetches, feeds: Sequence[str] | None = None) -> str:
@@ -716,6 +764,15 @@ class _PartialRun:
 
 
 _CALLER = CallerThread()
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: OpError | None) -> None:
+    if future.done():  # the awaiting task was cancelled meanwhile
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
 
 
 def _as_output(value: Any) -> Any:

@@ -20,8 +20,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from proto import config_pb2, types_pb2
 from runtime import run_handler
 from runtime.errors import (
@@ -503,13 +501,19 @@ class Runtime:
             if handler is not None:
                 handler.release()
             raise
-        with np.errstate(all="ignore"):
-            # the step releases the handler however it ends (also when submit raises)
-            future = entry.session.submit(
-                fetches, feeds, options, run_metadata, handler=handler, started=request.received_at
-            )
-        self._step_started(future)
-        waiter = asyncio.wrap_future(future)
+        # the step releases the handler however it ends (also when starting it raises); cancelling this
+        # task (timeout backstop, client disconnect) cancels the step
+        waiter = entry.session.arun(
+            fetches,
+            feeds,
+            options,
+            run_metadata,
+            handler=handler,
+            started=request.received_at,
+            on_step_end=self._step_ended,
+        )
+        with self._steps_lock:
+            self.steps_running += 1
         try:
             if timeout_ms > 0:
                 # the session's deadline timer cancels the step on time; this backstop answers even when a
@@ -537,15 +541,9 @@ class Runtime:
             )
         return remaining
 
-    def _step_started(self, future: Any) -> None:
+    def _step_ended(self) -> None:
         with self._steps_lock:
-            self.steps_running += 1
-
-        def ended(_: Any) -> None:
-            with self._steps_lock:
-                self.steps_running -= 1
-
-        future.add_done_callback(ended)
+            self.steps_running -= 1
 
     def _record_trace(
         self,

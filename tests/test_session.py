@@ -463,3 +463,28 @@ def test_resolved_signatures_are_cached_but_feeds_still_checked():
             s.run([y], {x: np.zeros((2, 4), np.float32)})  # the cached path still checks the feed
         np.testing.assert_allclose(s.run((y, y), {"x": X})[1], expected_y(X))  # other keys: other entries
         assert len(s._signatures) == 2
+
+
+def test_arun_awaits_the_step_and_cancelling_cancels_it():
+    import asyncio
+
+    b, x, t = chain_graph(50, 0.01)
+    ended = []
+    with Session(b.graph_def) as s:
+
+        async def main():
+            assert await s.arun(t, {x: 3.0}, on_step_end=lambda: ended.append("ok")) == 3.0
+            with pytest.raises(InvalidArgumentError):  # refused before it starts: on_step_end at once
+                await s.arun(t, {x: np.zeros(3)}, on_step_end=lambda: ended.append("refused"))
+            task = asyncio.ensure_future(s.arun(t, {x: 1.0}, on_step_end=lambda: ended.append("cancelled")))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(main())
+        deadline = time.monotonic() + 2
+        while "cancelled" not in ended and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert ended == ["ok", "refused", "cancelled"]
+    assert sum(RUNS.get(f"step{i}", 0) for i in range(50)) < 50 + 15  # the cancelled run stopped early
