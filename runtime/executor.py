@@ -72,6 +72,7 @@ class PlanNode:
         "in_slots",
         "index",
         "label",
+        "learned",
         "measure",
         "name",
         "node",
@@ -94,13 +95,15 @@ class PlanNode:
         self.measure = expensive
         self.expensive = expensive
         self.cost_us = _INITIAL_COST_US if expensive else 0.0
+        self.learned = False
         self.label = ""
 
     def learn(self, elapsed_us: float) -> None:
-        if self.cost_us >= _INITIAL_COST_US:  # the first measurement replaces the guess
-            self.cost_us = min(elapsed_us, _INITIAL_COST_US - 1.0)
-        else:
+        if self.learned:
             self.cost_us = (9.0 * self.cost_us + elapsed_us) / 10.0
+        else:  # the first measurement replaces the guess
+            self.cost_us = elapsed_us
+            self.learned = True
         self.expensive = self.cost_us > EXPENSIVE_THRESHOLD_US
 
 

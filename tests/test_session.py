@@ -488,3 +488,16 @@ def test_arun_awaits_the_step_and_cancelling_cancels_it():
             time.sleep(0.01)
     assert ended == ["ok", "refused", "cancelled"]
     assert sum(RUNS.get(f"step{i}", 0) for i in range(50)) < 50 + 15  # the cancelled run stopped early
+
+
+def test_cost_estimates_are_learned_from_measured_times():
+    b, x, y = mlp_graph()
+    with Session(b.graph_def) as s:
+        s.run(y, {x: X})
+        (plan,) = set(s._plans.values())
+        mm = next(pn for pn in plan.nodes if pn.name == "mm")
+        assert mm.measure and mm.learned
+        assert mm.cost_us < 250 and not mm.expensive  # a tiny MatMul turns out cheap: it runs inline
+        first = mm.cost_us
+        mm.learn(first + 1000.0)
+        assert mm.cost_us == pytest.approx(first + 100.0)  # (9 * previous + measured) / 10
