@@ -320,10 +320,11 @@ def create_app(config: Config, runtime: Runtime | None = None) -> FastAPI:
     app = FastAPI(title="poolserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.runtime = runtime
     errors.install(app)
-    app.include_router(operations_router(runtime))
+    # inference routes first: routes are matched in order, and these take nearly all the traffic
     app.include_router(native.router(runtime))
-    app.include_router(kserve.router(runtime))
     app.include_router(tfserving.router(runtime))
+    app.include_router(kserve.router(runtime))
+    app.include_router(operations_router(runtime))
     app.add_middleware(ServingMiddleware, runtime=runtime)
     return app
 
