@@ -85,3 +85,69 @@ def sleep_op(b: GraphBuilder, x: str | None, seconds: float, name: str) -> str:
     """A TestSleep node: passes ``x`` on after sleeping; RUNS[name] counts its executions."""
     RUNS.pop(name, None)
     return str(b.op("TestSleep", [x] if x else [], {"seconds": float(seconds)}, name=name))
+
+
+# --- a real server process -------------------------------------------------------------------------------
+
+import os  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import httpx  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """``poolserve serve --config CONFIG`` as a real process on 127.0.0.1 and a free port, started and
+    waited for (30 s at most) on construction; ``stop()`` ends it (SIGTERM, then SIGKILL after 15 s).
+    POOLSERVE_* variables of the test environment are not passed on."""
+
+    def __init__(self, config: Path, log: Path, *args: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.address = f"127.0.0.1:{self.port}"
+        self.log = log
+        env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "server.cli", "serve", "--config", str(config)]
+                + ["--host", "127.0.0.1", "--port", str(self.port), *args],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 30
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the server exited with {self.proc.returncode}: {self.output()}")
+            try:
+                if httpx.get(f"{self.url}/v1/health/ready", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"the server did not become ready in 30 s: {self.output()}")
+            time.sleep(0.05)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)

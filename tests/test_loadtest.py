@@ -6,15 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
+from support import ServerProcess, free_port
 
 from loadtest import cli, report
 from loadtest.generator import (
@@ -336,47 +335,14 @@ def test_closed_loop_stops_at_duration():
 # --- the command against a real server ------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    log_path = tmp_path_factory.mktemp("loadtest") / "server.log"
-    port = free_port()
-    config = ROOT / "configs" / "default.toml"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "serve", "--config", str(config)]
-            + ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 30
-            while True:
-                if proc.poll() is not None:
-                    pytest.fail(f"the server exited with {proc.returncode}: {log_path.read_text()}")
-                try:
-                    if httpx.get(f"{url}/v2/health/ready", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    pytest.fail("the server did not become ready in 30 s")
-                time.sleep(0.05)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+    log = tmp_path_factory.mktemp("loadtest") / "server.log"
+    proc = ServerProcess(ROOT / "configs" / "default.toml", log, "--log-level", "warning")
+    try:
+        yield proc.url
+    finally:
+        proc.stop()
 
 
 def check_run(run):

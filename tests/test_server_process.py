@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +14,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from support import ServerProcess
 
 from runtime.builder import GraphBuilder
 
@@ -40,14 +38,7 @@ def write_models(root: Path) -> None:
     (root / "slow.pb").write_bytes(b.graph_def.SerializeToString())
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Server:
+class Server(ServerProcess):
     def __init__(self, tmp: Path) -> None:
         write_models(tmp)
         config = tmp / "server.toml"
@@ -55,40 +46,7 @@ class Server:
             '[server]\ndrain_seconds = 20\n\n[[models]]\nname = "add"\npath = "add.pb"\n\n'
             '[[models]]\nname = "slow"\npath = "slow.pb"\n'
         )
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
-        self.log = tmp / "server.log"
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "server.cli",
-                    "serve",
-                    "--config",
-                    str(config),
-                    "--port",
-                    str(self.port),
-                ],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.output()
-            try:
-                if httpx.get(f"{self.url}/v1/health/ready", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError("the server did not become ready")
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
+        super().__init__(config, tmp / "server.log")
 
     def metric(self, text: str, name: str) -> float:
         m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
@@ -104,11 +62,6 @@ class Server:
                 return True
             time.sleep(0.01)
         return False
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
 
 @pytest.fixture

@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton
+from support import ServerProcess
 from test_server_kserve import CONFIG, write_models
 from tritonclient.utils import InferenceServerException
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -30,41 +20,11 @@ def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("triton")
     write_models(folder)
     (folder / "poolserve.toml").write_text(CONFIG)
-    port = free_port()
-    log = (folder / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", "--config", str(folder / "poolserve.toml")]
-        + ["--port", str(port), "--host", "127.0.0.1", "--log-level", "warning"],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    proc = ServerProcess(folder / "poolserve.toml", folder / "server.log", "--log-level", "warning")
     try:
-        deadline = time.monotonic() + 30
-        for _ in range(300):
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"the server exited with {proc.returncode}: {(folder / 'server.log').read_text()}"
-                )
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail("the server did not become ready")
-        yield f"127.0.0.1:{port}"
+        yield proc.address
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        log.close()
+        proc.stop()
 
 
 @pytest.fixture(scope="module")
