@@ -52,6 +52,15 @@ def summarize(latencies: list[float], seconds: float) -> dict[str, float]:
     }
 
 
+def summarize_modes(lat: dict[str, dict[str, list[float]]], seconds: float) -> dict[str, Any]:
+    """Per mode: each model's summary and all models together."""
+    result: dict[str, Any] = {}
+    for mode, per_model in lat.items():
+        result[mode] = {m: summarize(v, seconds) for m, v in per_model.items()}
+        result[mode]["all"] = summarize([x for v in per_model.values() for x in v], seconds)
+    return result
+
+
 def run_round(
     sessions: list[tuple[Session, dict[str, Any], list[str]]],
     clients: int,
@@ -105,12 +114,7 @@ def alternate(
         mode, opts = ("no_pool", off) if r % 2 == 0 else ("pool", on)
         for k, v in round_fn(opts).items():
             lat[mode].setdefault(models[int(k)], []).extend(v)
-    total = seconds * rounds / 2
-    result: dict[str, Any] = {}
-    for mode, per_model in lat.items():
-        result[mode] = {m: summarize(v, total) for m, v in per_model.items()}
-        result[mode]["all"] = summarize([x for v in per_model.values() for x in v], total)
-    return result
+    return summarize_modes(lat, seconds * rounds / 2)
 
 
 _TF_SCRIPT = r"""
@@ -173,12 +177,7 @@ def bench_tensorflow(
         env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"},
     )
     lat = json.loads(proc.stdout.strip().splitlines()[-1])
-    total = seconds * rounds / 2
-    result: dict[str, Any] = {}
-    for mode, per_model in lat.items():
-        result[mode] = {m: summarize(v, total) for m, v in per_model.items()}
-        result[mode]["all"] = summarize([x for v in per_model.values() for x in v], total)
-    return result
+    return summarize_modes(lat, seconds * rounds / 2)
 
 
 def print_table(title: str, result: dict[str, Any]) -> None:
