@@ -28,9 +28,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from runtime.errors import DeadlineExceededError, InvalidArgumentError
 from runtime.threadpool import Closure, default_num_threads, worker_init
@@ -439,6 +437,3 @@ def configure_pool(num_threads: int = 0, max_handlers: int = 0) -> RunHandlerPoo
 
 def current_pool() -> RunHandlerPool | None:
     return _pool
-
-
-Callback = Callable[[RunHandler], Any]

@@ -24,7 +24,6 @@ from proto import config_pb2, debug_pb2, graph_pb2
 from runtime.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
-    NotFoundError,
     OpError,
     ResourceExhaustedError,
     UnimplementedError,
@@ -43,7 +42,6 @@ from runtime.threadpool import (
     default_num_threads,
     default_pool,
     global_pool,
-    worker_init,
 )
 from runtime.types import Feeds, Fetches, TensorId
 
@@ -830,6 +828,3 @@ def set_intra_op_threads(n: int) -> None:
 
 
 __all__ = ["CLOSED_MESSAGE", "RunFuture", "Session", "plan_graph_def", "set_intra_op_threads"]
-
-# keep names referenced for re-export / typing
-_ = (NotFoundError, worker_init)
