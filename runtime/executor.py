@@ -164,6 +164,9 @@ class Plan:
         self.feeds = list(feeds)
         self.fetches = list(fetches)
         self.targets = list(targets)
+        # CPU seconds a step of this plan takes on the RunHandlerPool's threads, learned as node costs are
+        # (0 = not yet measured): the pool's hint of how long a step will run
+        self.cpu = 0.0
         pruned = graph.prune(fetches, targets, feeds)
         self.pruned = pruned
 
@@ -236,6 +239,10 @@ class Plan:
     def num_nodes(self) -> int:
         return len(self.nodes)
 
+    def learn_cpu(self, seconds: float) -> None:
+        if seconds > 0.0:
+            self.cpu = seconds if self.cpu == 0.0 else (9.0 * self.cpu + seconds) / 10.0
+
 
 class NodeRecord:
     """What tracing records about one executed node (times in nanoseconds since the epoch)."""
@@ -291,6 +298,7 @@ class Step:
         "inline_all",
         "memory_limit",
         "plan",
+        "preempted",
         "saturated",
         "schedule",
         "status",
@@ -320,6 +328,8 @@ class Step:
         self.inline_all = isinstance(scheduler, CallerThread)
         # under load, other requests wait for the cores anyway: parallel branches would only add hand-offs
         self.saturated: Callable[[], bool] = getattr(scheduler, "saturated", _never)
+        # a more urgent request waits for a thread: this step's next expensive nodes go back to the queue
+        self.preempted: Callable[[], bool] = getattr(scheduler, "preempted", _never)
         self.done = done
         self.trace = trace
         self.memory_limit = memory_limit
@@ -386,6 +396,9 @@ class Step:
 
     def _closure(self, index: int) -> Callable[[], None]:
         return lambda: self._run([index])
+
+    def _batch(self, indices: list[int]) -> Callable[[], None]:
+        return lambda: self._run(indices)
 
     def _fail(self, err: OpError) -> None:
         with self._lock:
@@ -465,7 +478,10 @@ class Step:
                             stack.append(c)
             if expensive is not None:
                 if self.saturated():
-                    stack.extend(expensive)
+                    if self.preempted():
+                        schedule(self._batch(expensive))
+                    else:
+                        stack.extend(expensive)
                     continue
                 last = expensive.pop() if not stack else None
                 for c in expensive:
@@ -521,6 +537,11 @@ class Step:
                 for c in ready:
                     trace.ready_ns[c] = now
             inline_all = self.inline_all or (bool(ready) and self.saturated())
+            if inline_all and not self.inline_all and self.preempted():
+                later = [c for c in ready if nodes[c].expensive]
+                if later:
+                    self.schedule(self._batch(later))
+                    ready = [c for c in ready if not nodes[c].expensive]
             expensive = [c for c in ready if nodes[c].expensive and not inline_all]
             stack.extend(c for c in ready if c not in expensive)
             last = expensive.pop() if expensive and not stack else None

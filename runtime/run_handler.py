@@ -2,20 +2,28 @@
 
 Each ``Session.run`` that asks for it (``RunOptions.experimental.use_run_handler_pool``) gets a
 ``RunHandler`` with its own queue; the step's closures go there. The pool owns ``num_threads`` execution
-slots and hands each free slot, with the next closure, to one chosen thread: the closure comes from the
-first handler in order (highest ``priority``, then oldest) that has work under its cap. A request's
-remaining work thus goes ahead of newer requests, so requests finish in order instead of all finishing
-late (processor sharing), and never more than ``num_threads`` threads run kernels, so the cores (and the
-GIL) are not oversubscribed.
+slots and hands each free slot, with the next closure, to one thread: the closure comes from the first
+handler in order that has work under its cap. Never more than ``num_threads`` threads run kernels, so
+the cores (and the GIL) are not oversubscribed.
 
-The thread chosen is the request's own caller when it waits in ``RunHandler.help`` (a synchronous
-``Session.run``): it runs its step itself, so the request costs no thread hand-off. Otherwise it is a pool
-thread (asyncio callers, parallel branches). Each grant wakes exactly one thread, never a herd.
+The order is priority (higher first), then a deadline: ``arrival + stretch * expected CPU time``, where
+the session tells the handler what its plan's steps took before (``RunHandler.expect``). With one kind
+of request that is arrival order, so requests finish in order instead of all finishing late (processor
+sharing). With short and long requests mixed, a short one goes ahead of a long one that is not yet due,
+and a long one, once due, goes ahead of every later arrival, so none starves (earliest deadline first,
+with deadlines in proportion to size: it bounds each request's slowdown rather than its wait).
+``stretch = 0`` is strict arrival order.
+
+A thread that finishes a closure takes the next one itself, so a busy pool hands work on without
+waking anyone; a synchronous caller (``RunHandler.help``) runs its own step when a slot is free on its
+arrival, else waits for the step to end, woken once. Between expensive nodes a step checks whether a
+request ahead of it waits for a slot, and if so puts its next nodes back in its queue (``preempted``):
+a long step cannot hold a thread while a more urgent request waits for more than one node's time.
 
 Why not TensorFlow's spread (each thread starts its search at a different request)? On few cores it sends
 a thread to a younger request while the oldest still has ready work, which is processor sharing again;
-strict order is work-conserving (a slot goes to a younger request only when every older one has nothing
-ready or is at its cap). The per-request cap keeps one wide request from taking every slot.
+the order above is work-conserving (a slot goes to a later request only when every earlier one has
+nothing ready or is at its cap). The per-request cap keeps one wide request from taking every slot.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from runtime.errors import DeadlineExceededError, InvalidArgumentError
@@ -37,6 +46,8 @@ DEFAULT_MAX_HANDLERS = 128
 MAX_HANDLERS_ENV = "POOLSERVE_RUN_HANDLER_MAX_CONCURRENT_HANDLERS"
 # A thread takes work from a request only while it has fewer closures than this running.
 MAX_RUNNING_PER_REQUEST = 10
+# Among requests of one priority, one expected to take T CPU seconds is due at arrival + DEFAULT_STRETCH * T.
+DEFAULT_STRETCH = 8.0
 
 
 class RunHandler:
@@ -45,8 +56,10 @@ class RunHandler:
     __slots__ = (
         "_pool",
         "acquired_at",
+        "cpu",
         "helper",
         "key",
+        "learn",
         "priority",
         "queue",
         "released",
@@ -59,18 +72,29 @@ class RunHandler:
         self._pool = pool
         self.step_id = step_id
         self.priority = priority
-        self.key = (-priority, seq)
+        self.acquired_at = time.monotonic()
+        # (priority, then deadline, then arrival): the deadline is the arrival until expect() is told more
+        self.key: tuple[int, float, int] = (-priority, self.acquired_at, seq)
         self.queue: deque[Closure] = deque()
         self.running = 0
         self.released = False
         self.helper: _Worker | None = None
-        self.acquired_at = time.monotonic()
         self.waited = waited
+        self.cpu = 0.0  # thread CPU seconds its closures took
+        self.learn: Callable[[float], None] | None = None
 
     @property
     def id(self) -> int:
         """A number unique to this handler in the process (its arrival order)."""
-        return self.key[1]
+        return self.key[2]
+
+    def expect(self, seconds: float, learn: Callable[[float], None] | None = None) -> None:
+        """Tells the pool how much CPU time this step is expected to take (0 = unknown): among requests
+        of one priority, each is served by its deadline ``arrival + stretch * seconds``, so a short
+        request goes ahead of a long one that is not yet late. ``learn`` is called with the CPU time the
+        step really took, after its last closure. Call it before scheduling the first closure."""
+        self.learn = learn
+        self._pool._expect(self, seconds)
 
     def schedule_inter_op_closure(self, fn: Closure) -> None:
         self._pool._enqueue(self, fn)
@@ -83,9 +107,23 @@ class RunHandler:
         pool = self._pool
         return pool._slots == 0 or pool._queued > 0
 
+    def preempted(self) -> bool:
+        """A request ahead of this one (higher priority or earlier deadline) has closures waiting for a
+        thread: this step should put its next expensive node back in its queue rather than run it now
+        (read without the lock: a hint)."""
+        pool = self._pool
+        if not pool._queued:
+            return False
+        for h in pool._active:
+            if h is self:
+                return False
+            if h.queue and h.running < MAX_RUNNING_PER_REQUEST:
+                return True
+        return False
+
     def attach_caller(self) -> None:
         """Makes the calling thread this request's worker: call before scheduling, then ``help()``."""
-        with self._pool._cond:
+        with self._pool._lock:
             self.helper = _Worker()
             self.helper.waiting = True
 
@@ -159,14 +197,15 @@ class _Worker:
 class RunHandlerPool:
     """A fixed set of threads and at most ``max_handlers`` concurrent requests."""
 
-    def __init__(self, num_threads: int = 0, max_handlers: int = 0) -> None:
+    def __init__(self, num_threads: int = 0, max_handlers: int = 0, stretch: float = DEFAULT_STRETCH) -> None:
         self.num_threads = num_threads if num_threads > 0 else default_num_threads()
         if max_handlers <= 0:
             max_handlers = int(os.environ.get(MAX_HANDLERS_ENV, DEFAULT_MAX_HANDLERS))
         self.max_handlers = max_handlers
-        self._cond = threading.Condition(threading.Lock())
+        self.stretch = stretch
+        self._lock = threading.Lock()
         self._active: list[RunHandler] = []  # sorted by key
-        self._keys: list[tuple[int, int]] = []
+        self._keys: list[tuple[int, float, int]] = []
         self._waiters: deque[tuple[tuple[int, int], _Waiter]] = deque()
         self._seq = itertools.count()
         self._queued = 0
@@ -197,14 +236,14 @@ class RunHandlerPool:
     def get(self, step_id: int = 0, timeout_ms: int = 0, priority: int = 0) -> RunHandler:
         """A handler for a step; waits while all are in use (``timeout_ms`` 0 = forever)."""
         t0 = time.monotonic()
-        with self._cond:
+        with self._lock:
             if len(self._active) < self.max_handlers and not self._waiters:
                 return self._activate(step_id, priority, 0.0)
             waiter = _Waiter()
             waiter.event = threading.Event()
             self._add_waiter(priority, waiter)
         if not waiter.event.wait(timeout_ms / 1000.0 if timeout_ms > 0 else None):
-            with self._cond:
+            with self._lock:
                 if not waiter.done:
                     waiter.done = True
                     self._remove_waiter(waiter)
@@ -219,7 +258,7 @@ class RunHandlerPool:
         """``get`` for asyncio code: waits without blocking the event loop."""
         t0 = time.monotonic()
         loop = asyncio.get_running_loop()
-        with self._cond:
+        with self._lock:
             if len(self._active) < self.max_handlers and not self._waiters:
                 return self._activate(step_id, priority, 0.0)
             waiter = _Waiter()
@@ -232,7 +271,7 @@ class RunHandlerPool:
             else:
                 handler = await asyncio.shield(waiter.future)
         except (TimeoutError, asyncio.CancelledError) as e:
-            with self._cond:
+            with self._lock:
                 if not waiter.done:
                     waiter.done = True
                     self._remove_waiter(waiter)
@@ -262,9 +301,23 @@ class RunHandlerPool:
                 del self._waiters[i]
                 return
 
+    def _expect(self, h: RunHandler, seconds: float) -> None:
+        if seconds <= 0.0 or self.stretch <= 0.0:
+            return
+        with self._lock:
+            if h.released:
+                return
+            i = bisect.bisect_left(self._keys, h.key)
+            del self._keys[i]
+            del self._active[i]
+            h.key = (h.key[0], h.acquired_at + self.stretch * seconds, h.key[2])
+            i = bisect.bisect(self._keys, h.key)
+            self._keys.insert(i, h.key)
+            self._active.insert(i, h)
+
     def _release(self, h: RunHandler) -> None:
         handoff: _Waiter | None = None
-        with self._cond:
+        with self._lock:
             if h.released:
                 return
             h.released = True
@@ -296,7 +349,7 @@ class RunHandlerPool:
     # --- scheduling --------------------------------------------------------------------------------------
 
     def _enqueue(self, h: RunHandler, fn: Closure) -> None:
-        with self._cond:
+        with self._lock:
             if h.released:
                 raise InvalidArgumentError("closure scheduled on a released RunHandler")
             h.queue.append(fn)
@@ -305,8 +358,10 @@ class RunHandlerPool:
         for w in wake:
             w.parker.unpark()
 
-    def _dispatch(self) -> list[_Worker]:
-        """With the lock held: hands free slots and the next closures to chosen workers (to be woken)."""
+    def _dispatch(self, hot: _Worker | None = None) -> list[_Worker]:
+        """With the lock held: hands free slots and the next closures to chosen workers (to be woken).
+        ``hot`` is an idle pool thread that is running now: it goes first, as it needs no wake-up (the
+        request's caller, parked, is woken once, when its step ends)."""
         wake: list[_Worker] = []
         while self._slots and self._queued:
             for h in self._active:
@@ -315,7 +370,11 @@ class RunHandlerPool:
             else:
                 break
             helper = h.helper
-            if helper is not None and helper.waiting:
+            if hot is not None and hot.waiting:
+                w = hot
+                self._idle.remove(hot)
+                hot = None
+            elif helper is not None and helper.waiting:
                 w = helper
             elif self._idle:
                 w = self._idle.pop()
@@ -342,13 +401,21 @@ class RunHandlerPool:
 
     def _serve(self, me: _Worker, own: RunHandler | None) -> None:
         """The worker loop. ``own`` is set for a helping caller: it returns once its handler is released."""
-        cond = self._cond
+        lock = self._lock
+        clock = time.thread_time
         done: RunHandler | None = None  # whose closure just returned its slot
+        cpu = 0.0
         while True:
-            with cond:
+            learn: Callable[[float], None] | None = None
+            spent = 0.0
+            with lock:
                 if done is not None:
                     done.running -= 1
+                    done.cpu += cpu
                     self._slots += 1
+                    if done.released and done.running == 0 and done.learn is not None:
+                        learn, done.learn = done.learn, None
+                        spent = done.cpu
                     done = None
                 task, me.task = me.task, None
                 wake: list[_Worker] = []
@@ -361,28 +428,30 @@ class RunHandlerPool:
                         me.waiting = True
                         if own is None:
                             self._idle.append(me)
-                        wake = self._dispatch()
+                        wake = self._dispatch(me if own is None else None)
                         task, me.task = me.task, None
-                        if task is not None and own is None and me in self._idle:
-                            self._idle.remove(me)
             for w in wake:
                 if w is not me:
                     w.parker.unpark()
+            if learn is not None:
+                learn(spent)
             if task is None:
                 if own is not None and own.helper is None:
                     return
                 me.parker.park()
                 continue
             h, fn = task
+            c0 = clock()
             try:
                 fn()
             finally:
                 done = h
+                cpu = clock() - c0
 
     # --- observability -----------------------------------------------------------------------------------
 
     def stats(self) -> PoolStats:
-        with self._cond:
+        with self._lock:
             return PoolStats(
                 threads=self.num_threads,
                 max_handlers=self.max_handlers,

@@ -414,7 +414,10 @@ class Session:
         timeout_ms = self._deadline_ms(options)
         if handler is not None:
             scheduler = handler
-            inline = False  # the pool's threads run the step; the caller only waits
+            if inline:
+                handler.attach_caller()  # the caller runs the step when the pool grants it a slot
+            inline = False
+            handler.expect(sig.plan.cpu, sig.plan.learn_cpu)
         trace_level = options.trace_level if options is not None else 0
         label = f"run handler {handler.id}" if handler is not None else ""
         trace = StepTrace(sig.plan.num_nodes, label) if trace_level > 0 else None
@@ -422,6 +425,8 @@ class Session:
 
         def done(step: Step) -> None:
             if handler is not None:
+                if step.status is not None:
+                    handler.learn = None  # a step cut short says nothing of the plan's cost
                 handler.release()
             with self._lock:
                 self._active.discard(step)
@@ -512,7 +517,6 @@ class Session:
                 raise DeadlineExceededError(
                     f"Timed out waiting for a RunHandler: the deadline of {timeout_ms} ms has passed"
                 )
-            handler.attach_caller()  # this thread runs the step when the pool grants it a slot
         with np.errstate(all="ignore"):
             self._start(
                 fetches,

@@ -492,7 +492,7 @@ class Runtime:
             wait_ms = math.ceil(remaining_ms) if timeout_ms > 0 else 0
             handler = await self.pool.get_async(0, wait_ms, priority)
             timings.used_pool = True
-            timings.handler_id = handler.key[1]
+            timings.handler_id = handler.id
         timings.handler_at = time.monotonic()
         self.metrics.handler_wait.labels(entry.name).observe(timings.handler_wait_seconds)
         try:

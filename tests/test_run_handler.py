@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 import pytest
-from support import sleep_op
+from support import RUNS, sleep_op
 
 from proto import config_pb2
 from runtime.builder import GraphBuilder
@@ -52,6 +52,87 @@ def test_priority_then_arrival_order():
     for h in (*handlers.values(), hb):
         h.release()
     assert pool.stats().active_handlers == 0
+
+
+def run_order(pool, handlers):
+    """Schedules one closure per handler (name -> handler) while the pool is blocked; the order they ran."""
+    hb, gate = blocker(pool)
+    order = []
+    done = threading.Semaphore(0)
+    for name, h in handlers.items():
+        h.schedule(lambda n=name: (order.append(n), done.release()))
+    gate.set()
+    for _ in handlers:
+        assert done.acquire(timeout=5)
+    for h in (*handlers.values(), hb):
+        h.release()
+    return order
+
+
+def test_shorter_requests_go_first_until_older_ones_are_due():
+    pool = RunHandlerPool(num_threads=1, stretch=8.0)
+    long, short, unknown = pool.get(), pool.get(), pool.get()
+    long.expect(1.0)  # due 8 s after its arrival
+    short.expect(0.001)  # due 8 ms after its arrival
+    # a request of unknown cost is due on arrival: it keeps its place
+    assert run_order(pool, {"long": long, "short": short, "unknown": unknown}) == ["unknown", "short", "long"]
+
+    old = pool.get()
+    old.expect(0.005)  # due 40 ms after its arrival
+    time.sleep(0.06)
+    young = pool.get()
+    young.expect(0.001)  # shorter, but due after the old one
+    assert run_order(pool, {"young": young, "old": old}) == ["old", "young"]
+
+
+def test_stretch_zero_is_strict_arrival_order():
+    pool = RunHandlerPool(num_threads=1, stretch=0.0)
+    long, short = pool.get(), pool.get()
+    long.expect(1.0)
+    short.expect(0.001)
+    assert run_order(pool, {"short": short, "long": long}) == ["long", "short"]
+
+
+def test_a_running_step_yields_to_a_more_urgent_request():
+    """Between expensive nodes, a step gives its thread to a request ahead of it that waits for one."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, ())
+    y = x
+    for i in range(5):
+        y = sleep_op(b, y, 0.02, f"yield_{i}")
+    pool = RunHandlerPool(num_threads=1)
+    with Session(b.graph_def) as s:
+        low = pool.get(priority=0)
+        future = s.submit(y, {x: 1.0}, handler=low)
+        t0 = time.monotonic()
+        while RUNS.get("yield_0", 0) == 0 and time.monotonic() - t0 < 5:
+            time.sleep(0.001)
+        high = pool.get(priority=1)
+        ran_at = []
+        high.schedule(lambda: ran_at.append(time.monotonic()))
+        future.result(timeout=5)
+        low_done = time.monotonic()
+        high.release()
+    # the urgent closure ran after at most a node or two of the low step, not after all five
+    assert ran_at and ran_at[0] < low_done - 0.035
+    assert pool.stats().active_handlers == 0
+
+
+def test_session_learns_the_cpu_time_of_its_steps_on_the_pool():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None, 256))
+    w = b.constant(np.ones((256, 256), np.float32), name="w")
+    y = b.matmul(b.matmul(x, w), w)
+    slow = sleep_op(b, y, 0.05, "learn_sleep")
+    feed = {x: np.ones((64, 256), np.float32)}
+    with Session(b.graph_def) as s:
+        s.run(y, feed)  # runs off the pool teach nothing
+        with pytest.raises(DeadlineExceededError):  # nor do steps cut short
+            s.run(slow, feed, options=pool_options(timeout_ms=10))
+        assert [p.cpu for p in set(s._plans.values())] == [0.0, 0.0]
+        s.run(y, feed, options=pool_options())
+        learned = sorted(p.cpu for p in set(s._plans.values()))
+        assert learned[0] == 0.0 and learned[1] > 0.0
 
 
 def test_get_blocks_and_times_out():
@@ -294,7 +375,7 @@ def test_many_threads_many_sessions_under_the_pool():
 
 
 def test_sync_callers_share_the_pools_slots_in_order():
-    """Eight synchronous callers: at most num_threads steps run at once, each on its caller's thread."""
+    """Eight synchronous callers: at most num_threads steps run at once."""
     b = GraphBuilder()
     x = b.placeholder("x", np.float32, ())
     y = sleep_op(b, x, 0.05, "slot_sleep")
