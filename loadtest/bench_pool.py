@@ -1,9 +1,11 @@
 """RunHandlerPool benchmark: closed-loop clients over several sessions, pool off against pool on.
 
-    python -m loadtest.bench_pool [--clients 8] [--rounds 6] [--seconds 3] [--models branches,resnet]
+    python -m loadtest.bench_pool [--clients 8] [--rounds 6] [--seconds 3] [--models branches:64,resnet]
                                   [--json out.json] [--tf-python /path/to/python-with-tensorflow]
 
-Each client thread runs one model (client i takes model i % len(models)) in a closed loop. The modes
+Models are test fixtures, each fed its recorded inputs; ``name:N`` repeats those rows to a batch of N
+(the fixtures hold 3). Each client thread runs one model (client i takes model i % len(models)) in a
+closed loop. The modes
 alternate round by round (off, on, off, on, ...) so drift of the machine hits both alike; the table adds
 up all rounds of a mode. With --tf-python the same harness runs in TensorFlow (tf.compat.v1.Session with
 RunOptions.experimental.use_run_handler_pool) in a subprocess, so the two pools are compared on the same
@@ -30,9 +32,13 @@ from runtime.session import Session
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "models"
 
 
-def load_model(name: str) -> tuple[Graph, dict[str, Any], list[str]]:
+def load_model(spec: str) -> tuple[Graph, dict[str, Any], list[str]]:
+    """A fixture by ``name`` or ``name:rows``: its graph, feeds and fetches."""
+    name, _, rows = spec.partition(":")
     data = np.load(FIXTURES / f"{name}.npz")
     feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
+    if rows:
+        feeds = {k: np.resize(v, (int(rows), *v.shape[1:])) for k, v in feeds.items()}
     fetches = [k[4:] for k in data.files if k.startswith("out:")]
     return Graph(load_graph_def(FIXTURES / f"{name}.pb")), feeds, fetches
 
@@ -126,13 +132,16 @@ if intra > 0:
     tf.config.threading.set_intra_op_parallelism_threads(intra)
 sessions = []
 for m in models:
+    name, _, rows = m.partition(":")
     gd = tf.compat.v1.GraphDef()
-    gd.ParseFromString(open(f"{fixtures}/{m}.pb", "rb").read())
+    gd.ParseFromString(open(f"{fixtures}/{name}.pb", "rb").read())
     g = tf.Graph()
     with g.as_default():
         tf.compat.v1.import_graph_def(gd, name="")
-    data = np.load(f"{fixtures}/{m}.npz")
+    data = np.load(f"{fixtures}/{name}.npz")
     feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
+    if rows:
+        feeds = {k: np.resize(v, (int(rows),) + v.shape[1:]) for k, v in feeds.items()}
     fetches = [k[4:] for k in data.files if k.startswith("out:")]
     sessions.append((tf.compat.v1.Session(graph=g), feeds, fetches))
 off = tf.compat.v1.RunOptions()
@@ -199,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--models", default="branches,resnet")
+    parser.add_argument(
+        "--models", default="branches:64,resnet", help="fixtures, each as name or name:rows (batch size)"
+    )
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=6, help="rounds in all, alternating no-pool and pool")
     parser.add_argument("--seconds", type=float, default=3.0, help="length of one round")
@@ -218,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pool-threads", type=int, default=0, help="RunHandlerPool threads (execution slots); 0 = cores"
     )
+    parser.add_argument(
+        "--stretch",
+        type=float,
+        default=None,
+        help="the pool's deadline stretch (0 = strict arrival order; default: the pool's own)",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--tf-python", help="a Python with TensorFlow, to run the same load in TensorFlow")
     args = parser.parse_args(argv)
@@ -225,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.setswitchinterval(args.switch_interval_ms / 1000.0)
     from runtime.run_handler import configure_pool
 
-    configure_pool(args.pool_threads)
+    pool = configure_pool(args.pool_threads)
+    if args.stretch is not None:
+        pool.stretch = args.stretch
     if args.intra_op_threads > 0:
         from runtime.session import set_intra_op_threads
 
