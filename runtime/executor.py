@@ -23,6 +23,7 @@ import numpy as np
 
 from runtime.errors import (
     CancelledError,
+    DeadlineExceededError,
     InternalError,
     InvalidArgumentError,
     OpError,
@@ -579,15 +580,16 @@ class DeadlineTimer:
     """One daemon thread that cancels steps whose deadline has passed."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Step, OpError]] = []
+        self._heap: list[tuple[float, int, Step, int]] = []
         self._cond = threading.Condition()
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
 
-    def add(self, deadline: float, step: Step, error: OpError) -> None:
-        """Cancels ``step`` with ``error`` at ``deadline`` (time.monotonic()) unless it finished before."""
+    def add(self, deadline: float, step: Step, timeout_ms: int) -> None:
+        """Cancels ``step`` at ``deadline`` (time.monotonic()) unless it finished before, with a
+        DeadlineExceededError that names its ``timeout_ms``."""
         with self._cond:
-            heapq.heappush(self._heap, (deadline, next(self._seq), step, error))
+            heapq.heappush(self._heap, (deadline, next(self._seq), step, timeout_ms))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="deadline_timer", daemon=True)
                 self._thread.start()
@@ -606,10 +608,17 @@ class DeadlineTimer:
                         continue
                     wait = self._heap[0][0] - time.monotonic()
                     if wait <= 0:
-                        _, _, step, error = heapq.heappop(self._heap)
+                        _, _, step, timeout_ms = heapq.heappop(self._heap)
                         break
                     self._cond.wait(min(wait, 1.0))
-            step.cancel(error)
+            step.cancel(deadline_error(timeout_ms))
+
+
+def deadline_error(timeout_ms: int) -> DeadlineExceededError:
+    return DeadlineExceededError(
+        f"Timed out waiting for the step to finish: the deadline of {timeout_ms} ms "
+        "(RunOptions.timeout_in_ms) has passed"
+    )
 
 
 deadline_timer = DeadlineTimer()

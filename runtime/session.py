@@ -28,7 +28,7 @@ from runtime.errors import (
     ResourceExhaustedError,
     UnimplementedError,
 )
-from runtime.executor import ConstantFolder, Plan, Step, StepTrace, deadline_timer
+from runtime.executor import ConstantFolder, Plan, Step, StepTrace, deadline_error, deadline_timer
 from runtime.graph import Graph, prepare_feed
 from runtime.kernels.registry import Compute, OpContext, ResourceContainer
 from runtime.kernels.state_ops import UninitializedValue
@@ -48,6 +48,8 @@ from runtime.types import Feeds, Fetches, TensorId
 CLOSED_MESSAGE = "Attempted to use a closed Session."
 # Resolved call signatures kept per session; past this many (a client inventing fetch lists) start over.
 _MAX_SIGNATURES = 1024
+# seconds past its deadline at which ``arun`` answers DeadlineExceededError even if the step still runs
+_BACKSTOP_S = 0.05
 
 
 # --- fetch structures ------------------------------------------------------------------------------------
@@ -419,8 +421,9 @@ class Session:
             inline = False
             handler.expect(sig.plan.cpu, sig.plan.learn_cpu)
         trace_level = options.trace_level if options is not None else 0
-        label = f"run handler {handler.id}" if handler is not None else ""
-        trace = StepTrace(sig.plan.num_nodes, label) if trace_level > 0 else None
+        trace: StepTrace | None = None
+        if trace_level > 0:
+            trace = StepTrace(sig.plan.num_nodes, f"run handler {handler.id}" if handler is not None else "")
         report_oom = options is not None and options.report_tensor_allocations_upon_oom
 
         def done(step: Step) -> None:
@@ -465,14 +468,7 @@ class Session:
                 raise RuntimeError(CLOSED_MESSAGE)
             self._active.add(step)
         if timeout_ms > 0:
-            deadline_timer.add(
-                started + timeout_ms / 1000.0,
-                step,
-                DeadlineExceededError(
-                    f"Timed out waiting for the step to finish: the deadline of {timeout_ms} ms "
-                    "(RunOptions.timeout_in_ms) has passed"
-                ),
-            )
+            deadline_timer.add(started + timeout_ms / 1000.0, step, timeout_ms)
         step.start(inline=inline or scheduler is _CALLER)
         return step
 
@@ -607,11 +603,21 @@ class Session:
             if on_step_end is not None:
                 on_step_end()
             raise
+        backstop: asyncio.TimerHandle | None = None
+        timeout_ms = self._deadline_ms(options)
+        if timeout_ms > 0:
+            # the deadline timer cancels the step on time; this answers even when one long kernel keeps
+            # the step from noticing (the kernel's thread finishes it, unseen)
+            when = (started if started is not None else loop.time()) + timeout_ms / 1000.0 + _BACKSTOP_S
+            backstop = loop.call_at(when, _expire, future, step, timeout_ms)
         try:
             return await future
         except asyncio.CancelledError:
             step.cancel()
             raise
+        finally:
+            if backstop is not None:
+                backstop.cancel()
 
     # --- partial runs ------------------------------------------------------------------------------------
 
@@ -766,6 +772,13 @@ class _PartialRun:
 
 
 _CALLER = CallerThread()
+
+
+def _expire(future: asyncio.Future[Any], step: Step, timeout_ms: int) -> None:
+    if not future.done():
+        error = deadline_error(timeout_ms)
+        step.cancel(error)
+        future.set_exception(error)
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: OpError | None) -> None:

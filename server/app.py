@@ -41,6 +41,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 _MAX_ID_LENGTH = 128
 # requests that compute, and count against max_in_flight
 _WORK_METHODS = frozenset({"POST"})
+# seconds after its body is in that a request still being served starts watching for a disconnect
+_WATCH_AFTER = 0.02
 
 
 def _request_id(scope: Scope) -> str:
@@ -66,7 +68,6 @@ class ServingMiddleware:
     def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
         self.app = app
         self.runtime = runtime
-        self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -94,7 +95,7 @@ class ServingMiddleware:
         async def answer(response: Response) -> None:
             await response(scope, receive, send_wrapper)
 
-        if work and self.in_flight >= server.max_in_flight:
+        if work and runtime.in_flight >= server.max_in_flight:
             metrics.rejected.inc()
             await answer(
                 errors.status_response(
@@ -114,14 +115,33 @@ class ServingMiddleware:
             return
 
         received = 0
-        body_done = asyncio.Event()
+        body_done = False
         gone = asyncio.Event()  # the client disconnected (or the answer is complete)
         disconnected = False
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        watcher: asyncio.Task[None] | None = None
+        timer: asyncio.TimerHandle | None = None
+
+        async def watch_disconnect() -> None:
+            nonlocal disconnected
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+                if not state["complete"] and task is not None:
+                    disconnected = True
+                    task.cancel()
+
+        def start_watching() -> None:
+            nonlocal watcher
+            if watcher is None and not state["complete"]:
+                watcher = loop.create_task(watch_disconnect())
 
         async def receive_wrapper() -> Message:
-            nonlocal received
-            if body_done.is_set():
+            nonlocal received, body_done, timer
+            if body_done:
                 # once the body is in, the watcher owns the connection's receive channel
+                start_watching()
                 await gone.wait()
                 return {"type": "http.disconnect"}
             message = await receive()
@@ -130,25 +150,14 @@ class ServingMiddleware:
                 if received > server.max_request_bytes:
                     raise StarletteHTTPException(413, self._too_large_message())
                 if not message.get("more_body", False) and work:
-                    body_done.set()
+                    body_done = True
+                    # a request still computing after _WATCH_AFTER starts listening for a disconnect, to
+                    # cancel its work; the many that answer sooner cost no watcher task
+                    timer = loop.call_later(_WATCH_AFTER, start_watching)
             return message
 
-        task = asyncio.current_task()
-
-        async def watch_disconnect() -> None:
-            nonlocal disconnected
-            await body_done.wait()
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                gone.set()
-                if not state["complete"] and task is not None:
-                    disconnected = True
-                    task.cancel()
-
-        watcher = asyncio.get_running_loop().create_task(watch_disconnect()) if work else None
         if work:
-            self.in_flight += 1
-            metrics.in_flight.inc()
+            runtime.in_flight += 1
         try:
             await self.app(scope, receive_wrapper, send_wrapper)
         except asyncio.CancelledError:
@@ -162,11 +171,12 @@ class ServingMiddleware:
             if not state["started"]:
                 await answer(JSONResponse(errors.internal_error_body(ctx.request_id), status_code=500))
         finally:
+            if timer is not None:
+                timer.cancel()
             if watcher is not None:
                 watcher.cancel()
             if work:
-                self.in_flight -= 1
-                metrics.in_flight.dec()
+                runtime.in_flight -= 1
             end = time.monotonic()
             if ctx.traced:
                 runtime.traces.finish(ctx.request_id, state["status"], ctx.compute_end, end)
@@ -183,11 +193,8 @@ class ServingMiddleware:
     def _count(self, scope: Scope, ctx: RequestContext, status: int, end: float | None = None) -> None:
         route = scope.get("route")
         endpoint = getattr(route, "path", None) or "unmatched"
-        metrics = self.runtime.metrics
-        metrics.requests.labels(ctx.model, endpoint, str(status)).inc()
-        if ctx.model:
-            elapsed = (end or time.monotonic()) - ctx.received_at
-            metrics.latency.labels(ctx.model, endpoint).observe(elapsed)
+        elapsed = (end or time.monotonic()) - ctx.received_at if ctx.model else None
+        self.runtime.metrics.count_request(ctx.model, endpoint, status, elapsed)
 
 
 # --- operational endpoints -------------------------------------------------------------------------------
@@ -320,7 +327,16 @@ def create_app(config: Config, runtime: Runtime | None = None) -> FastAPI:
     app = FastAPI(title="poolserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.runtime = runtime
     errors.install(app)
-    # inference routes first: routes are matched in order, and these take nearly all the traffic
+    # The inference routes first, as plain Starlette routes: they take nearly all the traffic, and
+    # matched ahead of the included routers and without FastAPI's per-request dependency solving they cost
+    # less (they read their own body and path parameters; the app's exception handlers still apply).
+    app.router.routes.extend(
+        [
+            *native.inference_routes(runtime),
+            *tfserving.inference_routes(runtime),
+            *kserve.inference_routes(runtime),
+        ]
+    )
     app.include_router(native.router(runtime))
     app.include_router(tfserving.router(runtime))
     app.include_router(kserve.router(runtime))

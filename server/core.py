@@ -324,12 +324,16 @@ class Runtime:
         self.pool_enabled: bool = config.run_handler_pool.enabled
         self.models: dict[str, dict[int, ModelEntry]] = {}
         self.traces = TraceStore(config.traces.capacity, config.traces.capacity_bytes)
-        self.metrics = Metrics(self.pool_stats, self.traces.__len__, lambda: self.steps_running)
+        self.in_flight = 0  # HTTP requests being served (kept by the app's middleware, on the event loop)
+        self.metrics = Metrics(
+            self.pool_stats, self.traces.__len__, lambda: self.steps_running, lambda: self.in_flight
+        )
         self.ready = False
         self.draining = False
         self.steps_running = 0
         self._steps_lock = threading.Lock()
         self._pool: RunHandlerPool | None = None
+        self._shared_options: dict[tuple[int, bool], config_pb2.RunOptions] = {}
 
     # --- lifetime ----------------------------------------------------------------------------------------
 
@@ -410,10 +414,8 @@ class Runtime:
         ctx = _context.get()
         timings = Timings(request.received_at, loop_thread=threading.get_ident())
         entry: ModelEntry | None = None
-        options = config_pb2.RunOptions()
-        if request.run_options is not None:
-            options.CopyFrom(request.run_options)
-        asked = request.trace or options.trace_level > 0
+        options = request.run_options
+        asked = request.trace or (options is not None and options.trace_level > 0)
         rate = self.config.traces.sample_rate
         traced = asked or (rate > 0 and random.random() < rate)
         run_metadata = config_pb2.RunMetadata() if traced else None
@@ -425,7 +427,7 @@ class Runtime:
         except OpError as e:
             status = http_status(e.code)
             if isinstance(e, DeadlineExceededError):
-                self.metrics.timeouts.labels(entry.name if entry else request.model).inc()
+                self.metrics.child(self.metrics.timeouts, entry.name if entry else request.model).inc()
             raise
         except asyncio.CancelledError:
             status = 499
@@ -454,7 +456,7 @@ class Runtime:
         self,
         entry: ModelEntry,
         request: InferRequest,
-        options: config_pb2.RunOptions,
+        given: config_pb2.RunOptions | None,
         traced: bool,
         run_metadata: config_pb2.RunMetadata | None,
         timings: Timings,
@@ -475,14 +477,11 @@ class Runtime:
                 raise InvalidArgumentError(f"Model '{entry.name}' has no node '{t}' to run as a target")
         if not fetches and not targets:
             raise InvalidArgumentError(f"Model '{entry.name}' has no outputs: name fetches or targets")
-        timeout_ms = self.timeout_ms(options)
-        options.timeout_in_ms = timeout_ms
-        if traced and options.trace_level == config_pb2.RunOptions.NO_TRACE:
-            options.trace_level = config_pb2.RunOptions.FULL_TRACE
+        timeout_ms = self.timeout_ms(given)
         use_pool = request.use_run_handler_pool
         if use_pool is None:
-            use_pool = options.experimental.use_run_handler_pool or self.pool_enabled
-        options.experimental.use_run_handler_pool = use_pool
+            use_pool = (given is not None and given.experimental.use_run_handler_pool) or self.pool_enabled
+        options = self._run_options(given, timeout_ms, use_pool, traced)
 
         timings.decoded_at = time.monotonic()
         remaining_ms = self._remaining_ms(timeout_ms, request.received_at, "decoding the request")
@@ -494,9 +493,9 @@ class Runtime:
             timings.used_pool = True
             timings.handler_id = handler.id
         timings.handler_at = time.monotonic()
-        self.metrics.handler_wait.labels(entry.name).observe(timings.handler_wait_seconds)
+        self.metrics.child(self.metrics.handler_wait, entry.name).observe(timings.handler_wait_seconds)
         try:
-            remaining_ms = self._remaining_ms(timeout_ms, request.received_at, "waiting for a run handler")
+            self._remaining_ms(timeout_ms, request.received_at, "waiting for a run handler")
         except DeadlineExceededError:
             if handler is not None:
                 handler.release()
@@ -514,20 +513,32 @@ class Runtime:
         )
         with self._steps_lock:
             self.steps_running += 1
-        try:
-            if timeout_ms > 0:
-                # the session's deadline timer cancels the step on time; this backstop answers even when a
-                # single long kernel keeps the step from noticing
-                async with asyncio.timeout(remaining_ms / 1000.0 + 0.05):
-                    values = await waiter
-            else:
-                values = await waiter
-        except TimeoutError:
-            raise DeadlineExceededError(
-                f"Timed out waiting for the step to finish: the deadline of {timeout_ms} ms has passed"
-            ) from None
+        # arun answers DeadlineExceededError at the deadline, even while one long kernel still runs
+        values = await waiter
         timings.compute_end = time.monotonic()
         return dict(zip(names, values, strict=True))
+
+    def _run_options(
+        self, given: config_pb2.RunOptions | None, timeout_ms: int, use_pool: bool, traced: bool
+    ) -> config_pb2.RunOptions:
+        """The RunOptions a step runs with. Requests that set none share one per (timeout, pool): a
+        RunOptions handed to a session is never changed afterwards."""
+        if given is None and not traced:
+            key = (timeout_ms, use_pool)
+            shared = self._shared_options.get(key)
+            if shared is None:
+                shared = config_pb2.RunOptions(timeout_in_ms=timeout_ms)
+                shared.experimental.use_run_handler_pool = use_pool
+                self._shared_options[key] = shared
+            return shared
+        options = config_pb2.RunOptions()
+        if given is not None:
+            options.CopyFrom(given)
+        options.timeout_in_ms = timeout_ms
+        if traced and options.trace_level == config_pb2.RunOptions.NO_TRACE:
+            options.trace_level = config_pb2.RunOptions.FULL_TRACE
+        options.experimental.use_run_handler_pool = use_pool
+        return options
 
     @staticmethod
     def _remaining_ms(timeout_ms: int, received_at: float, phase: str) -> float:

@@ -25,6 +25,7 @@ from runtime import dtypes
 from runtime.errors import InvalidArgumentError, NotFoundError, OpError, UnavailableError, UnimplementedError
 from runtime.types import Array
 from server.core import InferRequest, ModelEntry, Runtime, TensorSpec
+from server.routes import Route
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -535,6 +536,59 @@ def _check_datatypes(entry: ModelEntry, decoded: DecodedRequest) -> None:
             )
 
 
+async def _infer(runtime: Runtime, model: str, version: str | None, request: Request) -> Response:
+    entry = runtime.model(model, _version(model, version))
+    body = await request.body()
+    header_length = request.headers.get(HEADER_LENGTH)
+    length = _parse_header_length(header_length, len(body))
+    json_size = len(body) if length is None else length
+    raw = _raw_input(entry) if length == 0 else None
+    if json_size >= _OFFLOAD_BYTES:  # parsing a big JSON text would hold up the event loop
+        decoded = await asyncio.to_thread(decode_request, body, header_length, raw)
+    else:
+        decoded = decode_request(body, header_length, raw)
+    _check_datatypes(entry, decoded)
+    params = decoded.parameters
+    trace = _bool_parameter("request", params, "trace")
+    result = await runtime.infer(
+        InferRequest(
+            model=entry.name,
+            version=entry.version,
+            feeds=decoded.inputs,
+            fetches=[o.name for o in decoded.outputs or ()],
+            run_options=_run_options(params),
+            trace=bool(trace),
+            use_run_handler_pool=_bool_parameter("request", params, "use_run_handler_pool"),
+        )
+    )
+    requested = decoded.outputs or [RequestedOutput(s.name) for s in entry.outputs]
+    outputs = [(o.name, result.outputs[o.name], decoded.output_binary(o)) for o in requested]
+    response_params = {"trace": json.dumps(result.trace)} if result.trace is not None else None
+    args = (result.model, str(result.version), outputs, decoded.request_id, response_params)
+    if sum(np.asarray(v).nbytes for _, v, binary in outputs if not binary) >= _OFFLOAD_BYTES:
+        content, length = await asyncio.to_thread(encode_response, *args)
+    else:
+        content, length = encode_response(*args)
+    if length is None:
+        return Response(content, media_type="application/json")
+    return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(length)})
+
+
+def inference_routes(runtime: Runtime) -> list[Route]:
+    """The infer routes, as plain Starlette routes (see ``server.app``)."""
+
+    async def latest(request: Request) -> Response:
+        return await _infer(runtime, request.path_params["model"], None, request)
+
+    async def version(request: Request) -> Response:
+        return await _infer(runtime, request.path_params["model"], request.path_params["version"], request)
+
+    return [
+        Route("/v2/models/{model}/infer", latest, methods=["POST"]),
+        Route("/v2/models/{model}/versions/{version}/infer", version, methods=["POST"]),
+    ]
+
+
 def router(runtime: Runtime) -> APIRouter:
     """The KServe v2 routes over ``runtime``. Errors are raised as OpErrors for the app's handlers."""
     api = APIRouter(tags=["kserve-v2"])
@@ -587,50 +641,5 @@ def router(runtime: Runtime) -> APIRouter:
     @api.get("/v2/models/{model}/versions/{version}/ready")
     async def get_model_version_ready(model: str, version: str) -> Response:
         return model_ready(model, version)
-
-    async def infer(model: str, version: str | None, request: Request) -> Response:
-        entry = runtime.model(model, _version(model, version))
-        body = await request.body()
-        header_length = request.headers.get(HEADER_LENGTH)
-        length = _parse_header_length(header_length, len(body))
-        json_size = len(body) if length is None else length
-        raw = _raw_input(entry) if length == 0 else None
-        if json_size >= _OFFLOAD_BYTES:  # parsing a big JSON text would hold up the event loop
-            decoded = await asyncio.to_thread(decode_request, body, header_length, raw)
-        else:
-            decoded = decode_request(body, header_length, raw)
-        _check_datatypes(entry, decoded)
-        params = decoded.parameters
-        trace = _bool_parameter("request", params, "trace")
-        result = await runtime.infer(
-            InferRequest(
-                model=entry.name,
-                version=entry.version,
-                feeds=decoded.inputs,
-                fetches=[o.name for o in decoded.outputs or ()],
-                run_options=_run_options(params),
-                trace=bool(trace),
-                use_run_handler_pool=_bool_parameter("request", params, "use_run_handler_pool"),
-            )
-        )
-        requested = decoded.outputs or [RequestedOutput(s.name) for s in entry.outputs]
-        outputs = [(o.name, result.outputs[o.name], decoded.output_binary(o)) for o in requested]
-        response_params = {"trace": json.dumps(result.trace)} if result.trace is not None else None
-        args = (result.model, str(result.version), outputs, decoded.request_id, response_params)
-        if sum(np.asarray(v).nbytes for _, v, binary in outputs if not binary) >= _OFFLOAD_BYTES:
-            content, length = await asyncio.to_thread(encode_response, *args)
-        else:
-            content, length = encode_response(*args)
-        if length is None:
-            return Response(content, media_type="application/json")
-        return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(length)})
-
-    @api.post("/v2/models/{model}/infer")
-    async def post_infer(model: str, request: Request) -> Response:
-        return await infer(model, None, request)
-
-    @api.post("/v2/models/{model}/versions/{version}/infer")
-    async def post_infer_version(model: str, version: str, request: Request) -> Response:
-        return await infer(model, version, request)
 
     return api

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -24,9 +25,12 @@ class Metrics:
         pool_stats: Callable[[], PoolStats | None],
         traces_stored: Callable[[], int],
         steps_running: Callable[[], int],
+        in_flight: Callable[[], int] = lambda: 0,
     ) -> None:
         self.registry = CollectorRegistry()
         self._pool_stats = pool_stats
+        # labelled children by label values: ``labels()`` validates and locks on every call
+        self._children: dict[tuple[object, ...], Any] = {}
         r = self.registry
         self.requests = Counter(
             "poolserve_requests", "Requests answered", ["model", "endpoint", "status"], registry=r
@@ -45,7 +49,9 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.in_flight = Gauge("poolserve_in_flight_requests", "Requests being served", registry=r)
+        Gauge("poolserve_in_flight_requests", "Requests being served", registry=r).set_function(
+            lambda: float(in_flight())
+        )
         self.timeouts = Counter("poolserve_timeouts", "Requests past their deadline", ["model"], registry=r)
         self.rejected = Counter(
             "poolserve_rejected", "Requests refused by backpressure (max_in_flight)", registry=r
@@ -65,6 +71,19 @@ class Metrics:
         Gauge("poolserve_traces_stored", "Traces held by the trace store", registry=r).set_function(
             lambda: float(traces_stored())
         )
+
+    def child(self, metric: Counter | Histogram, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once per label values."""
+        key = (id(metric), *labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
+    def count_request(self, model: str, endpoint: str, status: int, seconds: float | None) -> None:
+        self.child(self.requests, model, endpoint, str(status)).inc()
+        if seconds is not None:
+            self.child(self.latency, model, endpoint).observe(seconds)
 
     def _pool_value(self, name: str) -> float:
         stats = self._pool_stats()

@@ -26,6 +26,7 @@ from runtime.errors import InvalidArgumentError, OpError
 from runtime.tensor import as_array, from_ndarray, to_ndarray
 from runtime.types import Array
 from server.core import InferRequest, InferResult, ModelEntry, Runtime, TensorSpec
+from server.routes import Route
 
 PROTOBUF = "application/x-protobuf"
 _FIELDS = ("feeds", "fetches", "targets", "run_options", "trace", "use_run_handler_pool")
@@ -352,34 +353,42 @@ def model_info(entry: ModelEntry) -> dict[str, Any]:
 _JSON_TYPES = ("application/json", "", "application/x-www-form-urlencoded", "text/plain")
 
 
+async def _run(runtime: Runtime, request: Request, model: str, version: str | None) -> Response:
+    entry = runtime.model(model, _version(version))
+    body = await request.body()
+    content_type = request.headers.get("content-type", "application/json")
+    protobuf = _is_protobuf(content_type)
+    if protobuf:
+        infer = decode_protobuf(body, entry, entry.version)
+    elif content_type.split(";")[0].strip().lower() in _JSON_TYPES:
+        infer = decode_json(body, entry, entry.version)
+    else:
+        raise InvalidArgumentError(
+            f"Unsupported Content-Type '{content_type}': use application/json or {PROTOBUF}"
+        )
+    result = await runtime.infer(infer)
+    if protobuf or _is_protobuf(request.headers.get("accept", "")):
+        return Response(encode_protobuf(result), media_type=PROTOBUF)
+    return Response(encode_json(result), media_type="application/json")
+
+
+def inference_routes(runtime: Runtime) -> list[Route]:
+    """The run routes, as plain Starlette routes (see ``server.app``)."""
+
+    async def latest(request: Request) -> Response:
+        return await _run(runtime, request, request.path_params["model"], None)
+
+    async def version(request: Request) -> Response:
+        return await _run(runtime, request, request.path_params["model"], request.path_params["version"])
+
+    return [
+        Route("/v1/models/{model}:run", latest, methods=["POST"]),
+        Route("/v1/models/{model}/versions/{version}:run", version, methods=["POST"]),
+    ]
+
+
 def router(runtime: Runtime) -> APIRouter:
     api = APIRouter()
-
-    async def run(request: Request, model: str, version: str | None) -> Response:
-        entry = runtime.model(model, _version(version))
-        body = await request.body()
-        content_type = request.headers.get("content-type", "application/json")
-        protobuf = _is_protobuf(content_type)
-        if protobuf:
-            infer = decode_protobuf(body, entry, entry.version)
-        elif content_type.split(";")[0].strip().lower() in _JSON_TYPES:
-            infer = decode_json(body, entry, entry.version)
-        else:
-            raise InvalidArgumentError(
-                f"Unsupported Content-Type '{content_type}': use application/json or {PROTOBUF}"
-            )
-        result = await runtime.infer(infer)
-        if protobuf or _is_protobuf(request.headers.get("accept", "")):
-            return Response(encode_protobuf(result), media_type=PROTOBUF)
-        return Response(encode_json(result), media_type="application/json")
-
-    @api.post("/v1/models/{model}:run")
-    async def run_latest(request: Request, model: str) -> Response:
-        return await run(request, model, None)
-
-    @api.post("/v1/models/{model}/versions/{version}:run")
-    async def run_version(request: Request, model: str, version: str) -> Response:
-        return await run(request, model, version)
 
     @api.get("/v1/models")
     async def list_models() -> dict[str, Any]:

@@ -25,6 +25,7 @@ from runtime import dtypes
 from runtime.errors import InvalidArgumentError, NotFoundError, UnimplementedError
 from runtime.types import Array
 from server.core import InferRequest, ModelEntry, Runtime, TensorSpec
+from server.routes import Route
 
 DEFAULT_SIGNATURE = "serving_default"
 STABLE_LABEL = "stable"
@@ -416,35 +417,47 @@ def _decode_body(body: bytes, entry: ModelEntry) -> PredictRequest:
     return decoded
 
 
+async def _predict(runtime: Runtime, model: str, version: int | None, request: Request) -> Response:
+    entry = runtime.model(model, version)
+    body = await request.body()
+    if len(body) >= _OFFLOAD_BYTES:
+        decoded = await asyncio.to_thread(_decode_body, body, entry)
+    else:
+        decoded = _decode_body(body, entry)
+    result = await runtime.infer(InferRequest(entry.name, decoded.inputs, version=entry.version))
+    if sum(np.asarray(v).nbytes for v in result.outputs.values()) >= _OFFLOAD_BYTES:
+        content = await asyncio.to_thread(encode_predict, result.outputs, decoded.row_format)
+    else:
+        content = encode_predict(result.outputs, decoded.row_format)
+    return Response(content, media_type="application/json")
+
+
+def inference_routes(runtime: Runtime) -> list[Route]:
+    """The predict routes, as plain Starlette routes (see ``server.app``)."""
+
+    async def latest(request: Request) -> Response:
+        return await _predict(runtime, request.path_params["model"], None, request)
+
+    async def version(request: Request) -> Response:
+        return await _predict(
+            runtime, request.path_params["model"], _version(request.path_params["version"]), request
+        )
+
+    async def label(request: Request) -> Response:
+        return await _predict(
+            runtime, request.path_params["model"], _label(request.path_params["label"]), request
+        )
+
+    return [
+        Route("/v1/models/{model}:predict", latest, methods=["POST"]),
+        Route("/v1/models/{model}/versions/{version}:predict", version, methods=["POST"]),
+        Route("/v1/models/{model}/labels/{label}:predict", label, methods=["POST"]),
+    ]
+
+
 def router(runtime: Runtime) -> APIRouter:
-    """The TF Serving REST routes over ``runtime``."""
+    """The TF Serving REST routes over ``runtime`` other than predict (``inference_routes``)."""
     api = APIRouter(tags=["tfserving"])
-
-    async def predict(model: str, version: int | None, request: Request) -> Response:
-        entry = runtime.model(model, version)
-        body = await request.body()
-        if len(body) >= _OFFLOAD_BYTES:
-            decoded = await asyncio.to_thread(_decode_body, body, entry)
-        else:
-            decoded = _decode_body(body, entry)
-        result = await runtime.infer(InferRequest(entry.name, decoded.inputs, version=entry.version))
-        if sum(np.asarray(v).nbytes for v in result.outputs.values()) >= _OFFLOAD_BYTES:
-            content = await asyncio.to_thread(encode_predict, result.outputs, decoded.row_format)
-        else:
-            content = encode_predict(result.outputs, decoded.row_format)
-        return Response(content, media_type="application/json")
-
-    @api.post("/v1/models/{model}:predict")
-    async def predict_latest(model: str, request: Request) -> Response:
-        return await predict(model, None, request)
-
-    @api.post("/v1/models/{model}/versions/{version}:predict")
-    async def predict_version(model: str, version: str, request: Request) -> Response:
-        return await predict(model, _version(version), request)
-
-    @api.post("/v1/models/{model}/labels/{label}:predict")
-    async def predict_label(model: str, label: str, request: Request) -> Response:
-        return await predict(model, _label(label), request)
 
     @api.get("/v1/models/{model}")
     async def status_latest(model: str) -> Response:
