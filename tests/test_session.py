@@ -490,6 +490,24 @@ def test_arun_awaits_the_step_and_cancelling_cancels_it():
     assert sum(RUNS.get(f"step{i}", 0) for i in range(50)) < 50 + 15  # the cancelled run stopped early
 
 
+def test_arun_answers_at_the_deadline_while_one_long_kernel_runs():
+    import asyncio
+
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, ())
+    y = sleep_op(b, x, 0.6, "one_long_kernel")
+    with Session(b.graph_def) as s:
+
+        async def main():
+            t0 = time.monotonic()
+            with pytest.raises(DeadlineExceededError, match="deadline of 50 ms"):
+                await s.arun(y, {x: 1.0}, config_pb2.RunOptions(timeout_in_ms=50))
+            return time.monotonic() - t0
+
+        # the kernel cannot notice the deadline; arun's backstop answers 50 ms after it
+        assert asyncio.run(main()) < 0.4
+
+
 def test_cost_estimates_are_learned_from_measured_times():
     b, x, y = mlp_graph()
     with Session(b.graph_def) as s:
