@@ -16,6 +16,7 @@ import heapq
 import itertools
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -288,6 +289,7 @@ class Step:
     """One execution of a plan. ``done(step)`` is called exactly once, when no node of it is running."""
 
     __slots__ = (
+        "__weakref__",
         "_finished",
         "_lock",
         "_pending",
@@ -577,10 +579,11 @@ def _never() -> bool:
 
 
 class DeadlineTimer:
-    """One daemon thread that cancels steps whose deadline has passed."""
+    """One daemon thread that cancels steps whose deadline has passed. It holds them weakly: a step that
+    ended is freed at once, not kept alive (with everything it references) until its deadline."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Step, int]] = []
+        self._heap: list[tuple[float, int, weakref.ref[Step], int]] = []
         self._cond = threading.Condition()
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
@@ -589,28 +592,28 @@ class DeadlineTimer:
         """Cancels ``step`` at ``deadline`` (time.monotonic()) unless it finished before, with a
         DeadlineExceededError that names its ``timeout_ms``."""
         with self._cond:
-            heapq.heappush(self._heap, (deadline, next(self._seq), step, timeout_ms))
+            ref = weakref.ref(step)
+            heapq.heappush(self._heap, (deadline, next(self._seq), ref, timeout_ms))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="deadline_timer", daemon=True)
                 self._thread.start()
-            if self._heap[0][2] is step:
+            if self._heap[0][2] is ref:
                 self._cond.notify()
 
     def _work(self) -> None:
         while True:
             with self._cond:
                 while True:
-                    # drop finished steps first so their values are not kept alive
-                    while self._heap and self._heap[0][2].finished:
-                        heapq.heappop(self._heap)
-                    if not self._heap:
+                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    if wait is None:
                         self._cond.wait()
-                        continue
-                    wait = self._heap[0][0] - time.monotonic()
-                    if wait <= 0:
-                        _, _, step, timeout_ms = heapq.heappop(self._heap)
-                        break
-                    self._cond.wait(min(wait, 1.0))
+                    elif wait > 0:
+                        self._cond.wait(wait)
+                    else:
+                        _, _, ref, timeout_ms = heapq.heappop(self._heap)
+                        step = ref()
+                        if step is not None and not step.finished:
+                            break
             step.cancel(deadline_error(timeout_ms))
 
 

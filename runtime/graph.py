@@ -221,6 +221,10 @@ def _shape_text(shape: tuple[int, ...] | None) -> str:
     return "(" + ", ".join("?" if d < 0 else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def _name(tensor: TensorId) -> str:
+    return f"{tensor[0]}:{tensor[1]}"
+
+
 def prepare_feed(graph: Graph, tensor: TensorId, value: Any) -> np.ndarray[Any, Any]:
     """Converts a fed value to an array and checks it against a Placeholder's dtype and shape.
 
@@ -232,7 +236,6 @@ def prepare_feed(graph: Graph, tensor: TensorId, value: Any) -> np.ndarray[Any, 
     if spec is None:
         return as_array(value)
     want, np_want, shape = spec
-    name = f"{tensor[0]}:{tensor[1]}"
     try:
         if (
             isinstance(value, np.ndarray)
@@ -244,19 +247,19 @@ def prepare_feed(graph: Graph, tensor: TensorId, value: Any) -> np.ndarray[Any, 
             )
         ):
             raise InvalidArgumentError(
-                f"Cannot feed value of dtype {value.dtype} for Tensor '{name}', which has dtype "
+                f"Cannot feed value of dtype {value.dtype} for Tensor '{_name(tensor)}', which has dtype "
                 f"{dtypes.name(want)}"
             )
         arr = as_array(value, want)
     except (ValueError, TypeError, OverflowError) as e:
         raise InvalidArgumentError(
-            f"Cannot convert the value fed for Tensor '{name}' to {dtypes.name(want)}: {e}"
+            f"Cannot convert the value fed for Tensor '{_name(tensor)}' to {dtypes.name(want)}: {e}"
         ) from None
     if shape is not None and (
         len(shape) != arr.ndim or any(d >= 0 and d != s for d, s in zip(shape, arr.shape, strict=False))
     ):
         raise InvalidArgumentError(
-            f"Cannot feed value of shape {_shape_text(arr.shape)} for Tensor '{name}', which has shape "
-            f"{_shape_text(shape)}"
+            f"Cannot feed value of shape {_shape_text(arr.shape)} for Tensor '{_name(tensor)}', which has "
+            f"shape {_shape_text(shape)}"
         )
     return arr

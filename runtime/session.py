@@ -401,6 +401,7 @@ class Session:
         inline: bool,
         handler: RunHandler | None = None,
         started: float | None = None,
+        timer: bool = True,
     ) -> Step:
         """Starts a step. With a run handler, every closure of the step goes through it, and it is
         released when the step ends, however it ends."""
@@ -467,7 +468,7 @@ class Session:
                     handler.release()
                 raise RuntimeError(CLOSED_MESSAGE)
             self._active.add(step)
-        if timeout_ms > 0:
+        if timeout_ms > 0 and timer:
             deadline_timer.add(started + timeout_ms / 1000.0, step, timeout_ms)
         step.start(inline=inline or scheduler is _CALLER)
         return step
@@ -598,26 +599,28 @@ class Session:
                 inline=False,
                 handler=handler,
                 started=started,
+                timer=False,
             )
         except BaseException:
             if on_step_end is not None:
                 on_step_end()
             raise
-        backstop: asyncio.TimerHandle | None = None
+        # The deadline is a timer of this loop, not of the deadline thread: nothing crosses threads, and a
+        # finished step is not kept alive until its deadline (a 30 s default kept every step of the last
+        # second or more alive, which made the garbage collector's full passes long)
+        timers: list[asyncio.TimerHandle] = []
         timeout_ms = self._deadline_ms(options)
         if timeout_ms > 0:
-            # the deadline timer cancels the step on time; this answers even when one long kernel keeps
-            # the step from noticing (the kernel's thread finishes it, unseen)
-            when = (started if started is not None else loop.time()) + timeout_ms / 1000.0 + _BACKSTOP_S
-            backstop = loop.call_at(when, _expire, future, step, timeout_ms)
+            when = (started if started is not None else loop.time()) + timeout_ms / 1000.0
+            timers.append(loop.call_at(when, _deadline_passed, future, step, timeout_ms, timers))
         try:
             return await future
         except asyncio.CancelledError:
             step.cancel()
             raise
         finally:
-            if backstop is not None:
-                backstop.cancel()
+            for t in timers:
+                t.cancel()
 
     # --- partial runs ------------------------------------------------------------------------------------
 
@@ -774,11 +777,19 @@ class _PartialRun:
 _CALLER = CallerThread()
 
 
-def _expire(future: asyncio.Future[Any], step: Step, timeout_ms: int) -> None:
+def _deadline_passed(
+    future: asyncio.Future[Any], step: Step, timeout_ms: int, timers: list[asyncio.TimerHandle]
+) -> None:
+    """Cancels the step; if it has not stopped a little later (one long kernel cannot notice), answers."""
     if not future.done():
-        error = deadline_error(timeout_ms)
-        step.cancel(error)
-        future.set_exception(error)
+        step.cancel(deadline_error(timeout_ms))
+        loop = future.get_loop()
+        timers.append(loop.call_later(_BACKSTOP_S, _give_up, future, timeout_ms))
+
+
+def _give_up(future: asyncio.Future[Any], timeout_ms: int) -> None:
+    if not future.done():
+        future.set_exception(deadline_error(timeout_ms))
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: OpError | None) -> None:
