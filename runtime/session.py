@@ -32,6 +32,7 @@ from runtime.executor import ConstantFolder, Plan, Step, StepTrace, deadline_err
 from runtime.graph import Graph, prepare_feed
 from runtime.kernels.registry import Compute, OpContext, ResourceContainer
 from runtime.kernels.state_ops import UninitializedValue
+from runtime.memory import keep_freed_memory
 from runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report
 from runtime.node import Node
 from runtime.run_handler import RunHandler, get_pool
@@ -204,6 +205,7 @@ class Session:
         self._pools: list[Scheduler] = self._make_pools()
         if self._config.intra_op_parallelism_threads > 0:
             set_intra_op_threads(self._config.intra_op_parallelism_threads)
+        keep_freed_memory()  # once per process: kernels' temporaries reuse memory instead of faulting it in
 
     # --- configuration -----------------------------------------------------------------------------------
 
