@@ -9,11 +9,13 @@ code awaits a step without parking a thread.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -583,13 +585,12 @@ class Session:
         its thread; also after a cancel), or at once if it could not start."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
+        inbox = _inbox(loop)
 
         def on_done(result: Any, error: OpError | None) -> None:
             if on_step_end is not None:
                 on_step_end()
-            # a cancelled caller's loop may be gone by the time the step stops: nobody waits then
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, future, result, error)
+            inbox.post(future, result, error)
 
         try:
             step = self._start(
@@ -777,6 +778,43 @@ class _PartialRun:
 
 
 _CALLER = CallerThread()
+
+
+class _Inbox:
+    """Steps' results on their way to one event loop. A busy loop gets many per turn: the first result
+    wakes it (``call_soon_threadsafe``, a write to its self-pipe), later ones only join the queue until
+    it is drained, so the threads that finish steps make fewer system calls and give up the GIL less."""
+
+    __slots__ = ("_items", "_loop", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: collections.deque[tuple[asyncio.Future[Any], Any, OpError | None]] = collections.deque()
+        self._scheduled = False
+
+    def post(self, future: asyncio.Future[Any], result: Any, error: OpError | None) -> None:
+        self._items.append((future, result, error))  # deque.append and the flag are atomic under the GIL
+        if not self._scheduled:
+            self._scheduled = True
+            # a cancelled caller's loop may be gone by the time the step stops: nobody waits then
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        self._scheduled = False  # first: a result posted from now on schedules another drain
+        items = self._items
+        while items:
+            _settle(*items.popleft())
+
+
+_inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = weakref.WeakKeyDictionary()
+
+
+def _inbox(loop: asyncio.AbstractEventLoop) -> _Inbox:
+    inbox = _inboxes.get(loop)
+    if inbox is None:
+        inbox = _inboxes[loop] = _Inbox(loop)
+    return inbox
 
 
 def _deadline_passed(
