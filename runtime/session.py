@@ -9,34 +9,31 @@ code awaits a step without parking a thread.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
-import contextlib
 import os
 import threading
 import time
-import weakref
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from proto import config_pb2, debug_pb2, graph_pb2
+from proto import config_pb2, graph_pb2
+from runtime import aio
+from runtime.debug import debug_wrapper, watch_summary
 from runtime.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
     OpError,
     ResourceExhaustedError,
-    UnimplementedError,
 )
-from runtime.executor import ConstantFolder, Plan, Step, StepTrace, deadline_error, deadline_timer
+from runtime.executor import ConstantFolder, Plan, Step, StepTrace, deadline_timer
+from runtime.fetches import FetchMapper, is_op_name
 from runtime.graph import Graph, prepare_feed
-from runtime.kernels.registry import Compute, OpContext, ResourceContainer
+from runtime.kernels.registry import ResourceContainer
 from runtime.kernels.state_ops import UninitializedValue
 from runtime.memory import keep_freed_memory
 from runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report
-from runtime.node import Node
 from runtime.run_handler import RunHandler, get_pool
 from runtime.threadpool import (
     CallerThread,
@@ -51,100 +48,6 @@ from runtime.types import Feeds, Fetches, TensorId
 CLOSED_MESSAGE = "Attempted to use a closed Session."
 # Resolved call signatures kept per session; past this many (a client inventing fetch lists) start over.
 _MAX_SIGNATURES = 1024
-# seconds past its deadline at which ``arun`` answers DeadlineExceededError even if the step still runs
-_BACKSTOP_S = 0.05
-
-
-# --- fetch structures ------------------------------------------------------------------------------------
-
-
-class _FetchMapper:
-    """Flattens a nested fetch structure into names and rebuilds the results in the same structure."""
-
-    def __init__(self, fetches: Fetches) -> None:
-        self.names: list[str] = []
-        self._build = self._walk(fetches)
-
-    def _walk(self, f: Any) -> Callable[[list[Any]], Any]:
-        if isinstance(f, str):
-            i = len(self.names)
-            self.names.append(f)
-            return lambda values: values[i]
-        if isinstance(f, Mapping):
-            keys = list(f.keys())
-            builders = [self._walk(f[k]) for k in keys]
-            kind: Any = type(f)
-            return lambda values: kind(zip(keys, (b(values) for b in builders), strict=True))
-        if isinstance(f, tuple) and hasattr(f, "_fields"):  # namedtuple
-            builders = [self._walk(x) for x in f]
-            nt = type(f)
-            return lambda values: nt(*(b(values) for b in builders))
-        if isinstance(f, (list, tuple)):
-            builders = [self._walk(x) for x in f]
-            seq = type(f)
-            return lambda values: seq(b(values) for b in builders)
-        raise TypeError(
-            f"Fetch argument {f!r} has invalid type {type(f).__name__}: a fetch must be a tensor or "
-            "operation name, or a list, tuple, dict or namedtuple of them"
-        )
-
-    def build(self, values: list[Any]) -> Any:
-        return self._build(values)
-
-
-def _is_op_name(name: str) -> bool:
-    """A fetch without ':port' names an operation: it is run and its result is None, as in TensorFlow."""
-    _, sep, port = name.rpartition(":")
-    return not (sep and port.isdigit())
-
-
-# --- debug watches ---------------------------------------------------------------------------------------
-
-
-def _watch_summary(options: config_pb2.RunOptions | None) -> str:
-    if options is None or not options.HasField("debug_options"):
-        return ""
-    parts = []
-    for w in options.debug_options.debug_tensor_watch_opts:
-        parts.append(f"{w.node_name}:{w.output_slot}:{','.join(w.debug_ops)}:{','.join(w.debug_urls)}")
-    return ";".join(sorted(parts))
-
-
-def _debug_wrapper(
-    debug_options: debug_pb2.DebugOptions,
-) -> Callable[[Node, Compute], Compute]:
-    """Wraps watched nodes' kernels so their outputs are dumped as .npy files under file:// debug URLs."""
-    watches: dict[str, list[debug_pb2.DebugTensorWatch]] = {}
-    for w in debug_options.debug_tensor_watch_opts:
-        for op in w.debug_ops or ["DebugIdentity"]:
-            if op != "DebugIdentity":
-                raise UnimplementedError(f"Debug op '{op}' is not supported (only DebugIdentity)")
-        for url in w.debug_urls:
-            if not url.startswith("file://"):
-                raise UnimplementedError(f"Debug URL '{url}' is not supported (only file://)")
-        watches.setdefault(w.node_name, []).append(w)
-
-    def wrap(node: Node, compute: Compute) -> Compute:
-        mine = watches.get(node.name)
-        if not mine:
-            return compute
-
-        def watched(ctx: OpContext, inputs: list[Any]) -> Sequence[Any]:
-            outs = compute(ctx, inputs)
-            stamp = time.time_ns() // 1000
-            for w in mine:
-                if w.output_slot >= len(outs):
-                    continue
-                for url in w.debug_urls:
-                    root = Path(url[len("file://") :])
-                    path = root / f"{node.name}_{w.output_slot}_DebugIdentity_{stamp}.npy"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    np.save(path, np.asarray(outs[w.output_slot]), allow_pickle=False)
-            return outs
-
-        return watched
-
-    return wrap
 
 
 # --- the session -----------------------------------------------------------------------------------------
@@ -168,7 +71,7 @@ class _Signature:
 
     __slots__ = ("fetch_index", "mapper", "plan")
 
-    def __init__(self, plan: Plan, mapper: _FetchMapper, fetch_index: list[int | None]) -> None:
+    def __init__(self, plan: Plan, mapper: FetchMapper, fetch_index: list[int | None]) -> None:
         self.plan = plan
         self.mapper = mapper
         self.fetch_index = fetch_index
@@ -272,7 +175,7 @@ class Session:
         options: config_pb2.RunOptions | None,
         partial: bool = False,
     ) -> Plan:
-        watches = _watch_summary(options)
+        watches = watch_summary(options)
         feeds = [f"{n}:{p}" for n, p in feed_ids]
         fetches = [f"{n}:{p}" for n, p in fetch_ids]
         key = f"{','.join(feeds)}->{','.join(fetches)}/{','.join(targets)}/{int(partial)}/{watches}"
@@ -286,7 +189,7 @@ class Session:
         with self._lock:
             plan = self._plans.get(sorted_key)
             if plan is None:
-                wrap = _debug_wrapper(options.debug_options) if watches and options is not None else None
+                wrap = debug_wrapper(options.debug_options) if watches and options is not None else None
                 plan = Plan(
                     self._graph,
                     sorted(feed_ids),
@@ -310,7 +213,7 @@ class Session:
             type(fetches) in (list, tuple) and all(isinstance(f, str) for f in fetches)
         ):
             key = (type(fetches), fetches if isinstance(fetches, str) else tuple(fetches), feed_names)
-            key += (_watch_summary(options),)
+            key += (watch_summary(options),)
             cached = self._signatures.get(key)
             if cached is not None:
                 sig, feed_ids = cached
@@ -332,7 +235,7 @@ class Session:
         self, fetches: Fetches, feed_dict: Feeds | None, options: config_pb2.RunOptions | None
     ) -> tuple[_Signature, dict[TensorId, Any]]:
         graph = self._graph
-        mapper = _FetchMapper(fetches)
+        mapper = FetchMapper(fetches)
         feed_values: dict[TensorId, Any] = {}
         for name, value in (feed_dict or {}).items():
             if not isinstance(name, str):
@@ -346,7 +249,7 @@ class Session:
         fetch_index: list[int | None] = []
         seen: dict[TensorId, int] = {}
         for name in mapper.names:
-            if _is_op_name(name):
+            if is_op_name(name):
                 graph.node(name)
                 if name not in targets:
                     targets.append(name)
@@ -585,7 +488,7 @@ class Session:
         its thread; also after a cancel), or at once if it could not start."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        inbox = _inbox(loop)
+        inbox = aio.inbox(loop)
 
         def on_done(result: Any, error: OpError | None) -> None:
             if on_step_end is not None:
@@ -615,7 +518,7 @@ class Session:
         timeout_ms = self._deadline_ms(options)
         if timeout_ms > 0:
             when = (started if started is not None else loop.time()) + timeout_ms / 1000.0
-            timers.append(loop.call_at(when, _deadline_passed, future, step, timeout_ms, timers))
+            timers.append(loop.call_at(when, aio.deadline_passed, future, step, timeout_ms, timers))
         try:
             return await future
         except asyncio.CancelledError:
@@ -630,11 +533,11 @@ class Session:
     def partial_run_setup(self, fetches: Fetches, feeds: Sequence[str] | None = None) -> str:
         """Declares the fetches and feeds of a partial run; returns its handle."""
         self._check_open()
-        mapper = _FetchMapper(fetches)
+        mapper = FetchMapper(fetches)
         fetch_names = set()
         targets = set()
         for name in mapper.names:
-            if _is_op_name(name):
+            if is_op_name(name):
                 self._graph.node(name)
                 targets.add(name)
             else:
@@ -655,11 +558,11 @@ class Session:
                 f"The partial run handle '{handle}' is not valid: call partial_run_setup first"
             )
         graph = self._graph
-        mapper = _FetchMapper(fetches)
+        mapper = FetchMapper(fetches)
         wanted: list[TensorId] = []
         targets: list[str] = []
         for name in mapper.names:
-            if _is_op_name(name):
+            if is_op_name(name):
                 if name not in state.targets:
                     raise InvalidArgumentError(f"Target '{name}' was not declared in partial_run_setup")
                 targets.append(name)
@@ -699,9 +602,7 @@ class Session:
             state.ran.update(fresh_targets)
         state.values = values  # only once the whole call has succeeded
         state.fetched.update(wanted)
-        results = [
-            None if _is_op_name(n) else _as_output(state.values[graph.tensor(n)]) for n in mapper.names
-        ]
+        results = [None if is_op_name(n) else _as_output(state.values[graph.tensor(n)]) for n in mapper.names]
         if state.fetched >= state.fetches and state.targets <= state.ran:
             with self._lock:
                 self._partial.pop(handle, None)
@@ -778,67 +679,6 @@ class _PartialRun:
 
 
 _CALLER = CallerThread()
-
-
-class _Inbox:
-    """Steps' results on their way to one event loop. A busy loop gets many per turn: the first result
-    wakes it (``call_soon_threadsafe``, a write to its self-pipe), later ones only join the queue until
-    it is drained, so the threads that finish steps make fewer system calls and give up the GIL less."""
-
-    __slots__ = ("_items", "_loop", "_scheduled")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._items: collections.deque[tuple[asyncio.Future[Any], Any, OpError | None]] = collections.deque()
-        self._scheduled = False
-
-    def post(self, future: asyncio.Future[Any], result: Any, error: OpError | None) -> None:
-        self._items.append((future, result, error))  # deque.append and the flag are atomic under the GIL
-        if not self._scheduled:
-            self._scheduled = True
-            # a cancelled caller's loop may be gone by the time the step stops: nobody waits then
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._drain)
-
-    def _drain(self) -> None:
-        self._scheduled = False  # first: a result posted from now on schedules another drain
-        items = self._items
-        while items:
-            _settle(*items.popleft())
-
-
-_inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = weakref.WeakKeyDictionary()
-
-
-def _inbox(loop: asyncio.AbstractEventLoop) -> _Inbox:
-    inbox = _inboxes.get(loop)
-    if inbox is None:
-        inbox = _inboxes[loop] = _Inbox(loop)
-    return inbox
-
-
-def _deadline_passed(
-    future: asyncio.Future[Any], step: Step, timeout_ms: int, timers: list[asyncio.TimerHandle]
-) -> None:
-    """Cancels the step; if it has not stopped a little later (one long kernel cannot notice), answers."""
-    if not future.done():
-        step.cancel(deadline_error(timeout_ms))
-        loop = future.get_loop()
-        timers.append(loop.call_later(_BACKSTOP_S, _give_up, future, timeout_ms))
-
-
-def _give_up(future: asyncio.Future[Any], timeout_ms: int) -> None:
-    if not future.done():
-        future.set_exception(deadline_error(timeout_ms))
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: OpError | None) -> None:
-    if future.done():  # the awaiting task was cancelled meanwhile
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
 
 
 def _as_output(value: Any) -> Any:
