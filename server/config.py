@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from proto import config_pb2
+from runtime.run_handler import DEFAULT_STRETCH
 
 ENV_PREFIX = "POOLSERVE_"
 MiB = 1 << 20
@@ -56,6 +57,9 @@ class RunHandlerPoolSettings(_Section):
     enabled: bool = True
     threads: int = Field(default=0, ge=0)
     max_concurrent_handlers: int = Field(default=128, gt=0)
+    # Within a priority, a request is due at arrival + deadline_stretch x the CPU time its model's steps
+    # took before: short requests pass long ones that are not yet due. 0 = strict arrival order.
+    deadline_stretch: float = Field(default=DEFAULT_STRETCH, ge=0, le=1000)
 
 
 class TraceSettings(_Section):

@@ -348,7 +348,9 @@ class Runtime:
     def _configure_pool(self) -> RunHandlerPool:
         cfg = self.config.run_handler_pool
         try:
-            return run_handler.configure_pool(cfg.threads, cfg.max_concurrent_handlers)
+            pool = run_handler.configure_pool(cfg.threads, cfg.max_concurrent_handlers)
+            pool.stretch = cfg.deadline_stretch
+            return pool
         except InvalidArgumentError as e:
             # the pool is process-global: a second app in the same process shares the first one's
             log.warning("using the existing RunHandlerPool: %s", e)

@@ -15,6 +15,7 @@ import pytest
 from proto import config_pb2, types_pb2
 from runtime.builder import GraphBuilder
 from runtime.errors import Code, DeadlineExceededError, InvalidArgumentError, NotFoundError
+from runtime.run_handler import DEFAULT_STRETCH
 from runtime.session import Session
 from server import cli, errors
 from server.config import ConfigError, load_config, make_config
@@ -114,6 +115,19 @@ session_config = "inter_op_parallelism_threads: 2"
     assert config.models[0].path == (tmp_path / "sub" / "models" / "m.pb").resolve()
     assert config.models[0].inputs == {"in": "x:0"}
     assert config.models[0].config_proto().inter_op_parallelism_threads == 2
+
+
+def test_deadline_stretch_configures_the_pool(model_dir: Path) -> None:
+    config = make_config({"run_handler_pool": {"deadline_stretch": 0}}, model_dir)
+    rt = Runtime(config)
+    rt.start()
+    try:
+        assert rt.pool.stretch == 0.0  # strict arrival order
+    finally:
+        rt.pool.stretch = DEFAULT_STRETCH  # the pool is process-global
+        rt.close()
+    with pytest.raises(ValueError, match="deadline_stretch"):
+        make_config({"run_handler_pool": {"deadline_stretch": -1}}, model_dir)
 
 
 def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
