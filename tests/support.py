@@ -151,3 +151,30 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=5)
+
+
+# --- KServe v2 bodies: a JSON header, then the binary tensor data ----------------------------------------
+
+import json  # noqa: E402
+import struct  # noqa: E402
+
+
+def body_of(request: dict, *chunks: bytes) -> tuple[bytes, str | None]:
+    """A KServe v2 body: ``request`` as JSON then ``chunks``, and the Inference-Header-Content-Length
+    to send with it (None when there are no chunks)."""
+    header = json.dumps(request).encode()
+    if not chunks:
+        return header, None
+    return header + b"".join(chunks), str(len(header))
+
+
+def bytes_elements(*items: bytes) -> bytes:
+    """BYTES elements in binary form: each one a 4-byte little-endian length, then its bytes."""
+    return b"".join(struct.pack("<I", len(x)) + x for x in items)
+
+
+def split_response(body: bytes, header_length: int | None) -> tuple[dict, bytes]:
+    """A KServe v2 response body as (JSON header, binary data after it)."""
+    if header_length is None:
+        return json.loads(body), b""
+    return json.loads(body[:header_length]), body[header_length:]
