@@ -1,10 +1,10 @@
 """The ASGI app: protocol routers, the serving middleware, and the operational endpoints.
 
 ``create_app(config)`` loads the models at once (so a test client can use the app without running its
-lifespan) and returns a FastAPI app. The middleware gives every request an id (``X-Request-Id`` echoed or a
-fresh uuid4 hex), limits body size (413), sheds load past ``max_in_flight`` (503 + Retry-After), cancels the
-request's work when the client disconnects, turns unexpected exceptions into a logged 500, and records
-metrics and the trace's last span.
+lifespan) and returns a FastAPI app. The middleware gives every request an id (``X-Request-Id`` echoed or
+a fresh one of 32 hex digits), limits body size (413), sheds load past ``max_in_flight`` (503 +
+Retry-After), cancels the request's work when the client disconnects, turns unexpected exceptions into a
+logged 500, and records metrics and the trace's last span.
 """
 
 from __future__ import annotations

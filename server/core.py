@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import logging
 import math
+import os
 import random
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,8 +80,14 @@ def reset_context(token: contextvars.Token[RequestContext | None]) -> None:
     _context.reset(token)
 
 
+_ID_PREFIX = os.urandom(8).hex()  # random per process
+_id_counter = itertools.count()
+
+
 def new_request_id() -> str:
-    return uuid.uuid4().hex
+    """32 hex digits, as a uuid4's: a random per-process prefix and a counter (unique without a system call
+    per request)."""
+    return f"{_ID_PREFIX}{next(_id_counter):016x}"
 
 
 # --- models ---------------------------------------------------------------------------------------------

@@ -28,6 +28,9 @@ from runtime.types import Array
 from server.core import InferRequest, InferResult, ModelEntry, Runtime, TensorSpec
 from server.routes import Route
 
+# one encoder for every answer: json.dumps with non-default arguments builds a new one per call
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
 PROTOBUF = "application/x-protobuf"
 _FIELDS = ("feeds", "fetches", "targets", "run_options", "trace", "use_run_handler_pool")
 _TRACE_MODES = ("none", "response")
@@ -302,7 +305,7 @@ def encode_json(result: InferResult) -> bytes:
         body["run_metadata"] = json_format.MessageToDict(result.run_metadata)
     if result.trace is not None:
         body["trace"] = result.trace
-    return json.dumps(body, separators=(",", ":")).encode("utf-8")
+    return _ENCODER.encode(body).encode("utf-8")
 
 
 def encode_protobuf(result: InferResult) -> bytes:

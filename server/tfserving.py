@@ -303,9 +303,13 @@ def encode_predict(outputs: Mapping[str, Array], row_format: bool) -> bytes:
     return dump_json(body)
 
 
+# one encoder for every answer: json.dumps with non-default arguments builds a new one per call
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def dump_json(body: Any) -> bytes:
     # TF Serving writes NaN and Infinity as such (its parser reads them too), as Python's json does
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _ENCODER.encode(body).encode("utf-8")
 
 
 def _rows(outputs: Mapping[str, Array]) -> list[Any]:
