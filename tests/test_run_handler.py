@@ -10,7 +10,7 @@ from support import RUNS, sleep_op
 from proto import config_pb2
 from runtime.builder import GraphBuilder
 from runtime.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
-from runtime.run_handler import MAX_RUNNING_PER_REQUEST, RunHandlerPool, get_pool
+from runtime.run_handler import MAX_RUNNING_PER_REQUEST, SHORT_STEP_S, RunHandlerPool, get_pool
 from runtime.session import Session
 
 
@@ -133,6 +133,43 @@ def test_session_learns_the_cpu_time_of_its_steps_on_the_pool():
         s.run(y, feed, options=pool_options())
         learned = sorted(p.cpu for p in set(s._plans.values()))
         assert learned[0] == 0.0 and learned[1] > 0.0
+
+
+def test_short_steps_wait_for_a_thread_that_is_up_instead_of_waking_another():
+    pool = RunHandlerPool(num_threads=2)
+    short = SHORT_STEP_S / 2
+
+    def occupy(expected):
+        """A closure of a step expected to take ``expected`` s, running on one pool thread until released."""
+        h = pool.get()
+        h.expect(expected)
+        gate, started = threading.Event(), threading.Event()
+        h.schedule(lambda: (started.set(), gate.wait(5)))
+        assert started.wait(5)
+        return h, gate
+
+    def submit(expected):
+        h = pool.get()
+        h.expect(expected)
+        ran = threading.Event()
+        h.schedule(ran.set)
+        return h, ran
+
+    first, gate = occupy(short)
+    second, ran = submit(short)
+    time.sleep(0.05)
+    assert not ran.is_set()  # a slot and a thread are free, but the thread that is up takes it next
+    gate.set()
+    assert ran.wait(5)
+
+    first2, gate2 = occupy(1.0)  # a long step's closure: its thread is not free soon
+    second2, ran2 = submit(short)
+    third, ran3 = submit(0.0)  # (an unknown cost never waits either)
+    assert ran2.wait(5) and ran3.wait(5)  # the idle thread was woken at once
+    gate2.set()
+    for h in (first, second, first2, second2, third):
+        h.release()
+    assert pool.stats().active_handlers == 0
 
 
 def test_get_blocks_and_times_out():
