@@ -15,10 +15,12 @@ with deadlines in proportion to size: it bounds each request's slowdown rather t
 ``stretch = 0`` is strict arrival order.
 
 A thread that finishes a closure takes the next one itself, so a busy pool hands work on without
-waking anyone; a synchronous caller (``RunHandler.help``) runs its own step when a slot is free on its
-arrival, else waits for the step to end, woken once. Between expensive nodes a step checks whether a
-request ahead of it waits for a slot, and if so puts its next nodes back in its queue (``preempted``):
-a long step cannot hold a thread while a more urgent request waits for more than one node's time.
+waking anyone, and a closure of a short step (under ``SHORT_STEP_S`` of CPU) waits for a thread that is
+up and free soon rather than wake another. A synchronous caller (``RunHandler.help``) runs its own step
+when a slot is free on its arrival, else waits for the step to end, woken once. Between expensive nodes a
+step checks whether a request ahead of it waits for a slot, and if so puts its next nodes back in its
+queue (``preempted``): a long step cannot hold a thread while a more urgent request waits for more than
+one node's time.
 
 Why not TensorFlow's spread (each thread starts its search at a different request)? On few cores it sends
 a thread to a younger request while the oldest still has ready work, which is processor sharing again;
