@@ -161,6 +161,7 @@ class PoolStats:
     handlers_acquired: int
     handler_wait_seconds_total: float
     handler_held_seconds_total: float
+    stretch: float
 
 
 class _Waiter:
@@ -491,6 +492,7 @@ class RunHandlerPool:
                 handlers_acquired=self._acquired,
                 handler_wait_seconds_total=self._wait_total,
                 handler_held_seconds_total=self._held_total,
+                stretch=self.stretch,
             )
 
 

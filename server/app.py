@@ -215,6 +215,7 @@ def _pool_state(runtime: Runtime) -> dict[str, Any]:
             queued_closures=stats.queued_closures,
             threads=stats.threads,
             max_handlers=stats.max_handlers,
+            deadline_stretch=stats.stretch,
         )
     return body
 
