@@ -368,7 +368,7 @@ class Step:
         if inline and not cheap and expensive:
             cheap.append(expensive.pop())
         for r in expensive:
-            self.schedule(self._closure(r))
+            self.schedule(self._closure([r]))
         if cheap:
             if inline:
                 self._run(cheap)
@@ -397,10 +397,8 @@ class Step:
 
     # --- running -----------------------------------------------------------------------------------------
 
-    def _closure(self, index: int) -> Callable[[], None]:
-        return lambda: self._run([index])
-
-    def _batch(self, indices: list[int]) -> Callable[[], None]:
+    def _closure(self, indices: list[int]) -> Callable[[], None]:
+        """A closure that runs these ready nodes (and, inline, what they make ready)."""
         return lambda: self._run(indices)
 
     def _fail(self, err: OpError) -> None:
@@ -482,13 +480,13 @@ class Step:
             if expensive is not None:
                 if self.saturated():
                     if self.preempted():
-                        schedule(self._batch(expensive))
+                        schedule(self._closure(expensive))
                     else:
                         stack.extend(expensive)
                     continue
                 last = expensive.pop() if not stack else None
                 for c in expensive:
-                    schedule(self._closure(c))
+                    schedule(self._closure([c]))
                 if last is not None:
                     stack.append(last)
 
@@ -543,13 +541,13 @@ class Step:
             if inline_all and not self.inline_all and self.preempted():
                 later = [c for c in ready if nodes[c].expensive]
                 if later:
-                    self.schedule(self._batch(later))
+                    self.schedule(self._closure(later))
                     ready = [c for c in ready if not nodes[c].expensive]
             expensive = [c for c in ready if nodes[c].expensive and not inline_all]
             stack.extend(c for c in ready if c not in expensive)
             last = expensive.pop() if expensive and not stack else None
             for c in expensive:
-                self.schedule(self._closure(c))
+                self.schedule(self._closure([c]))
             if last is not None:
                 stack.append(last)
 

@@ -8,8 +8,8 @@ the same kernels with memory kept (1.5 ms against 0.5 ms a step on the 2-core te
 TensorFlow avoids it with its own allocator, which keeps what it has taken.
 
 ``keep_freed_memory()`` (called when the first Session is made) raises the mmap threshold to glibc's
-maximum (32 MiB on 64-bit), keeps up to ``trim`` bytes of freed memory in each heap, and grows heaps in
-steps of ``top_pad`` bytes. The process's resident memory then stays near its peak instead of
+maximum (32 MiB on 64-bit), keeps up to ``TRIM_THRESHOLD`` bytes of freed memory in each heap, and grows
+heaps in steps of ``TOP_PAD`` bytes. The process's resident memory then stays near its peak instead of
 following each step up and down, as with TensorFlow. Set ``POOLSERVE_KEEP_FREED_MEMORY=0`` to leave
 malloc as it is. Other C libraries (musl, macOS) are left alone.
 """

@@ -63,7 +63,6 @@ class RunHandler:
         "_pool",
         "acquired_at",
         "cpu",
-        "expected",
         "helper",
         "key",
         "learn",
@@ -71,6 +70,7 @@ class RunHandler:
         "queue",
         "released",
         "running",
+        "short",
         "step_id",
         "waited",
     )
@@ -88,7 +88,7 @@ class RunHandler:
         self.helper: _Worker | None = None
         self.waited = waited
         self.cpu = 0.0  # thread CPU seconds its closures took
-        self.expected = 0.0  # CPU seconds its step is expected to take (0 = unknown)
+        self.short = False  # its step is known to take under SHORT_STEP_S of CPU
         self.learn: Callable[[float], None] | None = None
 
     @property
@@ -102,7 +102,7 @@ class RunHandler:
         request goes ahead of a long one that is not yet late. ``learn`` is called with the CPU time the
         step really took, after its last closure. Call it before scheduling the first closure."""
         self.learn = learn
-        self.expected = seconds
+        self.short = 0.0 < seconds < SHORT_STEP_S
         self._pool._expect(self, seconds)
 
     def schedule_inter_op_closure(self, fn: Closure) -> None:
@@ -391,7 +391,7 @@ class RunHandlerPool:
             elif helper is not None and helper.waiting:
                 w = helper
             elif self._idle:
-                if self._awake > self._busy and 0.0 < h.expected < SHORT_STEP_S:
+                if self._awake > self._busy and h.short:
                     # a thread that is up takes it when it is done: a wake-up would cost more than the wait
                     break
                 w = self._idle.pop()
@@ -401,9 +401,8 @@ class RunHandlerPool:
                 break
             w.waiting = False
             if w.awake:
-                busy = not 0.0 < h.expected < SHORT_STEP_S
-                self._busy += busy - w.busy
-                w.busy = busy
+                self._busy += (not h.short) - w.busy
+                w.busy = not h.short
             w.task = (h, h.queue.popleft())
             h.running += 1
             self._queued -= 1

@@ -25,7 +25,7 @@ class Metrics:
         pool_stats: Callable[[], PoolStats | None],
         traces_stored: Callable[[], int],
         steps_running: Callable[[], int],
-        in_flight: Callable[[], int] = lambda: 0,
+        in_flight: Callable[[], int],
     ) -> None:
         self.registry = CollectorRegistry()
         self._pool_stats = pool_stats
