@@ -1,4 +1,6 @@
-"""Builds the example models of the default configuration: ``python -m configs.make_models [OUT_DIR]``.
+"""Builds the example models of the default configuration.
+
+Run ``python -m poolserve.configs.make_models [OUT_DIR]``.
 
 The graphs are written with ``runtime.builder`` (no TensorFlow), named the way a frozen Keras model's
 nodes are ("dense/MatMul", "conv2d/BiasAdd", ...), with weights drawn from a fixed seed: running it again
@@ -14,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from proto import graph_pb2
-from runtime.builder import GraphBuilder, shape
+from poolserve.proto import graph_pb2
+from poolserve.runtime.builder import GraphBuilder, shape
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 SEED = 20240605
@@ -173,7 +175,7 @@ def write_models(out_dir: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m configs.make_models", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m poolserve.configs.make_models", description=__doc__)
     parser.add_argument(
         "out_dir", nargs="?", type=Path, default=MODELS_DIR, help=f"where to write (default {MODELS_DIR})"
     )

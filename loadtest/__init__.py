@@ -1,1 +1,1 @@
-"""Load generator and benchmarks."""
+"""`poolserve loadtest`: the load generator, its report and plots."""

@@ -27,8 +27,8 @@ import numpy as np
 from rich.console import Console
 from rich.text import Text
 
-from loadtest import report
-from loadtest.generator import (
+from poolserve.loadtest import report
+from poolserve.loadtest.generator import (
     PROTOCOLS,
     HttpSender,
     Load,

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from proto import serving_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+from poolserve.proto import serving_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
 PROTOCOLS = ("native", "kserve", "tfserving")
 # mode name -> the use_run_handler_pool value sent (None: the field is left out, the server decides)

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
-from loadtest.generator import LoadtestError, Recorder, Sample
+from poolserve.loadtest.generator import LoadtestError, Recorder, Sample
 
 # name in the report -> percentile
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}

@@ -1,6 +1,6 @@
-from proto import tensor_pb2 as _tensor_pb2
-from proto import tensor_shape_pb2 as _tensor_shape_pb2
-from proto import types_pb2 as _types_pb2
+from poolserve.proto import tensor_pb2 as _tensor_pb2
+from poolserve.proto import tensor_shape_pb2 as _tensor_shape_pb2
+from poolserve.proto import types_pb2 as _types_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -1,7 +1,7 @@
-from proto import cost_graph_pb2 as _cost_graph_pb2
-from proto import debug_pb2 as _debug_pb2
-from proto import graph_pb2 as _graph_pb2
-from proto import step_stats_pb2 as _step_stats_pb2
+from poolserve.proto import cost_graph_pb2 as _cost_graph_pb2
+from poolserve.proto import debug_pb2 as _debug_pb2
+from poolserve.proto import graph_pb2 as _graph_pb2
+from poolserve.proto import step_stats_pb2 as _step_stats_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor

@@ -1,6 +1,6 @@
-from proto import attr_value_pb2 as _attr_value_pb2
-from proto import node_def_pb2 as _node_def_pb2
-from proto import op_def_pb2 as _op_def_pb2
+from poolserve.proto import attr_value_pb2 as _attr_value_pb2
+from poolserve.proto import node_def_pb2 as _node_def_pb2
+from poolserve.proto import op_def_pb2 as _op_def_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

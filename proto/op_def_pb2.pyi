@@ -1,6 +1,6 @@
-from proto import attr_value_pb2 as _attr_value_pb2
-from proto import types_pb2 as _types_pb2
-from proto import resource_handle_pb2 as _resource_handle_pb2
+from poolserve.proto import attr_value_pb2 as _attr_value_pb2
+from poolserve.proto import types_pb2 as _types_pb2
+from poolserve.proto import resource_handle_pb2 as _resource_handle_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -1,5 +1,5 @@
-from proto import config_pb2 as _config_pb2
-from proto import tensor_pb2 as _tensor_pb2
+from poolserve.proto import config_pb2 as _config_pb2
+from poolserve.proto import tensor_pb2 as _tensor_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

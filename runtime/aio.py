@@ -9,8 +9,8 @@ import contextlib
 import weakref
 from typing import Any
 
-from runtime.errors import OpError
-from runtime.executor import Step, deadline_error
+from poolserve.runtime.errors import OpError
+from poolserve.runtime.executor import Step, deadline_error
 
 # seconds past its deadline at which ``arun`` answers DeadlineExceededError even if the step still runs
 BACKSTOP_S = 0.05

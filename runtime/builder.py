@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from proto import attr_value_pb2, graph_pb2, tensor_pb2, tensor_shape_pb2
-from runtime import dtypes
-from runtime.tensor import as_array, from_ndarray, shape_to_proto
+from poolserve.proto import attr_value_pb2, graph_pb2, tensor_pb2, tensor_shape_pb2
+from poolserve.runtime import dtypes
+from poolserve.runtime.tensor import as_array, from_ndarray, shape_to_proto
 
 # Producer version of the GraphDefs TensorFlow 2.x writes.
 GRAPH_DEF_VERSION = 1882

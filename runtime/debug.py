@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from proto import config_pb2, debug_pb2
-from runtime.errors import UnimplementedError
-from runtime.kernels.registry import Compute, OpContext
-from runtime.node import Node
+from poolserve.proto import config_pb2, debug_pb2
+from poolserve.runtime.errors import UnimplementedError
+from poolserve.runtime.kernels.registry import Compute, OpContext
+from poolserve.runtime.node import Node
 
 
 def watch_summary(options: config_pb2.RunOptions | None) -> str:

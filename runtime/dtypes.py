@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from proto import types_pb2
-from runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.proto import types_pb2
+from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 
 DataType = int  # a types_pb2.DataType value
 

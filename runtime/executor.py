@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from runtime.errors import (
+from poolserve.runtime.errors import (
     CancelledError,
     DeadlineExceededError,
     InternalError,
@@ -30,15 +30,15 @@ from runtime.errors import (
     OpError,
     ResourceExhaustedError,
 )
-from runtime.graph import Graph
-from runtime.kernels.registry import Compute, OpContext, ResourceContainer
-from runtime.node import Node
-from runtime.threadpool import CallerThread, Scheduler
-from runtime.types import TensorId
+from poolserve.runtime.graph import Graph
+from poolserve.runtime.kernels.registry import Compute, OpContext, ResourceContainer
+from poolserve.runtime.node import Node
+from poolserve.runtime.threadpool import CallerThread, Scheduler
+from poolserve.runtime.types import TensorId
 
 # A kernel whose learned cost is above this many microseconds is dispatched to the pool; below it, the
 # hand-off costs more than it saves: ~25 us to wake a thread, ~100 us when the sender holds the GIL,
-# and BLAS kernels already use every core. Measured on the fixtures (loadtest/bench_executor.py):
+# and BLAS kernels already use every core. Measured on the fixtures (benchmarks/bench_executor.py):
 # 40 us made conv_transpose 4x slower than inline; 100-1000 us were alike on the fixtures.
 EXPENSIVE_THRESHOLD_US = 250.0
 # Learned estimates move as (9 * previous + measured) / 10; they start high, as TensorFlow's do.

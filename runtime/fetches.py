@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from runtime.types import Fetches
+from poolserve.runtime.types import Fetches
 
 
 class FetchMapper:

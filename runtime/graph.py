@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 from google.protobuf import message, text_format
 
-from proto import graph_pb2
-from runtime import dtypes, kernels
-from runtime.errors import InvalidArgumentError, NotFoundError, OpError
-from runtime.kernels.registry import Compute, KernelDef
-from runtime.node import Node, parse_tensor_name
-from runtime.tensor import as_array
-from runtime.types import TensorId
+from poolserve.proto import graph_pb2
+from poolserve.runtime import dtypes, kernels
+from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, OpError
+from poolserve.runtime.kernels.registry import Compute, KernelDef
+from poolserve.runtime.node import Node, parse_tensor_name
+from poolserve.runtime.tensor import as_array
+from poolserve.runtime.types import TensorId
 
 
 def load_graph_def(path: str | Path) -> graph_pb2.GraphDef:

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from proto import cost_graph_pb2, step_stats_pb2
-from runtime import dtypes
-from runtime.executor import DEVICE, Plan, Step, StepTrace
-from runtime.tensor import shape_to_proto
+from poolserve.proto import cost_graph_pb2, step_stats_pb2
+from poolserve.runtime import dtypes
+from poolserve.runtime.executor import DEVICE, Plan, Step, StepTrace
+from poolserve.runtime.tensor import shape_to_proto
 
 ALLOCATOR = "cpu"
 _MB = 1048576.0

@@ -10,9 +10,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from proto import attr_value_pb2, node_def_pb2
-from runtime import dtypes
-from runtime.errors import InvalidArgumentError
+from poolserve.proto import attr_value_pb2, node_def_pb2
+from poolserve.runtime import dtypes
+from poolserve.runtime.errors import InvalidArgumentError
 
 _REQUIRED: Final = object()
 
@@ -45,7 +45,7 @@ def tensor_name(node: str, port: int) -> str:
 
 def decode_attr(value: attr_value_pb2.AttrValue) -> Any:
     """An AttrValue as a plain Python value (shapes as tuples, tensors as arrays, lists as lists)."""
-    from runtime.tensor import shape_from_proto, to_ndarray
+    from poolserve.runtime.tensor import shape_from_proto, to_ndarray
 
     case = value.WhichOneof("value")
     if case is None:
@@ -194,7 +194,7 @@ class Node:
 
     def attr_shape(self, name: str, default: Any = _REQUIRED) -> tuple[int, ...] | None:
         """A shape attr: a tuple with -1 for unknown dims, None for unknown rank (or when absent)."""
-        from runtime.tensor import shape_from_proto
+        from poolserve.runtime.tensor import shape_from_proto
 
         if name not in self.attrs and default is not _REQUIRED:
             return default  # type: ignore[no-any-return]
@@ -202,7 +202,7 @@ class Node:
         return shape_from_proto(v.shape)
 
     def attr_tensor(self, name: str) -> np.ndarray[Any, Any]:
-        from runtime.tensor import to_ndarray
+        from poolserve.runtime.tensor import to_ndarray
 
         v = self._get(name, "tensor", _REQUIRED)
         try:

@@ -41,8 +41,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runtime.errors import DeadlineExceededError, InvalidArgumentError
-from runtime.threadpool import Closure, default_num_threads, worker_init
+from poolserve.runtime.errors import DeadlineExceededError, InvalidArgumentError
+from poolserve.runtime.threadpool import Closure, default_num_threads, worker_init
 
 DEFAULT_MAX_HANDLERS = 128
 MAX_HANDLERS_ENV = "POOLSERVE_RUN_HANDLER_MAX_CONCURRENT_HANDLERS"

@@ -10,32 +10,33 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from proto import config_pb2, graph_pb2
-from runtime import aio
-from runtime.debug import debug_wrapper, watch_summary
-from runtime.errors import (
+from poolserve.proto import config_pb2, graph_pb2
+from poolserve.runtime import aio
+from poolserve.runtime.debug import debug_wrapper, watch_summary
+from poolserve.runtime.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
     OpError,
     ResourceExhaustedError,
 )
-from runtime.executor import ConstantFolder, Plan, Step, StepTrace, deadline_timer
-from runtime.fetches import FetchMapper, is_op_name
-from runtime.graph import Graph, prepare_feed
-from runtime.kernels.registry import ResourceContainer
-from runtime.kernels.state_ops import UninitializedValue
-from runtime.memory import keep_freed_memory
-from runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report
-from runtime.run_handler import RunHandler, get_pool
-from runtime.threadpool import (
+from poolserve.runtime.executor import ConstantFolder, Plan, Step, StepTrace, deadline_timer
+from poolserve.runtime.fetches import FetchMapper, is_op_name
+from poolserve.runtime.graph import Graph, prepare_feed
+from poolserve.runtime.kernels.registry import ResourceContainer
+from poolserve.runtime.kernels.state_ops import UninitializedValue
+from poolserve.runtime.memory import keep_freed_memory
+from poolserve.runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report
+from poolserve.runtime.run_handler import RunHandler, get_pool
+from poolserve.runtime.threadpool import (
     CallerThread,
     Scheduler,
     ThreadPool,
@@ -43,7 +44,7 @@ from runtime.threadpool import (
     default_pool,
     global_pool,
 )
-from runtime.types import Feeds, Fetches, TensorId
+from poolserve.runtime.types import Feeds, Fetches, TensorId
 
 CLOSED_MESSAGE = "Attempted to use a closed Session."
 # Resolved call signatures kept per session; past this many (a client inventing fetch lists) start over.
@@ -658,14 +659,70 @@ class Session:
         return self._closed
 
     def __enter__(self) -> Session:
+        _default_stack().append(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        _pop_default(self)
         self.close()
+
+    @contextlib.contextmanager
+    def as_default(self) -> Iterator[Session]:
+        """Makes this the default session of the calling thread inside the ``with`` block, without closing it
+        at the end (as TensorFlow's ``as_default``)."""
+        _default_stack().append(self)
+        try:
+            yield self
+        finally:
+            _pop_default(self)
 
     def __del__(self) -> None:
         for pool in getattr(self, "_owned_pools", ()):
             pool.close()
+
+
+class InteractiveSession(Session):
+    """A session that makes itself the default on creation (for shells and notebooks), as TensorFlow's: a
+    later ``get_default_session()`` on this thread returns it until it is closed."""
+
+    def __init__(
+        self,
+        graph: graph_pb2.GraphDef | Graph | None = None,
+        config: config_pb2.ConfigProto | None = None,
+        *,
+        memory_limit_bytes: int | None = None,
+    ) -> None:
+        super().__init__(graph, config, memory_limit_bytes=memory_limit_bytes)
+        _default_stack().append(self)
+
+    def close(self) -> None:
+        _pop_default(self)
+        super().close()
+
+
+_defaults = threading.local()
+
+
+def _default_stack() -> list[Session]:
+    stack: list[Session] | None = getattr(_defaults, "stack", None)
+    if stack is None:
+        stack = _defaults.stack = []
+    return stack
+
+
+def _pop_default(session: Session) -> None:
+    stack = _default_stack()
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i] is session:
+            del stack[i]
+            return
+
+
+def get_default_session() -> Session | None:
+    """The innermost session made default on this thread (``with sess:``, ``as_default()``, or an
+    ``InteractiveSession``), or None."""
+    stack = _default_stack()
+    return stack[-1] if stack else None
 
 
 class _PartialRun:
@@ -694,8 +751,8 @@ def _as_output(value: Any) -> Any:
 
 def plan_graph_def(plan: Plan) -> graph_pb2.GraphDef:
     """The GraphDef a plan runs: its executed nodes, with folded constants as Const nodes."""
-    from runtime.builder import attr_value
-    from runtime.tensor import from_ndarray
+    from poolserve.runtime.builder import attr_value
+    from poolserve.runtime.tensor import from_ndarray
 
     out = graph_pb2.GraphDef()
     out.versions.CopyFrom(plan.graph.graph_def.versions)
@@ -735,4 +792,12 @@ def set_intra_op_threads(n: int) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(n))
 
 
-__all__ = ["CLOSED_MESSAGE", "RunFuture", "Session", "plan_graph_def", "set_intra_op_threads"]
+__all__ = [
+    "CLOSED_MESSAGE",
+    "InteractiveSession",
+    "RunFuture",
+    "Session",
+    "get_default_session",
+    "plan_graph_def",
+    "set_intra_op_threads",
+]

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from proto import tensor_pb2, tensor_shape_pb2, types_pb2
-from runtime import dtypes
-from runtime.errors import InvalidArgumentError
+from poolserve.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+from poolserve.runtime import dtypes
+from poolserve.runtime.errors import InvalidArgumentError
 
 # dtype -> name of the typed repeated field that holds its values
 _VALUE_FIELD: dict[int, str] = {

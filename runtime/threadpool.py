@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from runtime.errors import InvalidArgumentError
+from poolserve.runtime.errors import InvalidArgumentError
 
 Closure = Callable[[], None]
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from proto import step_stats_pb2
+from poolserve.proto import step_stats_pb2
 
 _LABEL = re.compile(r"^(?:\[[^\]]*\] )?(?P<name>.*?) = (?P<op>[^(]*)\((?P<inputs>.*)\)$")
 

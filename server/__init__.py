@@ -1,1 +1,1 @@
-"""The HTTP server (FastAPI): comes with the server issue."""
+"""The HTTP server: the FastAPI app, protocol adapters (native, KServe v2, TF Serving), metrics, traces."""

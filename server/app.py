@@ -24,11 +24,16 @@ from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from runtime.errors import InvalidArgumentError, NotFoundError, PermissionDeniedError, UnauthenticatedError
-from server import errors, kserve, native, tfserving
-from server.config import Config
-from server.core import RequestContext, Runtime, new_request_id, reset_context, set_context
-from server.errors import REQUEST_ID_HEADER
+from poolserve.runtime.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+)
+from poolserve.server import errors, kserve, native, tfserving
+from poolserve.server.config import Config
+from poolserve.server.core import RequestContext, Runtime, new_request_id, reset_context, set_context
+from poolserve.server.errors import REQUEST_ID_HEADER
 
 log = logging.getLogger("poolserve")
 

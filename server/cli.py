@@ -20,7 +20,7 @@ from types import FrameType
 
 import uvicorn
 
-from server.config import ConfigError, load_config
+from poolserve.server.config import ConfigError, load_config
 
 log = logging.getLogger("poolserve")
 
@@ -47,7 +47,7 @@ def _exit_zero(signum: int, frame: FrameType | None) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from server.app import create_app  # imports the runtime and the kernels: only when serving
+    from poolserve.server.app import create_app  # imports the runtime and the kernels: only when serving
 
     logging.basicConfig(level=args.log_level.upper() if args.log_level != "trace" else "DEBUG")
     try:
@@ -104,10 +104,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["loadtest"]:
-        if importlib.util.find_spec("loadtest.cli") is None:
+        if importlib.util.find_spec("poolserve.loadtest.cli") is None:
             print("poolserve: the loadtest command is not available (no loadtest.cli)", file=sys.stderr)
             return 2
-        result: int | None = importlib.import_module("loadtest.cli").main(args_list[1:])
+        result: int | None = importlib.import_module("poolserve.loadtest.cli").main(args_list[1:])
         return int(result or 0)
     parser = _parser()
     args = parser.parse_args(args_list)

@@ -18,8 +18,8 @@ from google.protobuf import text_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from proto import config_pb2
-from runtime.run_handler import DEFAULT_STRETCH
+from poolserve.proto import config_pb2
+from poolserve.runtime.run_handler import DEFAULT_STRETCH
 
 ENV_PREFIX = "POOLSERVE_"
 MiB = 1 << 20
@@ -49,7 +49,7 @@ class RuntimeSettings(_Section):
     memory_limit_bytes: int | None = Field(default=None, gt=0)
     # CPython's GIL switch interval (its default, 5 ms). Shorter lets the event loop take the GIL back
     # sooner from a computing pool thread, at the cost of more switches: measured slower on the example
-    # MLP (0.5 ms: 0.5x the throughput), faster on mixed cheap and heavy models (loadtest/bench_pool.py).
+    # MLP (0.5 ms: 0.5x the throughput), faster on mixed cheap and heavy models (benchmarks/bench_pool.py).
     gil_switch_interval_ms: float = Field(default=5.0, gt=0, le=100)
 
 
@@ -151,7 +151,7 @@ def _describe(error: ValidationError) -> str:
 
 def default_config_text() -> tuple[str, Path]:
     """The embedded ``configs/default.toml`` and the folder its model paths are relative to."""
-    ref = resources.files("configs").joinpath("default.toml")
+    ref = resources.files("poolserve.configs").joinpath("default.toml")
     try:
         text = ref.read_text(encoding="utf-8")
     except (FileNotFoundError, OSError):

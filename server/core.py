@@ -21,24 +21,24 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from proto import config_pb2, types_pb2
-from runtime import run_handler
-from runtime.errors import (
+from poolserve.proto import config_pb2, types_pb2
+from poolserve.runtime import run_handler
+from poolserve.runtime.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
     NotFoundError,
     OpError,
     UnavailableError,
 )
-from runtime.graph import Graph, load_graph_def
-from runtime.node import Node, parse_tensor_name
-from runtime.run_handler import RunHandler, RunHandlerPool
-from runtime.session import Session
-from runtime.types import Array
-from server.config import Config, ModelConfig
-from server.errors import http_status
-from server.metrics import Metrics
-from server.traces import Span, TraceRecord, TraceStore
+from poolserve.runtime.graph import Graph, load_graph_def
+from poolserve.runtime.node import Node, parse_tensor_name
+from poolserve.runtime.run_handler import RunHandler, RunHandlerPool
+from poolserve.runtime.session import Session
+from poolserve.runtime.types import Array
+from poolserve.server.config import Config, ModelConfig
+from poolserve.server.errors import http_status
+from poolserve.server.metrics import Metrics
+from poolserve.server.traces import Span, TraceRecord, TraceStore
 
 log = logging.getLogger("poolserve")
 

@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from runtime.errors import Code, OpError
+from poolserve.runtime.errors import Code, OpError
 
 log = logging.getLogger("poolserve")
 

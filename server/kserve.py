@@ -20,12 +20,18 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Request, Response
 
-from proto import config_pb2
-from runtime import dtypes
-from runtime.errors import InvalidArgumentError, NotFoundError, OpError, UnavailableError, UnimplementedError
-from runtime.types import Array
-from server.core import InferRequest, ModelEntry, Runtime, TensorSpec
-from server.routes import Route
+from poolserve.proto import config_pb2
+from poolserve.runtime import dtypes
+from poolserve.runtime.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    OpError,
+    UnavailableError,
+    UnimplementedError,
+)
+from poolserve.runtime.types import Array
+from poolserve.server.core import InferRequest, ModelEntry, Runtime, TensorSpec
+from poolserve.server.routes import Route
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 

@@ -14,7 +14,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from runtime.run_handler import PoolStats
+from poolserve.runtime.run_handler import PoolStats
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 

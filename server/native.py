@@ -20,13 +20,13 @@ import numpy as np
 from fastapi import APIRouter, Request, Response
 from google.protobuf import json_format, message
 
-from proto import config_pb2, serving_pb2, types_pb2
-from runtime import dtypes
-from runtime.errors import InvalidArgumentError, OpError
-from runtime.tensor import as_array, from_ndarray, to_ndarray
-from runtime.types import Array
-from server.core import InferRequest, InferResult, ModelEntry, Runtime, TensorSpec
-from server.routes import Route
+from poolserve.proto import config_pb2, serving_pb2, types_pb2
+from poolserve.runtime import dtypes
+from poolserve.runtime.errors import InvalidArgumentError, OpError
+from poolserve.runtime.tensor import as_array, from_ndarray, to_ndarray
+from poolserve.runtime.types import Array
+from poolserve.server.core import InferRequest, InferResult, ModelEntry, Runtime, TensorSpec
+from poolserve.server.routes import Route
 
 # one encoder for every answer: json.dumps with non-default arguments builds a new one per call
 _ENCODER = json.JSONEncoder(separators=(",", ":"))

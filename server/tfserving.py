@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Request, Response
 
-from proto import types_pb2
-from runtime import dtypes
-from runtime.errors import InvalidArgumentError, NotFoundError, UnimplementedError
-from runtime.types import Array
-from server.core import InferRequest, ModelEntry, Runtime, TensorSpec
-from server.routes import Route
+from poolserve.proto import types_pb2
+from poolserve.runtime import dtypes
+from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, UnimplementedError
+from poolserve.runtime.types import Array
+from poolserve.server.core import InferRequest, ModelEntry, Runtime, TensorSpec
+from poolserve.server.routes import Route
 
 DEFAULT_SIGNATURE = "serving_default"
 STABLE_LABEL = "stable"

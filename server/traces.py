@@ -13,9 +13,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from proto import config_pb2
-from runtime.errors import NotFoundError
-from runtime.timeline import Timeline, merge_chrome_traces
+from poolserve.proto import config_pb2
+from poolserve.runtime.errors import NotFoundError
+from poolserve.runtime.timeline import Timeline, merge_chrome_traces
 
 SERVER_PROCESS = "poolserve server"
 

@@ -6,10 +6,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from evaluate import evaluate
 
-from runtime.builder import GraphBuilder
-from runtime.evaluate import evaluate
-from runtime.graph import Graph
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.graph import Graph
 
 
 def run_op(
@@ -60,7 +60,7 @@ def assert_close(actual: Any, expected: Any, rtol: float = 1e-5, atol: float = 1
 import threading  # noqa: E402
 import time  # noqa: E402
 
-from runtime.kernels.registry import KERNELS, kernel  # noqa: E402
+from poolserve.runtime.kernels.registry import KERNELS, kernel  # noqa: E402
 
 RUNS: dict[str, int] = {}
 _runs_lock = threading.Lock()
@@ -119,7 +119,7 @@ class ServerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "server.cli", "serve", "--config", str(config)]
+                [sys.executable, "-m", "poolserve.server.cli", "serve", "--config", str(config)]
                 + ["--host", "127.0.0.1", "--port", str(self.port), *args],
                 cwd=ROOT,
                 env=env,

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from configs import make_models
-from runtime.graph import Graph
-from runtime.session import Session
-from server.config import load_config
+from poolserve.configs import make_models
+from poolserve.runtime.graph import Graph
+from poolserve.runtime.session import Session
+from poolserve.server.config import load_config
 
 MODELS = Path(make_models.__file__).resolve().parent / "models"
 
@@ -64,9 +64,11 @@ def test_committed_models_are_current(tmp_path: Path) -> None:
     assert built == sorted(f"{name}.pb" for name in SPECS)
     for file in built:
         committed = MODELS / file
-        assert committed.exists(), f"configs/models/{file} is missing: run `python -m configs.make_models`"
+        assert committed.exists(), (
+            f"configs/models/{file} is missing: run `python -m poolserve.configs.make_models`"
+        )
         assert committed.read_bytes() == (tmp_path / file).read_bytes(), (
-            f"configs/models/{file} is stale: run `python -m configs.make_models`"
+            f"configs/models/{file} is stale: run `python -m poolserve.configs.make_models`"
         )
 
 

@@ -2,7 +2,7 @@ import pickle
 
 import pytest
 
-from runtime import errors
+from poolserve.runtime import errors
 
 
 def test_codes_match_tensorflow():

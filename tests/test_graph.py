@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
+from evaluate import evaluate
 
-from proto import graph_pb2
-from runtime.builder import GraphBuilder, attr_value, shape
-from runtime.errors import InvalidArgumentError, NotFoundError
-from runtime.evaluate import evaluate
-from runtime.graph import Graph, load_graph_def
-from runtime.node import parse_input, parse_tensor_name
+from poolserve.proto import graph_pb2
+from poolserve.runtime.builder import GraphBuilder, attr_value, shape
+from poolserve.runtime.errors import InvalidArgumentError, NotFoundError
+from poolserve.runtime.graph import Graph, load_graph_def
+from poolserve.runtime.node import parse_input, parse_tensor_name
 
 
 def node(g, name, op, inputs=(), **attrs):

@@ -7,13 +7,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from evaluate import evaluate
 from support import assert_close, run_op
 
-from runtime.builder import GraphBuilder, shape
-from runtime.errors import InvalidArgumentError
-from runtime.evaluate import evaluate
-from runtime.graph import Graph
-from runtime.kernels import KERNELS
+from poolserve.runtime.builder import GraphBuilder, shape
+from poolserve.runtime.errors import InvalidArgumentError
+from poolserve.runtime.graph import Graph
+from poolserve.runtime.kernels import KERNELS
 
 X = np.arange(6, dtype=np.float32).reshape(2, 3)
 P = np.arange(10, dtype=np.float32).reshape(5, 2)

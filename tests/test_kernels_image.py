@@ -5,13 +5,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from evaluate import evaluate
 from support import assert_close, run_op
 
-from runtime.builder import GraphBuilder
-from runtime.errors import InvalidArgumentError, ResourceExhaustedError
-from runtime.evaluate import evaluate
-from runtime.graph import Graph
-from runtime.kernels import KERNELS
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.errors import InvalidArgumentError, ResourceExhaustedError
+from poolserve.runtime.graph import Graph
+from poolserve.runtime.kernels import KERNELS
 
 COMBOS = [(False, False), (True, False), (False, True)]
 IMG = np.array([[1, 2, 4], [8, 16, 32]], np.float32).reshape(1, 2, 3, 1)

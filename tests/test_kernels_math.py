@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from support import assert_close, run_op
 
-from runtime.builder import GraphBuilder
-from runtime.errors import InvalidArgumentError, UnimplementedError
-from runtime.graph import Graph
-from runtime.kernels import KERNELS
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.graph import Graph
+from poolserve.runtime.kernels import KERNELS
 
 f16, f32, f64 = np.float16, np.float32, np.float64
 i8, i32, i64, u8 = np.int8, np.int32, np.int64, np.uint8

@@ -3,7 +3,7 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 from support import assert_close, run_op
 
-from runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 
 F32 = np.float32
 RNG = np.random.default_rng(1234)

@@ -6,15 +6,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from evaluate import evaluate
 from support import assert_close
 
-from proto import attr_value_pb2, types_pb2
-from runtime.builder import GraphBuilder, shape
-from runtime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from runtime.evaluate import evaluate
-from runtime.graph import Graph
-from runtime.kernels import KERNELS, ResourceContainer
-from runtime.kernels.state_ops import REF_VARIABLES, UninitializedValue, VariableHandle
+from poolserve.proto import attr_value_pb2, types_pb2
+from poolserve.runtime.builder import GraphBuilder, shape
+from poolserve.runtime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from poolserve.runtime.graph import Graph
+from poolserve.runtime.kernels import KERNELS, ResourceContainer
+from poolserve.runtime.kernels.state_ops import REF_VARIABLES, UninitializedValue, VariableHandle
 
 FLOAT = types_pb2.DT_FLOAT
 INT32 = types_pb2.DT_INT32

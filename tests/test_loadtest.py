@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from support import ServerProcess, free_port
 
-from loadtest import cli, report
-from loadtest.generator import (
+from poolserve.loadtest import cli, report
+from poolserve.loadtest.generator import (
     HEADER_LENGTH,
     HttpSender,
     InputSpec,
@@ -35,8 +35,8 @@ from loadtest.generator import (
     run_closed,
     run_open,
 )
-from proto import serving_pb2, types_pb2
-from server import kserve
+from poolserve.proto import serving_pb2, types_pb2
+from poolserve.server import kserve
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = ModelInfo("mlp", (InputSpec("input", "FP32", (-1, 64)),))
@@ -491,7 +491,7 @@ def test_bad_arguments(argv, message, capsys):
 
 def test_command_line_bad_argument_exit_code():
     proc = subprocess.run(
-        [sys.executable, "-m", "server.cli", "loadtest", "--model", "m", "--warmup", "-1"],
+        [sys.executable, "-m", "poolserve.server.cli", "loadtest", "--model", "m", "--warmup", "-1"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from runtime import memory
+from poolserve.runtime import memory
 
 LINUX_GLIBC = sys.platform.startswith("linux") and "glibc" in " ".join(__import__("platform").libc_ver())
 
@@ -11,7 +11,7 @@ LINUX_GLIBC = sys.platform.startswith("linux") and "glibc" in " ".join(__import_
 @pytest.mark.skipif(not LINUX_GLIBC, reason="malloc is tuned on glibc only")
 def test_session_keeps_freed_memory_on_glibc():
     code = (
-        "from runtime import memory; from runtime.session import Session; "
+        "from poolserve.runtime import memory; from poolserve.runtime.session import Session; "
         "assert memory._done is None; Session(); print(memory._done)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -19,7 +19,7 @@ def test_session_keeps_freed_memory_on_glibc():
 
 
 def test_keep_freed_memory_can_be_turned_off():
-    code = "from runtime import memory; print(memory.keep_freed_memory())"
+    code = "from poolserve.runtime import memory; print(memory.keep_freed_memory())"
     env = {"POOLSERVE_KEEP_FREED_MEMORY": "0", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "False"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from google.protobuf import descriptor, json_format, message, unknown_fields
 
-from proto import config_pb2, generate, graph_pb2
+from poolserve.proto import config_pb2, generate, graph_pb2
 
 WIRE = Path(__file__).parent / "fixtures" / "wire"
 EXPECTED = json.loads((WIRE / "messages.json").read_text())
@@ -34,13 +34,13 @@ def load(name: str) -> tuple[bytes, Any]:
 
 def test_generated_modules_are_up_to_date(tmp_path: Path) -> None:
     generate.generate(tmp_path)
-    fresh = {p.name: p.read_bytes() for p in (tmp_path / "proto").iterdir() if p.suffix in (".py", ".pyi")}
+    fresh = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix in (".py", ".pyi")}
     committed = {
         p.name: p.read_bytes()
         for p in generate.PROTO_DIR.iterdir()
         if p.name.endswith(("_pb2.py", "_pb2.pyi"))
     }
-    hint = "the generated protobuf modules are stale: run `python -m proto.generate`"
+    hint = "the generated protobuf modules are stale: run `python -m poolserve.proto.generate`"
     assert sorted(fresh) == sorted(committed), hint
     stale = sorted(name for name in fresh if fresh[name] != committed[name])
     assert not stale, f"{hint} ({', '.join(stale)} differ)"

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from support import RUNS, sleep_op
 
-from proto import config_pb2
-from runtime.builder import GraphBuilder
-from runtime.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
-from runtime.run_handler import MAX_RUNNING_PER_REQUEST, SHORT_STEP_S, RunHandlerPool, get_pool
-from runtime.session import Session
+from poolserve.proto import config_pb2
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
+from poolserve.runtime.run_handler import MAX_RUNNING_PER_REQUEST, SHORT_STEP_S, RunHandlerPool, get_pool
+from poolserve.runtime.session import Session
 
 
 def blocker(pool):

@@ -12,15 +12,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from proto import config_pb2, types_pb2
-from runtime.builder import GraphBuilder
-from runtime.errors import Code, DeadlineExceededError, InvalidArgumentError, NotFoundError
-from runtime.run_handler import DEFAULT_STRETCH
-from runtime.session import Session
-from server import cli, errors
-from server.config import ConfigError, load_config, make_config
-from server.core import InferRequest, Runtime, default_inputs, default_outputs, make_entry
-from server.traces import Span, TraceRecord, TraceStore
+from poolserve.proto import config_pb2, types_pb2
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.errors import Code, DeadlineExceededError, InvalidArgumentError, NotFoundError
+from poolserve.runtime.run_handler import DEFAULT_STRETCH
+from poolserve.runtime.session import Session
+from poolserve.server import cli, errors
+from poolserve.server.config import ConfigError, load_config, make_config
+from poolserve.server.core import InferRequest, Runtime, default_inputs, default_outputs, make_entry
+from poolserve.server.traces import Span, TraceRecord, TraceStore
 
 SLOW_LAYERS = 300
 
@@ -417,7 +417,7 @@ def test_cli_bad_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_cli_loadtest_hook(capsys: pytest.CaptureFixture[str]) -> None:
     import importlib.util
 
-    if importlib.util.find_spec("loadtest.cli") is None:
+    if importlib.util.find_spec("poolserve.loadtest.cli") is None:
         assert cli.main(["loadtest", "--help"]) == 2
         assert "loadtest command is not available" in capsys.readouterr().err
         return

@@ -6,8 +6,8 @@ import random
 
 import httpx
 
-from server.app import create_app
-from server.config import load_config
+from poolserve.server.app import create_app
+from poolserve.server.config import load_config
 
 LEAVES = [None, True, 1, -1, 0, 1.5, float("nan"), "x", "", [], {}, [[1]], [1.0] * 64, {"b64": "!!"}, 2**70,
           "FP32", "float32", [None], [[1, 2], [3]]]  # fmt: skip

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from support import body_of, bytes_elements, split_response
 
-from runtime.builder import GraphBuilder
-from server.app import create_app
-from server.config import load_config
-from server.kserve import decode_request
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.server.app import create_app
+from poolserve.server.config import load_config
+from poolserve.server.kserve import decode_request
 
 # --- the routes, on the real app and runtime -----------------------------------------------------------
 

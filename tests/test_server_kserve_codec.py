@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from support import body_of, bytes_elements, split_response
 
-from runtime.errors import InvalidArgumentError, UnimplementedError
-from server.kserve import RawInput, decode_request, encode_response
+from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.server.kserve import RawInput, decode_request, encode_response
 
 # --- decoding: JSON ------------------------------------------------------------------------------------
 
@@ -244,7 +244,7 @@ def test_decode_binary_mixed_with_json_in_order():
 
 @pytest.mark.parametrize("datatype", ["UINT16", "INT32", "INT8", "UINT64", "FP16", "FP64"])
 def test_decode_binary_every_fixed_size_datatype(datatype):
-    from server.kserve import DATATYPES
+    from poolserve.server.kserve import DATATYPES
 
     x = (np.arange(12) - 3).astype(DATATYPES[datatype]).reshape(3, 4)
     body, length = body_of(

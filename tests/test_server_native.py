@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from fastapi import FastAPI
 
-from proto import serving_pb2
-from runtime.builder import GraphBuilder
-from runtime.tensor import from_ndarray, to_ndarray
-from server.app import create_app
-from server.config import make_config
-from server.core import Runtime
+from poolserve.proto import serving_pb2
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.tensor import from_ndarray, to_ndarray
+from poolserve.server.app import create_app
+from poolserve.server.config import make_config
+from poolserve.server.core import Runtime
 
 pytestmark = pytest.mark.anyio
 

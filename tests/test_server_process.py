@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from support import ServerProcess
 
-from runtime.builder import GraphBuilder
+from poolserve.runtime.builder import GraphBuilder
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW_LAYERS = 300

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from support import assert_close
 
-from configs import make_models
-from proto import types_pb2
-from runtime.builder import GraphBuilder
-from runtime.errors import InvalidArgumentError
-from runtime.graph import Graph
-from runtime.session import Session
-from server.app import create_app
-from server.config import load_config
-from server.tfserving import to_array
+from poolserve.configs import make_models
+from poolserve.proto import types_pb2
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.errors import InvalidArgumentError
+from poolserve.runtime.graph import Graph
+from poolserve.runtime.session import Session
+from poolserve.server.app import create_app
+from poolserve.server.config import load_config
+from poolserve.server.tfserving import to_array
 
 MLP = Path(make_models.__file__).resolve().parent / "models" / "mlp.pb"
 

@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 from support import RUNS, sleep_op
 
-from proto import config_pb2
-from runtime.builder import GraphBuilder
-from runtime.errors import (
+from poolserve.proto import config_pb2
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.errors import (
     CancelledError,
     DeadlineExceededError,
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
 )
-from runtime.session import Session
+from poolserve.runtime.session import Session
 
 
 def mlp_graph():
@@ -519,3 +519,24 @@ def test_cost_estimates_are_learned_from_measured_times():
         first = mm.cost_us
         mm.learn(first + 1000.0)
         assert mm.cost_us == pytest.approx(first + 100.0)  # (9 * previous + measured) / 10
+
+
+def test_default_session_stack() -> None:
+    from poolserve import InteractiveSession, get_default_session
+
+    assert get_default_session() is None
+    outer, inner = Session(), Session()
+    with outer:
+        assert get_default_session() is outer
+        with inner.as_default():
+            assert get_default_session() is inner
+        assert get_default_session() is outer
+        assert not inner.closed  # as_default does not close
+    assert outer.closed and get_default_session() is None
+    interactive = InteractiveSession()
+    try:
+        assert get_default_session() is interactive
+    finally:
+        interactive.close()
+    assert get_default_session() is None
+    inner.close()

@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from proto import tensor_pb2, types_pb2
-from runtime.errors import InvalidArgumentError, UnimplementedError
-from runtime.tensor import as_array, from_ndarray, shape_from_proto, shape_to_proto, to_ndarray
+from poolserve.proto import tensor_pb2, types_pb2
+from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.tensor import as_array, from_ndarray, shape_from_proto, shape_to_proto, to_ndarray
 
 WIRE = Path(__file__).parent / "fixtures" / "wire"
 TENSORS = json.loads((WIRE / "tensors.json").read_text())

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from evaluate import evaluate
 
-from runtime.evaluate import evaluate
-from runtime.graph import Graph, load_graph_def
+from poolserve.runtime.graph import Graph, load_graph_def
 
 MODELS_DIR = Path(__file__).parent / "fixtures" / "models"
 MANIFEST: dict[str, Any] = json.loads((MODELS_DIR / "models.json").read_text())

@@ -1,7 +1,7 @@
 import json
 
-from proto import step_stats_pb2
-from runtime.timeline import Timeline, merge_chrome_traces, parse_label
+from poolserve.proto import step_stats_pb2
+from poolserve.runtime.timeline import Timeline, merge_chrome_traces, parse_label
 
 
 def stats():

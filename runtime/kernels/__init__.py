@@ -1,6 +1,6 @@
 """numpy kernels. Importing this package fills ``registry.KERNELS``."""
 
-from runtime.kernels import (  # noqa: F401
+from poolserve.runtime.kernels import (  # noqa: F401
     array_ops,
     conv_ops,
     gather_ops,
@@ -10,6 +10,14 @@ from runtime.kernels import (  # noqa: F401
     slicing_ops,
     state_ops,
 )
-from runtime.kernels.registry import KERNELS, Compute, KernelDef, OpContext, ResourceContainer, kernel, lookup
+from poolserve.runtime.kernels.registry import (
+    KERNELS,
+    Compute,
+    KernelDef,
+    OpContext,
+    ResourceContainer,
+    kernel,
+    lookup,
+)
 
 __all__ = ["KERNELS", "Compute", "KernelDef", "OpContext", "ResourceContainer", "kernel", "lookup"]

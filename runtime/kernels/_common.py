@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from proto import types_pb2
-from runtime.errors import InvalidArgumentError, OpError
-from runtime.node import Node
+from poolserve.proto import types_pb2
+from poolserve.runtime.errors import InvalidArgumentError, OpError
+from poolserve.runtime.node import Node
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)

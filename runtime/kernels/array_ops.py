@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from runtime import dtypes
-from runtime.errors import InvalidArgumentError
-from runtime.kernels._common import _index_type, _scalar, _shape_str
-from runtime.kernels.registry import Compute, OpContext, kernel
-from runtime.node import Node
+from poolserve.runtime import dtypes
+from poolserve.runtime.errors import InvalidArgumentError
+from poolserve.runtime.kernels._common import _index_type, _scalar, _shape_str
+from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
+from poolserve.runtime.node import Node
 
 _INT64_MAX = 2**63 - 1
 

@@ -13,10 +13,18 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from runtime.errors import InvalidArgumentError, UnimplementedError
-from runtime.kernels._common import _F16, _PLAN_CACHE_SIZE, _attrs_of, _dims, _reduce_taps, _taps, _widen
-from runtime.kernels.registry import Compute, OpContext, kernel
-from runtime.node import Node
+from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.kernels._common import (
+    _F16,
+    _PLAN_CACHE_SIZE,
+    _attrs_of,
+    _dims,
+    _reduce_taps,
+    _taps,
+    _widen,
+)
+from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
+from poolserve.runtime.node import Node
 
 # --- convolution and pooling geometry ----------------------------------------------------------------------
 

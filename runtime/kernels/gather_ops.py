@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from runtime.errors import InvalidArgumentError
-from runtime.kernels._common import _index_type, _scalar, _shape_str
-from runtime.kernels.registry import Compute, OpContext, kernel
-from runtime.node import Node
+from poolserve.runtime.errors import InvalidArgumentError
+from poolserve.runtime.kernels._common import _index_type, _scalar, _shape_str
+from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
+from poolserve.runtime.node import Node
 
 
 def _tensor(value: Any, dtype: np.dtype[Any]) -> Any:

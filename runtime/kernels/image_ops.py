@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from proto import types_pb2
-from runtime import dtypes
-from runtime.errors import InvalidArgumentError, ResourceExhaustedError
-from runtime.kernels.registry import Compute, OpContext, kernel
-from runtime.node import Node
+from poolserve.proto import types_pb2
+from poolserve.runtime import dtypes
+from poolserve.runtime.errors import InvalidArgumentError, ResourceExhaustedError
+from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
+from poolserve.runtime.node import Node
 
 _RESIZE_TYPES = (
     types_pb2.DT_INT8,

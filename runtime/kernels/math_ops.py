@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from runtime import dtypes
-from runtime.errors import InvalidArgumentError, UnimplementedError
-from runtime.kernels.registry import Compute, OpContext, kernel
-from runtime.node import Node
+from poolserve.runtime import dtypes
+from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
+from poolserve.runtime.node import Node
 
 Fn = Callable[..., Any]
 

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.errors import NotFoundError
-from runtime.node import Node
+from poolserve.runtime.errors import NotFoundError
+from poolserve.runtime.node import Node
 
 Compute = Callable[["OpContext", list[Any]], Sequence[Any]]
 Factory = Callable[[Node], Compute]

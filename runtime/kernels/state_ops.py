@@ -28,11 +28,11 @@ from typing import Any, Final, NoReturn
 
 import numpy as np
 
-from proto import types_pb2
-from runtime import dtypes
-from runtime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from runtime.kernels.registry import Compute, OpContext, ResourceContainer, kernel
-from runtime.node import Node, parse_input
+from poolserve.proto import types_pb2
+from poolserve.runtime import dtypes
+from poolserve.runtime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from poolserve.runtime.kernels.registry import Compute, OpContext, ResourceContainer, kernel
+from poolserve.runtime.node import Node, parse_input
 
 # The container entry mapping each VariableV2 node name to its variable's key. No variable has this key:
 # an empty shared_name is replaced by the (non-empty) node name.

@@ -4,7 +4,7 @@ Every kernel is bound the way a session binds it (a one-node graph, its compute 
 and timed against a hand-written numpy baseline on the same inputs, interleaved so that drift in machine
 speed hits both alike. The target: for sizes taking 1 ms or more, a kernel adds at most 10%.
 
-    python -m loadtest.bench_kernels [--repeat 50] [--json out.json] [--check]
+    python -m benchmarks.bench_kernels [--repeat 50] [--json out.json] [--check]
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from runtime.builder import GraphBuilder
-from runtime.graph import Graph
-from runtime.kernels import Compute, OpContext
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.graph import Graph
+from poolserve.runtime.kernels import Compute, OpContext
 
 TARGET_OVERHEAD = 10.0  # percent, for baselines of at least MIN_MS
 MIN_MS = 1.0
@@ -361,7 +361,7 @@ def table(results: list[Result]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.bench_kernels", description=__doc__.split("\n")[0]
+        prog="python -m benchmarks.bench_kernels", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--repeat", type=int, default=50, help="timed runs per kernel and baseline (median)")
     parser.add_argument("--json", help="write the results to this JSON file")

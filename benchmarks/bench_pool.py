@@ -1,6 +1,6 @@
 """RunHandlerPool benchmark: closed-loop clients over several sessions, pool off against pool on.
 
-    python -m loadtest.bench_pool [--clients 8] [--rounds 6] [--seconds 3] [--models branches:64,resnet]
+    python -m benchmarks.bench_pool [--clients 8] [--rounds 6] [--seconds 3] [--models branches:64,resnet]
                                   [--json out.json] [--tf-python /path/to/python-with-tensorflow]
 
 Models are test fixtures, each fed its recorded inputs; ``name:N`` repeats those rows to a batch of N
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from proto import config_pb2
-from runtime.graph import Graph, load_graph_def
-from runtime.session import Session
+from poolserve.proto import config_pb2
+from poolserve.runtime.graph import Graph, load_graph_def
+from poolserve.runtime.session import Session
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "models"
 
@@ -240,13 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     models = args.models.split(",")
     sys.setswitchinterval(args.switch_interval_ms / 1000.0)
-    from runtime.run_handler import configure_pool
+    from poolserve.runtime.run_handler import configure_pool
 
     pool = configure_pool(args.pool_threads)
     if args.stretch is not None:
         pool.stretch = args.stretch
     if args.intra_op_threads > 0:
-        from runtime.session import set_intra_op_threads
+        from poolserve.runtime.session import set_intra_op_threads
 
         set_intra_op_threads(args.intra_op_threads)
 

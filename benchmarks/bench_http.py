@@ -1,11 +1,11 @@
 """HTTP benchmark: poolserve end to end against the thinnest FastAPI endpoint doing the same work.
 
-    python -m loadtest.bench_http [--clients 8] [--rounds 4] [--seconds 5] [--json out.json]
+    python -m benchmarks.bench_http [--clients 8] [--rounds 4] [--seconds 5] [--json out.json]
 
 Two server processes on 127.0.0.1: ``poolserve serve`` on the embedded default config, and a bare FastAPI
-app (``loadtest.thin_app``) that decodes the same TF Serving JSON and does the example MLP's math in straight
-numpy with the same weights. Closed-loop clients post the same body to each, rounds alternating. Then the
-KServe endpoint with a 1 MiB input, JSON against the binary tensor extension.
+app (``benchmarks.thin_app``) that decodes the same TF Serving JSON and does the example MLP's math
+in straight numpy with the same weights. Closed-loop clients post the same body to each, rounds
+alternating. Then the KServe endpoint with a 1 MiB input, JSON against the binary tensor extension.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+# `poolserve serve` in a child process (the port is added per call)
+SERVE = ["-m", "poolserve.server.cli", "serve", "--log-level", "warning"]
 
 
 def free_port() -> int:
@@ -83,8 +85,10 @@ def summary(latencies: list[float], seconds: float) -> dict[str, float]:
 
 def bench_mlp(clients: int, rounds: int, seconds: float) -> dict[str, Any]:
     p_port, t_port = free_port(), free_port()
-    poolserve = start(["-m", "server.cli", "serve", "--port", str(p_port), "--log-level", "warning"], p_port)
-    thin = start(["-m", "loadtest.thin_app", str(t_port)], t_port)
+    poolserve = start(
+        ["-m", "poolserve.server.cli", "serve", "--port", str(p_port), "--log-level", "warning"], p_port
+    )
+    thin = start(["-m", "benchmarks.thin_app", str(t_port)], t_port)
     try:
         rng = np.random.default_rng(0)
         body = json.dumps({"instances": rng.standard_normal((1, 64)).round(4).tolist()}).encode()
@@ -112,7 +116,9 @@ def bench_mlp(clients: int, rounds: int, seconds: float) -> dict[str, Any]:
 def bench_binary(repeat: int = 20) -> dict[str, float]:
     """KServe infer on the branches model with a 1 MiB float32 input: JSON against binary."""
     port = free_port()
-    server = start(["-m", "server.cli", "serve", "--port", str(port), "--log-level", "warning"], port)
+    server = start(
+        ["-m", "poolserve.server.cli", "serve", "--port", str(port), "--log-level", "warning"], port
+    )
     try:
         x = np.random.default_rng(1).standard_normal((1024, 256)).astype(np.float32)  # 1 MiB
         url = f"http://127.0.0.1:{port}/v2/models/branches/infer"

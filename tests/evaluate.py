@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runtime.executor import Plan, run_plan_inline
-from runtime.graph import Graph, prepare_feed
-from runtime.kernels.registry import ResourceContainer
+from poolserve.runtime.executor import Plan, run_plan_inline
+from poolserve.runtime.graph import Graph, prepare_feed
+from poolserve.runtime.kernels.registry import ResourceContainer
 
 
 def evaluate(

@@ -1,7 +1,7 @@
 """The thinnest FastAPI endpoint for the example MLP: what ``bench_http`` measures poolserve against.
 
 It decodes the same TF Serving JSON and does the same math in straight numpy, with the weights read from
-the same GraphDef. Run: ``python -m loadtest.thin_app PORT``.
+the same GraphDef. Run: ``python -m benchmarks.thin_app PORT``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 import uvicorn
 from fastapi import FastAPI, Request, Response
 
-from runtime.graph import load_graph_def
-from runtime.tensor import to_ndarray
+from poolserve.runtime.graph import load_graph_def
+from poolserve.runtime.tensor import to_ndarray
 
 MODEL = Path(__file__).resolve().parent.parent / "configs" / "models" / "mlp.pb"
 

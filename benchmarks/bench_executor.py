@@ -1,6 +1,6 @@
 """Executor benchmark: framework overhead per executed node, tracing cost, and latency against TensorFlow.
 
-    python -m loadtest.bench_executor [--json out.json] [--tf-python /path/to/python-with-tensorflow]
+    python -m benchmarks.bench_executor [--json out.json] [--tf-python /path/to/python-with-tensorflow]
 
 - chain: a long chain of cheap ops (AddV2 on a scalar): Session.run against the same math as straight
   numpy calls; the difference per node is the executor's overhead.
@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from proto import config_pb2
-from runtime.builder import GraphBuilder
-from runtime.graph import Graph, load_graph_def
-from runtime.kernels.registry import OpContext
-from runtime.session import Session
+from poolserve.proto import config_pb2
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.graph import Graph, load_graph_def
+from poolserve.runtime.kernels.registry import OpContext
+from poolserve.runtime.session import Session
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "models"
 

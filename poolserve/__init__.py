@@ -1,0 +1,43 @@
+"""poolserve: TensorFlow GraphDefs on numpy kernels, served over HTTP with a process-global RunHandlerPool.
+
+The public API, in one import::
+
+    from poolserve import Session, load_graph_def, RunOptions, RunMetadata, Timeline
+
+Everything here keeps its name and meaning across releases; modules below ``poolserve.runtime`` and
+``poolserve.server`` are the implementation and may change.
+"""
+
+from poolserve.proto.config_pb2 import ConfigProto, GraphOptions, OptimizerOptions, RunMetadata, RunOptions
+from poolserve.proto.graph_pb2 import GraphDef
+from poolserve.runtime import errors
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.errors import OpError
+from poolserve.runtime.graph import Graph, load_graph_def
+from poolserve.runtime.run_handler import RunHandlerPool, configure_pool, get_pool
+from poolserve.runtime.session import InteractiveSession, RunFuture, Session, get_default_session
+from poolserve.runtime.timeline import Timeline
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigProto",
+    "Graph",
+    "GraphBuilder",
+    "GraphDef",
+    "GraphOptions",
+    "InteractiveSession",
+    "OpError",
+    "OptimizerOptions",
+    "RunFuture",
+    "RunHandlerPool",
+    "RunMetadata",
+    "RunOptions",
+    "Session",
+    "Timeline",
+    "configure_pool",
+    "errors",
+    "get_default_session",
+    "get_pool",
+    "load_graph_def",
+]
