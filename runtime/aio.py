@@ -9,8 +9,9 @@ import contextlib
 import weakref
 from typing import Any
 
+from poolserve.runtime.deadline import Deadline
 from poolserve.runtime.errors import OpError
-from poolserve.runtime.executor import Step, deadline_error
+from poolserve.runtime.executor import Step
 
 # seconds past its deadline at which ``arun`` answers DeadlineExceededError even if the step still runs
 BACKSTOP_S = 0.05
@@ -54,18 +55,18 @@ def inbox(loop: asyncio.AbstractEventLoop) -> Inbox:
 
 
 def deadline_passed(
-    future: asyncio.Future[Any], step: Step, timeout_ms: int, timers: list[asyncio.TimerHandle]
+    future: asyncio.Future[Any], step: Step, deadline: Deadline, timers: list[asyncio.TimerHandle]
 ) -> None:
     """Cancels the step; if it has not stopped a little later (one long kernel cannot notice), answers."""
     if not future.done():
-        step.cancel(deadline_error(timeout_ms))
+        step.cancel(deadline.step_error())
         loop = future.get_loop()
-        timers.append(loop.call_later(BACKSTOP_S, _give_up, future, timeout_ms))
+        timers.append(loop.call_later(BACKSTOP_S, _give_up, future, deadline))
 
 
-def _give_up(future: asyncio.Future[Any], timeout_ms: int) -> None:
+def _give_up(future: asyncio.Future[Any], deadline: Deadline) -> None:
     if not future.done():
-        future.set_exception(deadline_error(timeout_ms))
+        future.set_exception(deadline.step_error())
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: OpError | None) -> None:

@@ -12,11 +12,9 @@ of expensive kernels are learned from measured times, so a kernel that turns out
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -24,7 +22,6 @@ import numpy as np
 
 from poolserve.runtime.errors import (
     CancelledError,
-    DeadlineExceededError,
     InternalError,
     InvalidArgumentError,
     OpError,
@@ -118,6 +115,14 @@ class ConstantFolder:
         self.max_bytes = max_bytes
         self._values: dict[str, Sequence[Any] | None] = {}
         self._lock = threading.Lock()
+
+    def extended(self, graph: Graph) -> ConstantFolder:
+        """A folder for ``graph``, a graph this one's nodes were added to (``Session.extend``): nodes keep
+        their values, so what was folded is not folded again."""
+        folder = ConstantFolder(graph, self.enabled, self.max_bytes)
+        with self._lock:
+            folder._values = dict(self._values)
+        return folder
 
     def fold(self, node: Node, inputs: list[Any]) -> Sequence[Any] | None:
         """The node's outputs if it can be folded (None: run it every step)."""
@@ -574,55 +579,6 @@ class Step:
 
 def _never() -> bool:
     return False
-
-
-class DeadlineTimer:
-    """One daemon thread that cancels steps whose deadline has passed. It holds them weakly: a step that
-    ended is freed at once, not kept alive (with everything it references) until its deadline."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, weakref.ref[Step], int]] = []
-        self._cond = threading.Condition()
-        self._seq = itertools.count()
-        self._thread: threading.Thread | None = None
-
-    def add(self, deadline: float, step: Step, timeout_ms: int) -> None:
-        """Cancels ``step`` at ``deadline`` (time.monotonic()) unless it finished before, with a
-        DeadlineExceededError that names its ``timeout_ms``."""
-        with self._cond:
-            ref = weakref.ref(step)
-            heapq.heappush(self._heap, (deadline, next(self._seq), ref, timeout_ms))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name="deadline_timer", daemon=True)
-                self._thread.start()
-            if self._heap[0][2] is ref:
-                self._cond.notify()
-
-    def _work(self) -> None:
-        while True:
-            with self._cond:
-                while True:
-                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
-                    if wait is None:
-                        self._cond.wait()
-                    elif wait > 0:
-                        self._cond.wait(wait)
-                    else:
-                        _, _, ref, timeout_ms = heapq.heappop(self._heap)
-                        step = ref()
-                        if step is not None and not step.finished:
-                            break
-            step.cancel(deadline_error(timeout_ms))
-
-
-def deadline_error(timeout_ms: int) -> DeadlineExceededError:
-    return DeadlineExceededError(
-        f"Timed out waiting for the step to finish: the deadline of {timeout_ms} ms "
-        "(RunOptions.timeout_in_ms) has passed"
-    )
-
-
-deadline_timer = DeadlineTimer()
 
 
 def run_plan_inline(

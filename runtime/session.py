@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -21,21 +22,21 @@ import numpy as np
 
 from poolserve.proto import config_pb2, graph_pb2
 from poolserve.runtime import aio
+from poolserve.runtime.deadline import Deadline, deadline_timer
 from poolserve.runtime.debug import debug_wrapper, watch_summary
 from poolserve.runtime.errors import (
-    DeadlineExceededError,
     InvalidArgumentError,
     OpError,
     ResourceExhaustedError,
 )
-from poolserve.runtime.executor import ConstantFolder, Plan, Step, StepTrace, deadline_timer
+from poolserve.runtime.executor import ConstantFolder, Plan, Step, StepTrace
 from poolserve.runtime.fetches import FetchMapper, is_op_name
 from poolserve.runtime.graph import Graph, prepare_feed
 from poolserve.runtime.kernels.registry import ResourceContainer
 from poolserve.runtime.kernels.state_ops import UninitializedValue
 from poolserve.runtime.memory import keep_freed_memory
 from poolserve.runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report
-from poolserve.runtime.run_handler import RunHandler, get_pool
+from poolserve.runtime.run_handler import RunHandler, RunHandlerPool, get_pool
 from poolserve.runtime.threadpool import (
     CallerThread,
     Scheduler,
@@ -67,6 +68,15 @@ class RunFuture(concurrent.futures.Future[Any]):
         return True
 
 
+@dataclasses.dataclass
+class StepRecord:
+    """How a step of ``Session.arun`` ran, for a server's timings and traces (filled in as it goes)."""
+
+    used_pool: bool = False  # the RunHandlerPool scheduled it
+    handler_id: int | None = None  # its run handler (unique in the process)
+    started_at: float = 0.0  # time.monotonic() when the step started, after any wait for a handler
+
+
 class _Signature:
     """What a call resolved: the plan, the feeds in plan order, and how to shape the results."""
 
@@ -83,7 +93,8 @@ class Session:
 
     Where TensorFlow would take a device memory limit, poolserve takes ``memory_limit_bytes``: a per-step
     limit on the bytes of tensors a step allocates; a step over it fails with ResourceExhaustedError (OOM).
-    The server sets it from ``[runtime] memory_limit_bytes``.
+    The server sets it from ``[runtime] memory_limit_bytes``. ``run_handler_pool`` gives the session a
+    RunHandlerPool of its own (tests, benchmarks); by default runs that use one share the process-global pool.
     """
 
     def __init__(
@@ -92,8 +103,10 @@ class Session:
         config: config_pb2.ConfigProto | None = None,
         *,
         memory_limit_bytes: int | None = None,
+        run_handler_pool: RunHandlerPool | None = None,
     ) -> None:
         self._config = config if config is not None else config_pb2.ConfigProto()
+        self._run_handler_pool = run_handler_pool
         if graph is None:
             graph = graph_pb2.GraphDef()
         self._graph = graph if isinstance(graph, Graph) else Graph(graph)
@@ -161,9 +174,8 @@ class Session:
         if graph_def.HasField("versions") and not merged.HasField("versions"):
             merged.versions.CopyFrom(graph_def.versions)
         graph = Graph(merged)
-        folder = self._make_folder(graph)
         with self._lock:
-            folder._values = self._folder._values  # node values do not change when nodes are added
+            folder = self._folder.extended(graph)
             self._graph, self._folder, self._plans, self._signatures = graph, folder, {}, {}
 
     # --- signature ---------------------------------------------------------------------------------------
@@ -278,51 +290,82 @@ class Session:
             raise InvalidArgumentError(f"Invalid inter_op_thread_pool: {index}")
         return self._pools[index]
 
-    def _uses_run_handler_pool(self, options: config_pb2.RunOptions | None) -> bool:
-        """TensorFlow's rule: asked for, and not overridden by per-session threads or an explicit pool."""
+    def uses_run_handler_pool(self, options: config_pb2.RunOptions | None) -> bool:
+        """Whether a run with these options goes through the RunHandlerPool. TensorFlow's rule: asked for
+        (``experimental.use_run_handler_pool``), and not overridden by per-session threads, the caller's
+        thread (``inter_op_thread_pool = -1``) or an explicit session pool. The one place this is decided."""
         if options is None or not options.experimental.use_run_handler_pool:
             return False
         if self._config.use_per_session_threads or options.inter_op_thread_pool == -1:
             return False
         return not (options.inter_op_thread_pool > 0 and self._config.session_inter_op_thread_pool)
 
-    def run_handler_pool(self) -> Any:
-        """The process-global RunHandlerPool, made from this session's thread options if it is the first."""
+    def run_handler_pool(self) -> RunHandlerPool:
+        """The RunHandlerPool this session's runs use: the one it was given, else the process-global pool
+        (made from this session's thread options if it is the first)."""
+        if self._run_handler_pool is not None:
+            return self._run_handler_pool
         return get_pool(self._config.inter_op_parallelism_threads)
 
-    def _deadline_ms(self, options: config_pb2.RunOptions | None) -> int:
+    def deadline(self, options: config_pb2.RunOptions | None, start: float | None = None) -> Deadline | None:
+        """The deadline of a run with these options, counted from ``start`` (default now):
+        ``RunOptions.timeout_in_ms``, else ``ConfigProto.operation_timeout_in_ms``; None for neither."""
         if options is not None and options.timeout_in_ms > 0:
-            return int(options.timeout_in_ms)
-        return int(self._config.operation_timeout_in_ms)
+            return Deadline(options.timeout_in_ms, start)
+        if self._config.operation_timeout_in_ms > 0:
+            return Deadline(self._config.operation_timeout_in_ms, start)
+        return None
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(CLOSED_MESSAGE)
 
-    def _start(
+    def _prepare(
+        self, fetches: Fetches, feed_dict: Feeds | None, options: config_pb2.RunOptions | None
+    ) -> tuple[_Signature, list[Any], Scheduler]:
+        """Everything a call can get wrong, checked before it waits for anything: the session is open, the
+        names exist, the feeds fit, the thread pool index is valid."""
+        self._check_open()
+        sig, feed_values = self._resolve(fetches, feed_dict, options)
+        return sig, feed_values, self._scheduler(options)
+
+    def _take_handler(
+        self, options: config_pb2.RunOptions | None, deadline: Deadline | None
+    ) -> RunHandler | None:
+        """A run handler if this run uses the pool (waiting, within the deadline, while all are taken)."""
+        if not self.uses_run_handler_pool(options):
+            return None
+        assert options is not None
+        priority = options.experimental.run_handler_pool_options.priority
+        handler = self.run_handler_pool().get(0, deadline.wait_ms() if deadline else 0, priority)
+        return self._check_handler(handler, deadline)
+
+    def _check_handler(self, handler: RunHandler, deadline: Deadline | None) -> RunHandler:
+        try:
+            self._check_open()
+            if deadline is not None:
+                deadline.check("waiting for a run handler")
+        except BaseException:
+            handler.release()
+            raise
+        return handler
+
+    def _launch(
         self,
-        fetches: Fetches,
-        feed_dict: Feeds | None,
+        sig: _Signature,
+        feed_values: list[Any],
+        scheduler: Scheduler,
         options: config_pb2.RunOptions | None,
         run_metadata: config_pb2.RunMetadata | None,
         on_done: Callable[[Any, OpError | None], None],
         inline: bool,
-        handler: RunHandler | None = None,
-        started: float | None = None,
+        handler: RunHandler | None,
+        deadline: Deadline | None,
         timer: bool = True,
     ) -> Step:
         """Starts a step. With a run handler, every closure of the step goes through it, and it is
-        released when the step ends, however it ends."""
-        started = time.monotonic() if started is None else started
-        try:
-            self._check_open()
-            sig, feed_values = self._resolve(fetches, feed_dict, options)
-            scheduler = self._scheduler(options)
-        except BaseException:
-            if handler is not None:
-                handler.release()
-            raise
-        timeout_ms = self._deadline_ms(options)
+        released when the step ends, however it ends. ``timer``: the deadline thread cancels the step at
+        its deadline (``arun`` uses a timer of its event loop instead)."""
         if handler is not None:
             scheduler = handler
             if inline:
@@ -376,8 +419,8 @@ class Session:
                     handler.release()
                 raise RuntimeError(CLOSED_MESSAGE)
             self._active.add(step)
-        if timeout_ms > 0 and timer:
-            deadline_timer.add(started + timeout_ms / 1000.0, step, timeout_ms)
+        if deadline is not None and timer:
+            deadline_timer.add(deadline, step)
         step.start(inline=inline or scheduler is _CALLER)
         return step
 
@@ -401,7 +444,8 @@ class Session:
         options: config_pb2.RunOptions | None = None,
         run_metadata: config_pb2.RunMetadata | None = None,
     ) -> Any:
-        """Runs the step on this thread and the inter-op pool and returns the fetched values."""
+        """Runs the step on this thread and the inter-op pool (or the RunHandlerPool) and returns the
+        fetched values."""
         box: list[Any] = []
         event = threading.Event()
 
@@ -409,30 +453,11 @@ class Session:
             box.append((result, error))
             event.set()
 
-        started = time.monotonic()
-        handler: RunHandler | None = None
-        if self._uses_run_handler_pool(options):
-            assert options is not None
-            self._check_open()
-            timeout_ms = self._deadline_ms(options)
-            priority = options.experimental.run_handler_pool_options.priority
-            handler = self.run_handler_pool().get(0, timeout_ms, priority)
-            if timeout_ms > 0 and time.monotonic() - started > timeout_ms / 1000.0:
-                handler.release()
-                raise DeadlineExceededError(
-                    f"Timed out waiting for a RunHandler: the deadline of {timeout_ms} ms has passed"
-                )
+        deadline = self.deadline(options)
         with np.errstate(all="ignore"):
-            self._start(
-                fetches,
-                feed_dict,
-                options,
-                run_metadata,
-                on_done,
-                inline=True,
-                handler=handler,
-                started=started,
-            )
+            sig, feeds, scheduler = self._prepare(fetches, feed_dict, options)
+            handler = self._take_handler(options, deadline)
+            self._launch(sig, feeds, scheduler, options, run_metadata, on_done, True, handler, deadline)
             if handler is not None:
                 handler.help()
         event.wait()
@@ -447,16 +472,12 @@ class Session:
         feed_dict: Feeds | None = None,
         options: config_pb2.RunOptions | None = None,
         run_metadata: config_pb2.RunMetadata | None = None,
-        *,
-        handler: RunHandler | None = None,
-        started: float | None = None,
     ) -> RunFuture:
-        """Starts the step on the inter-op pool and returns at once; the future resolves when it ends.
+        """Starts the step on the inter-op pool (or the RunHandlerPool: then it waits here while every
+        handler is taken) and returns; the future resolves when the step ends.
 
         Errors in the arguments (unknown tensors, bad feeds) are raised here, not through the future.
-        ``asyncio.wrap_future`` turns it into an awaitable; cancelling that cancels the step. To use the
-        RunHandlerPool without blocking, take a handler first (``await pool.get_async(...)``) and pass it:
-        the step releases it. ``started`` (time.monotonic()) is when the deadline began to run.
+        ``asyncio.wrap_future`` turns it into an awaitable; cancelling that cancels the step.
         """
         future = RunFuture()
 
@@ -466,9 +487,12 @@ class Session:
             else:
                 future.set_result(result)
 
+        deadline = self.deadline(options)
+        sig, feeds, scheduler = self._prepare(fetches, feed_dict, options)
+        handler = self._take_handler(options, deadline)
         future.set_running_or_notify_cancel()
-        future._step = self._start(
-            fetches, feed_dict, options, run_metadata, on_done, inline=False, handler=handler, started=started
+        future._step = self._launch(
+            sig, feeds, scheduler, options, run_metadata, on_done, False, handler, deadline
         )
         return future
 
@@ -479,47 +503,54 @@ class Session:
         options: config_pb2.RunOptions | None = None,
         run_metadata: config_pb2.RunMetadata | None = None,
         *,
-        handler: RunHandler | None = None,
-        started: float | None = None,
-        on_step_end: Callable[[], None] | None = None,
+        deadline: Deadline | None = None,
+        record: StepRecord | None = None,
     ) -> Any:
-        """``run`` for asyncio code: awaits the step, which runs on the inter-op pool (or the given run
-        handler). The event loop only starts the step and is woken once when it ends; cancelling the
-        awaiting task cancels the step. ``on_step_end`` is called once the step has really stopped (on
-        its thread; also after a cancel), or at once if it could not start."""
+        """``run`` for asyncio code; the event loop never blocks nor runs a kernel.
+
+        The call is checked first; then, if the run uses the RunHandlerPool (``uses_run_handler_pool``), a
+        run handler is awaited; the step runs on the pool's threads (or the inter-op pool) and the loop
+        is woken once when it ends. Cancelling the awaiting task cancels the step.
+
+        ``deadline`` is when the answer is due (a server makes it when the request arrives, so the wait
+        before this call counts); by default it comes from the options, counted from now. It bounds the
+        wait for a handler and cancels the step; if one long kernel keeps the step from stopping, the
+        call still answers DeadlineExceededError shortly after. ``record`` is filled in as the call goes:
+        whether the pool ran the step, its handler, when the step started.
+        """
         loop = asyncio.get_running_loop()
+        if deadline is None:
+            deadline = self.deadline(options)
+        sig, feeds, scheduler = self._prepare(fetches, feed_dict, options)
+        handler: RunHandler | None = None
+        if self.uses_run_handler_pool(options):
+            assert options is not None
+            priority = options.experimental.run_handler_pool_options.priority
+            handler = await self.run_handler_pool().get_async(
+                0, deadline.wait_ms() if deadline else 0, priority
+            )
+            self._check_handler(handler, deadline)
+            if record is not None:
+                record.used_pool = True
+                record.handler_id = handler.id
+        if record is not None:
+            record.started_at = time.monotonic()
         future: asyncio.Future[Any] = loop.create_future()
         inbox = aio.inbox(loop)
 
         def on_done(result: Any, error: OpError | None) -> None:
-            if on_step_end is not None:
-                on_step_end()
             inbox.post(future, result, error)
 
-        try:
-            step = self._start(
-                fetches,
-                feed_dict,
-                options,
-                run_metadata,
-                on_done,
-                inline=False,
-                handler=handler,
-                started=started,
-                timer=False,
-            )
-        except BaseException:
-            if on_step_end is not None:
-                on_step_end()
-            raise
+        step = self._launch(
+            sig, feeds, scheduler, options, run_metadata, on_done, False, handler, deadline, timer=False
+        )
         # The deadline is a timer of this loop, not of the deadline thread: nothing crosses threads, and a
         # finished step is not kept alive until its deadline (a 30 s default kept every step of the last
         # second or more alive, which made the garbage collector's full passes long)
         timers: list[asyncio.TimerHandle] = []
-        timeout_ms = self._deadline_ms(options)
-        if timeout_ms > 0:
-            when = (started if started is not None else loop.time()) + timeout_ms / 1000.0
-            timers.append(loop.call_at(when, aio.deadline_passed, future, step, timeout_ms, timers))
+        if deadline is not None:
+            delay = max(0.0, deadline.remaining_ms() / 1000.0)
+            timers.append(loop.call_later(delay, aio.deadline_passed, future, step, deadline, timers))
         try:
             return await future
         except asyncio.CancelledError:
@@ -528,6 +559,11 @@ class Session:
         finally:
             for t in timers:
                 t.cancel()
+
+    @property
+    def steps_running(self) -> int:
+        """Steps of this session that have started and not yet ended."""
+        return len(self._active)
 
     # --- partial runs ------------------------------------------------------------------------------------
 
@@ -691,8 +727,11 @@ class InteractiveSession(Session):
         config: config_pb2.ConfigProto | None = None,
         *,
         memory_limit_bytes: int | None = None,
+        run_handler_pool: RunHandlerPool | None = None,
     ) -> None:
-        super().__init__(graph, config, memory_limit_bytes=memory_limit_bytes)
+        super().__init__(
+            graph, config, memory_limit_bytes=memory_limit_bytes, run_handler_pool=run_handler_pool
+        )
         _default_stack().append(self)
 
     def close(self) -> None:
@@ -797,6 +836,7 @@ __all__ = [
     "InteractiveSession",
     "RunFuture",
     "Session",
+    "StepRecord",
     "get_default_session",
     "plan_graph_def",
     "set_intra_op_threads",

@@ -14,7 +14,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.runtime.errors import (
     InvalidArgumentError,
@@ -32,16 +33,10 @@ from poolserve.runtime.errors import (
 )
 from poolserve.server import errors, kserve, native, tfserving
 from poolserve.server.config import Config
-from poolserve.server.core import RequestContext, Runtime, new_request_id, reset_context, set_context
 from poolserve.server.errors import REQUEST_ID_HEADER
+from poolserve.server.service import InferenceService, RequestInfo, attach_info, new_request_id
 
 log = logging.getLogger("poolserve")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _MAX_ID_LENGTH = 128
 # requests that compute, and count against max_in_flight
@@ -70,20 +65,20 @@ def _content_length(scope: Scope) -> int | None:
 
 
 class ServingMiddleware:
-    def __init__(self, app: ASGIApp, runtime: Runtime) -> None:
+    def __init__(self, app: ASGIApp, service: InferenceService) -> None:
         self.app = app
-        self.runtime = runtime
+        self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        runtime = self.runtime
-        server = runtime.config.server
-        metrics = runtime.metrics
-        ctx = RequestContext(_request_id(scope), time.monotonic())
-        token = set_context(ctx)
-        rid_header = (REQUEST_ID_HEADER.lower().encode(), ctx.request_id.encode("latin-1"))
+        service = self.service
+        server = service.config.server
+        metrics = service.metrics
+        info = RequestInfo(_request_id(scope), time.monotonic())
+        attach_info(scope, info)
+        rid_header = (REQUEST_ID_HEADER.lower().encode(), info.request_id.encode("latin-1"))
         state: dict[str, Any] = {"status": 500, "started": False, "complete": False}
         work = scope["method"] in _WORK_METHODS
 
@@ -100,7 +95,7 @@ class ServingMiddleware:
         async def answer(response: Response) -> None:
             await response(scope, receive, send_wrapper)
 
-        if work and runtime.in_flight >= server.max_in_flight:
+        if work and service.in_flight >= server.max_in_flight:
             metrics.rejected.inc()
             await answer(
                 errors.status_response(
@@ -109,14 +104,12 @@ class ServingMiddleware:
                     headers={"Retry-After": "1"},
                 )
             )
-            self._count(scope, ctx, state["status"])
-            reset_context(token)
+            self._count(scope, info, state["status"])
             return
         length = _content_length(scope)
         if length is not None and length > server.max_request_bytes:
             await answer(self._too_large())
-            self._count(scope, ctx, state["status"])
-            reset_context(token)
+            self._count(scope, info, state["status"])
             return
 
         received = 0
@@ -162,7 +155,7 @@ class ServingMiddleware:
             return message
 
         if work:
-            runtime.in_flight += 1
+            service.in_flight += 1
         try:
             await self.app(scope, receive_wrapper, send_wrapper)
         except asyncio.CancelledError:
@@ -170,36 +163,39 @@ class ServingMiddleware:
                 raise
             task.uncancel()
             state["status"] = 499
-            log.info("request %s: the client disconnected; its work was cancelled", ctx.request_id)
+            log.info("request %s: the client disconnected; its work was cancelled", info.request_id)
         except Exception:
-            log.exception("request %s failed with an unexpected error", ctx.request_id)
+            log.exception("request %s failed with an unexpected error", info.request_id)
             if not state["started"]:
-                await answer(JSONResponse(errors.internal_error_body(ctx.request_id), status_code=500))
+                await answer(JSONResponse(errors.internal_error_body(info.request_id), status_code=500))
         finally:
             if timer is not None:
                 timer.cancel()
             if watcher is not None:
                 watcher.cancel()
             if work:
-                runtime.in_flight -= 1
+                service.in_flight -= 1
             end = time.monotonic()
-            if ctx.traced:
-                runtime.traces.finish(ctx.request_id, state["status"], ctx.compute_end, end)
-            self._count(scope, ctx, state["status"], end)
-            reset_context(token)
+            if work:
+                service.traces.finish(info.request_id, state["status"], end)
+            self._count(scope, info, state["status"], end)
 
     def _too_large_message(self) -> str:
-        limit = self.runtime.config.server.max_request_bytes
+        limit = self.service.config.server.max_request_bytes
         return f"The request body is larger than max_request_bytes ({limit})"
 
     def _too_large(self) -> Response:
         return errors.status_response(413, self._too_large_message())
 
-    def _count(self, scope: Scope, ctx: RequestContext, status: int, end: float | None = None) -> None:
+    def _count(self, scope: Scope, info: RequestInfo, status: int, end: float | None = None) -> None:
         route = scope.get("route")
         endpoint = getattr(route, "path", None) or "unmatched"
-        elapsed = (end or time.monotonic()) - ctx.received_at if ctx.model else None
-        self.runtime.metrics.count_request(ctx.model, endpoint, status, elapsed)
+        # labelled by the model the route named, if the server has it (no label per made-up name)
+        model = scope.get("path_params", {}).get("model", "")
+        if model not in self.service.models:
+            model = ""
+        elapsed = (end or time.monotonic()) - info.received_at if model else None
+        self.service.metrics.count_request(model, endpoint, status, elapsed)
 
 
 # --- operational endpoints -------------------------------------------------------------------------------
@@ -210,9 +206,9 @@ class PoolSetting(BaseModel):
     enabled: bool
 
 
-def _pool_state(runtime: Runtime) -> dict[str, Any]:
-    body: dict[str, Any] = {"enabled": runtime.pool_enabled}
-    stats = runtime.pool_stats()
+def _pool_state(service: InferenceService) -> dict[str, Any]:
+    body: dict[str, Any] = {"enabled": service.pool_enabled}
+    stats = service.pool_stats()
     if stats is not None:
         body.update(
             active_handlers=stats.active_handlers,
@@ -225,8 +221,8 @@ def _pool_state(runtime: Runtime) -> dict[str, Any]:
     return body
 
 
-def _check_admin(runtime: Runtime, request: Request) -> None:
-    token = runtime.config.server.admin_token
+def _check_admin(service: InferenceService, request: Request) -> None:
+    token = service.config.server.admin_token
     if not token:
         return
     auth = request.headers.get("authorization", "")
@@ -243,7 +239,7 @@ def _json(body: Any, status: int = 200) -> Response:
     )
 
 
-def operations_router(runtime: Runtime) -> APIRouter:
+def operations_router(service: InferenceService) -> APIRouter:
     api = APIRouter()
 
     @api.get("/v1/health/live")
@@ -252,23 +248,23 @@ def operations_router(runtime: Runtime) -> APIRouter:
 
     @api.get("/v1/health/ready")
     async def ready() -> Response:
-        if runtime.ready and not runtime.draining:
+        if service.ready and not service.draining:
             return _json({"ready": True})
-        reason = "draining" if runtime.draining else "starting"
+        reason = "draining" if service.draining else "starting"
         return _json({"ready": False, "error": f"The server is not ready ({reason})"}, 503)
 
     @api.get("/metrics")
     async def metrics() -> Response:
-        data, content_type = runtime.metrics.exposition()
+        data, content_type = service.metrics.exposition()
         return Response(data, media_type=content_type)
 
     @api.get("/v1/runtime/run_handler_pool")
     async def get_pool() -> dict[str, Any]:
-        return _pool_state(runtime)
+        return _pool_state(service)
 
     @api.put("/v1/runtime/run_handler_pool")
     async def put_pool(request: Request) -> dict[str, Any]:
-        _check_admin(runtime, request)
+        _check_admin(service, request)
         # read the body ourselves: a bare `curl -d` sends it form-encoded, and it is still JSON
         try:
             data = json.loads(await request.body())
@@ -281,24 +277,24 @@ def operations_router(runtime: Runtime) -> APIRouter:
                 f"{'.'.join(map(str, err['loc'])) or 'body'}: {err['msg']}" for err in e.errors()
             )
             raise InvalidArgumentError(f'Expected {{"enabled": true|false}}: {problems}') from None
-        runtime.pool_enabled = setting.enabled
+        service.pool_enabled = setting.enabled
         log.info("run handler pool default set to %s", setting.enabled)
-        return _pool_state(runtime)
+        return _pool_state(service)
 
     @api.get("/v1/traces")
     async def list_traces(limit: int = Query(100, ge=1, le=10000)) -> dict[str, Any]:
-        return {"traces": [r.summary() for r in runtime.traces.recent(limit)]}
+        return {"traces": [r.summary() for r in service.traces.recent(limit)]}
 
     @api.get("/v1/traces:merge")
     async def merge_traces(ids: str = "") -> Response:
         wanted = [i for i in (p.strip() for p in ids.split(",")) if i]
         if not wanted:
             raise InvalidArgumentError("Give the request ids to merge: /v1/traces:merge?ids=a,b")
-        return _json(runtime.traces.merge(wanted))
+        return _json(service.traces.merge(wanted))
 
     @api.get("/v1/traces/{request_id}")
     async def get_trace(request_id: str, format: str = "chrome") -> Response:
-        record = runtime.traces.get(request_id)
+        record = service.traces.get(request_id)
         if format == "chrome":
             return _json(record.chrome_trace())
         if format == "run_metadata":
@@ -313,46 +309,46 @@ def operations_router(runtime: Runtime) -> APIRouter:
 # --- the app ---------------------------------------------------------------------------------------------
 
 
-def create_app(config: Config, runtime: Runtime | None = None) -> FastAPI:
+def create_app(config: Config, service: InferenceService | None = None) -> FastAPI:
     """The server's app. Models load here (blocking); the lifespan's end drains and closes them."""
-    if runtime is None:
-        runtime = Runtime(config)
-        runtime.start()
+    if service is None:
+        service = InferenceService(config)
+        service.start()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        log.info("poolserve ready: %d model(s): %s", len(runtime.models), ", ".join(sorted(runtime.models)))
+        log.info("poolserve ready: %d model(s): %s", len(service.models), ", ".join(sorted(service.models)))
         try:
             yield
         finally:
-            runtime.draining = True
-            runtime.ready = False
-            await _drain(app, runtime)
-            runtime.close()
+            service.draining = True
+            service.ready = False
+            await _drain(app, service)
+            service.close()
 
     app = FastAPI(title="poolserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.runtime = runtime
+    app.state.service = service
     errors.install(app)
     # The inference routes first, as plain Starlette routes: they take nearly all the traffic, and
     # matched ahead of the included routers and without FastAPI's per-request dependency solving they cost
     # less (they read their own body and path parameters; the app's exception handlers still apply).
     app.router.routes.extend(
         [
-            *native.inference_routes(runtime),
-            *tfserving.inference_routes(runtime),
-            *kserve.inference_routes(runtime),
+            *native.inference_routes(service),
+            *tfserving.inference_routes(service),
+            *kserve.inference_routes(service),
         ]
     )
-    app.include_router(native.router(runtime))
-    app.include_router(tfserving.router(runtime))
-    app.include_router(kserve.router(runtime))
-    app.include_router(operations_router(runtime))
-    app.add_middleware(ServingMiddleware, runtime=runtime)
+    app.include_router(native.router(service))
+    app.include_router(tfserving.router(service))
+    app.include_router(kserve.router(service))
+    app.include_router(operations_router(service))
+    app.add_middleware(ServingMiddleware, service=service)
     return app
 
 
-async def _drain(app: FastAPI, runtime: Runtime) -> None:
+async def _drain(app: FastAPI, service: InferenceService) -> None:
     """Waits (up to drain_seconds) for the requests still computing."""
-    deadline = time.monotonic() + runtime.config.server.drain_seconds
-    while runtime.steps_running > 0 and time.monotonic() < deadline:
+    deadline = time.monotonic() + service.config.server.drain_seconds
+    while (service.steps_running > 0 or service.in_flight > 0) and time.monotonic() < deadline:
         await asyncio.sleep(0.01)

@@ -28,15 +28,15 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, telling the runtime to stop reporting ready as soon as a signal arrives."""
+    """uvicorn's server, telling the service to stop reporting ready as soon as a signal arrives."""
 
     def __init__(self, config: uvicorn.Config, on_exit: list[object]) -> None:
         super().__init__(config)
-        self._runtimes = on_exit
+        self._services = on_exit
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        for runtime in self._runtimes:
-            runtime.draining = True  # type: ignore[attr-defined]
+        for service in self._services:
+            service.draining = True  # type: ignore[attr-defined]
         super().handle_exit(sig, frame)
 
 
@@ -64,7 +64,7 @@ def serve(args: argparse.Namespace) -> int:
     except Exception as e:  # a model that does not load: say which, without a traceback
         print(f"poolserve: cannot start: {e}", file=sys.stderr)
         return 1
-    runtime = app.state.runtime
+    service = app.state.service
     uv_config = uvicorn.Config(
         app,
         host=config.server.host,
@@ -73,7 +73,7 @@ def serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=max(1, round(config.server.drain_seconds)),
         lifespan="on",
     )
-    server = _Server(uv_config, [runtime])
+    server = _Server(uv_config, [service])
     signal.signal(signal.SIGTERM, _exit_zero)
     # Everything loaded so far (modules, graphs, constants) lives as long as the process: out of the cyclic
     # collector's sight, a full collection under load walks only what requests allocate (measured on the

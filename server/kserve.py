@@ -29,13 +29,15 @@ from poolserve.runtime.errors import (
     UnavailableError,
     UnimplementedError,
 )
+from poolserve.runtime.signature import TensorSpec
 from poolserve.runtime.types import Array
-from poolserve.server.core import InferRequest, ModelEntry, Runtime, TensorSpec
+from poolserve.server.models import ModelEntry
 from poolserve.server.routes import Route
+from poolserve.server.service import InferenceService, InferRequest, request_info
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
-# KServe datatype -> numpy dtype (BYTES: object arrays of ``bytes``, as the runtime holds DT_STRING).
+# KServe datatype -> numpy dtype (BYTES: object arrays of ``bytes``, as the service holds DT_STRING).
 DATATYPES: dict[str, np.dtype[Any]] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),
@@ -542,8 +544,8 @@ def _check_datatypes(entry: ModelEntry, decoded: DecodedRequest) -> None:
             )
 
 
-async def _infer(runtime: Runtime, model: str, version: str | None, request: Request) -> Response:
-    entry = runtime.model(model, _version(model, version))
+async def _infer(service: InferenceService, model: str, version: str | None, request: Request) -> Response:
+    entry = service.model(model, _version(model, version))
     body = await request.body()
     header_length = request.headers.get(HEADER_LENGTH)
     length = _parse_header_length(header_length, len(body))
@@ -556,7 +558,7 @@ async def _infer(runtime: Runtime, model: str, version: str | None, request: Req
     _check_datatypes(entry, decoded)
     params = decoded.parameters
     trace = _bool_parameter("request", params, "trace")
-    result = await runtime.infer(
+    result = await service.infer(
         InferRequest(
             model=entry.name,
             version=entry.version,
@@ -565,6 +567,7 @@ async def _infer(runtime: Runtime, model: str, version: str | None, request: Req
             run_options=_run_options(params),
             trace=bool(trace),
             use_run_handler_pool=_bool_parameter("request", params, "use_run_handler_pool"),
+            **request_info(request.scope)._asdict(),
         )
     )
     requested = decoded.outputs or [RequestedOutput(s.name) for s in entry.outputs]
@@ -580,14 +583,14 @@ async def _infer(runtime: Runtime, model: str, version: str | None, request: Req
     return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(length)})
 
 
-def inference_routes(runtime: Runtime) -> list[Route]:
+def inference_routes(service: InferenceService) -> list[Route]:
     """The infer routes, as plain Starlette routes (see ``server.app``)."""
 
     async def latest(request: Request) -> Response:
-        return await _infer(runtime, request.path_params["model"], None, request)
+        return await _infer(service, request.path_params["model"], None, request)
 
     async def version(request: Request) -> Response:
-        return await _infer(runtime, request.path_params["model"], request.path_params["version"], request)
+        return await _infer(service, request.path_params["model"], request.path_params["version"], request)
 
     return [
         Route("/v2/models/{model}/infer", latest, methods=["POST"]),
@@ -595,8 +598,8 @@ def inference_routes(runtime: Runtime) -> list[Route]:
     ]
 
 
-def router(runtime: Runtime) -> APIRouter:
-    """The KServe v2 routes over ``runtime``. Errors are raised as OpErrors for the app's handlers."""
+def router(service: InferenceService) -> APIRouter:
+    """The KServe v2 routes over ``service``. Errors are raised as OpErrors for the app's handlers."""
     api = APIRouter(tags=["kserve-v2"])
     server_metadata = {"name": "poolserve", "version": _server_version(), "extensions": EXTENSIONS}
 
@@ -610,17 +613,17 @@ def router(runtime: Runtime) -> APIRouter:
 
     @api.get("/v2/health/ready")
     async def ready() -> Response:
-        if runtime.ready and not runtime.draining:
+        if service.ready and not service.draining:
             return Response(status_code=200)
         raise UnavailableError(
-            "the server is shutting down" if runtime.draining else "the server is not ready"
+            "the server is shutting down" if service.draining else "the server is not ready"
         )
 
     def model_metadata(model: str, version: str | None) -> dict[str, Any]:
-        entry = runtime.model(model, _version(model, version))
+        entry = service.model(model, _version(model, version))
         return {
             "name": entry.name,
-            "versions": [str(v) for v in sorted(runtime.models[entry.name])],
+            "versions": [str(v) for v in sorted(service.models[entry.name])],
             "platform": PLATFORM,
             "inputs": [_tensor_metadata(s) for s in entry.inputs],
             "outputs": [_tensor_metadata(s) for s in entry.outputs],
@@ -635,8 +638,8 @@ def router(runtime: Runtime) -> APIRouter:
         return model_metadata(model, version)
 
     def model_ready(model: str, version: str | None) -> Response:
-        runtime.model(model, _version(model, version))
-        if not runtime.ready or runtime.draining:
+        service.model(model, _version(model, version))
+        if not service.ready or service.draining:
             raise UnavailableError(f"Model '{model}' is not ready: the server is not serving")
         return Response(status_code=200)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,10 +24,12 @@ from google.protobuf import json_format, message
 from poolserve.proto import config_pb2, serving_pb2, types_pb2
 from poolserve.runtime import dtypes
 from poolserve.runtime.errors import InvalidArgumentError, OpError
+from poolserve.runtime.signature import TensorSpec
 from poolserve.runtime.tensor import as_array, from_ndarray, to_ndarray
 from poolserve.runtime.types import Array
-from poolserve.server.core import InferRequest, InferResult, ModelEntry, Runtime, TensorSpec
+from poolserve.server.models import ModelEntry
 from poolserve.server.routes import Route
+from poolserve.server.service import InferenceService, InferRequest, InferResult, request_info
 
 # one encoder for every answer: json.dumps with non-default arguments builds a new one per call
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
@@ -333,7 +336,7 @@ def _version(raw: str | None) -> int | None:
 
 
 def model_info(entry: ModelEntry) -> dict[str, Any]:
-    def specs(items: list[TensorSpec]) -> list[dict[str, Any]]:
+    def specs(items: Sequence[TensorSpec]) -> list[dict[str, Any]]:
         return [
             {
                 "name": s.name,
@@ -356,8 +359,8 @@ def model_info(entry: ModelEntry) -> dict[str, Any]:
 _JSON_TYPES = ("application/json", "", "application/x-www-form-urlencoded", "text/plain")
 
 
-async def _run(runtime: Runtime, request: Request, model: str, version: str | None) -> Response:
-    entry = runtime.model(model, _version(version))
+async def _run(service: InferenceService, request: Request, model: str, version: str | None) -> Response:
+    entry = service.model(model, _version(version))
     body = await request.body()
     content_type = request.headers.get("content-type", "application/json")
     protobuf = _is_protobuf(content_type)
@@ -369,20 +372,21 @@ async def _run(runtime: Runtime, request: Request, model: str, version: str | No
         raise InvalidArgumentError(
             f"Unsupported Content-Type '{content_type}': use application/json or {PROTOBUF}"
         )
-    result = await runtime.infer(infer)
+    infer.request_id, infer.received_at = request_info(request.scope)
+    result = await service.infer(infer)
     if protobuf or _is_protobuf(request.headers.get("accept", "")):
         return Response(encode_protobuf(result), media_type=PROTOBUF)
     return Response(encode_json(result), media_type="application/json")
 
 
-def inference_routes(runtime: Runtime) -> list[Route]:
+def inference_routes(service: InferenceService) -> list[Route]:
     """The run routes, as plain Starlette routes (see ``server.app``)."""
 
     async def latest(request: Request) -> Response:
-        return await _run(runtime, request, request.path_params["model"], None)
+        return await _run(service, request, request.path_params["model"], None)
 
     async def version(request: Request) -> Response:
-        return await _run(runtime, request, request.path_params["model"], request.path_params["version"])
+        return await _run(service, request, request.path_params["model"], request.path_params["version"])
 
     return [
         Route("/v1/models/{model}:run", latest, methods=["POST"]),
@@ -390,11 +394,11 @@ def inference_routes(runtime: Runtime) -> list[Route]:
     ]
 
 
-def router(runtime: Runtime) -> APIRouter:
+def router(service: InferenceService) -> APIRouter:
     api = APIRouter()
 
     @api.get("/v1/models")
     async def list_models() -> dict[str, Any]:
-        return {"models": [model_info(e) for e in runtime.list_models()]}
+        return {"models": [model_info(e) for e in service.list_models()]}
 
     return api

@@ -23,9 +23,11 @@ from fastapi import APIRouter, Request, Response
 from poolserve.proto import types_pb2
 from poolserve.runtime import dtypes
 from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, UnimplementedError
+from poolserve.runtime.signature import TensorSpec
 from poolserve.runtime.types import Array
-from poolserve.server.core import InferRequest, ModelEntry, Runtime, TensorSpec
+from poolserve.server.models import ModelEntry
 from poolserve.server.routes import Route
+from poolserve.server.service import InferenceService, InferRequest, request_info
 
 DEFAULT_SIGNATURE = "serving_default"
 STABLE_LABEL = "stable"
@@ -377,11 +379,11 @@ def _label(label: str) -> int | None:
     raise NotFoundError(f"Unrecognized servable version label: {label} (the labels: {STABLE_LABEL})")
 
 
-def model_status(runtime: Runtime, model: str, version: int | None) -> dict[str, Any]:
+def model_status(service: InferenceService, model: str, version: int | None) -> dict[str, Any]:
     """GET /v1/models/{m}[/versions/{v}]: every version (or the one asked for) with its state."""
-    runtime.model(model, version)  # NotFoundError naming the model or version
-    versions = [version] if version is not None else sorted(runtime.models[model], reverse=True)
-    state = "UNLOADING" if runtime.draining else "AVAILABLE"
+    service.model(model, version)  # NotFoundError naming the model or version
+    versions = [version] if version is not None else sorted(service.models[model], reverse=True)
+    state = "UNLOADING" if service.draining else "AVAILABLE"
     return {
         "model_version_status": [
             {"version": str(v), "state": state, "status": {"error_code": "OK", "error_message": ""}}
@@ -421,14 +423,17 @@ def _decode_body(body: bytes, entry: ModelEntry) -> PredictRequest:
     return decoded
 
 
-async def _predict(runtime: Runtime, model: str, version: int | None, request: Request) -> Response:
-    entry = runtime.model(model, version)
+async def _predict(service: InferenceService, model: str, version: int | None, request: Request) -> Response:
+    entry = service.model(model, version)
     body = await request.body()
     if len(body) >= _OFFLOAD_BYTES:
         decoded = await asyncio.to_thread(_decode_body, body, entry)
     else:
         decoded = _decode_body(body, entry)
-    result = await runtime.infer(InferRequest(entry.name, decoded.inputs, version=entry.version))
+    info = request_info(request.scope)
+    result = await service.infer(
+        InferRequest(entry.name, decoded.inputs, version=entry.version, **info._asdict())
+    )
     if sum(np.asarray(v).nbytes for v in result.outputs.values()) >= _OFFLOAD_BYTES:
         content = await asyncio.to_thread(encode_predict, result.outputs, decoded.row_format)
     else:
@@ -436,20 +441,20 @@ async def _predict(runtime: Runtime, model: str, version: int | None, request: R
     return Response(content, media_type="application/json")
 
 
-def inference_routes(runtime: Runtime) -> list[Route]:
+def inference_routes(service: InferenceService) -> list[Route]:
     """The predict routes, as plain Starlette routes (see ``server.app``)."""
 
     async def latest(request: Request) -> Response:
-        return await _predict(runtime, request.path_params["model"], None, request)
+        return await _predict(service, request.path_params["model"], None, request)
 
     async def version(request: Request) -> Response:
         return await _predict(
-            runtime, request.path_params["model"], _version(request.path_params["version"]), request
+            service, request.path_params["model"], _version(request.path_params["version"]), request
         )
 
     async def label(request: Request) -> Response:
         return await _predict(
-            runtime, request.path_params["model"], _label(request.path_params["label"]), request
+            service, request.path_params["model"], _label(request.path_params["label"]), request
         )
 
     return [
@@ -459,33 +464,33 @@ def inference_routes(runtime: Runtime) -> list[Route]:
     ]
 
 
-def router(runtime: Runtime) -> APIRouter:
-    """The TF Serving REST routes over ``runtime`` other than predict (``inference_routes``)."""
+def router(service: InferenceService) -> APIRouter:
+    """The TF Serving REST routes over ``service`` other than predict (``inference_routes``)."""
     api = APIRouter(tags=["tfserving"])
 
     @api.get("/v1/models/{model}")
     async def status_latest(model: str) -> Response:
-        return _json_response(model_status(runtime, model, None))
+        return _json_response(model_status(service, model, None))
 
     @api.get("/v1/models/{model}/versions/{version}")
     async def status_version(model: str, version: str) -> Response:
-        return _json_response(model_status(runtime, model, _version(version)))
+        return _json_response(model_status(service, model, _version(version)))
 
     @api.get("/v1/models/{model}/labels/{label}")
     async def status_label(model: str, label: str) -> Response:
         version = _label(label)
-        return _json_response(model_status(runtime, model, runtime.model(model, version).version))
+        return _json_response(model_status(service, model, service.model(model, version).version))
 
     @api.get("/v1/models/{model}/metadata")
     async def metadata_latest(model: str) -> Response:
-        return _json_response(model_metadata(runtime.model(model)))
+        return _json_response(model_metadata(service.model(model)))
 
     @api.get("/v1/models/{model}/versions/{version}/metadata")
     async def metadata_version(model: str, version: str) -> Response:
-        return _json_response(model_metadata(runtime.model(model, _version(version))))
+        return _json_response(model_metadata(service.model(model, _version(version))))
 
     @api.get("/v1/models/{model}/labels/{label}/metadata")
     async def metadata_label(model: str, label: str) -> Response:
-        return _json_response(model_metadata(runtime.model(model, _label(label))))
+        return _json_response(model_metadata(service.model(model, _label(label))))
 
     return api

@@ -41,6 +41,7 @@ class TraceRecord:
     # wall clock (time.time()) minus monotonic, to put spans on the step stats' clock
     wall_offset: float = field(default_factory=lambda: time.time() - time.monotonic())
     end_monotonic: float = 0.0
+    finished: bool = False  # the HTTP layer has added its last span
 
     def __post_init__(self) -> None:
         if not self.end_monotonic:
@@ -135,13 +136,17 @@ class TraceStore:
                 rid, _ = self._records.popitem(last=False)
                 self._bytes -= self._sizes.pop(rid)
 
-    def finish(self, request_id: str, status: int, encode_start: float | None, end: float) -> None:
-        """The HTTP layer's last word on a stored trace: the encode span and the final status."""
+    def finish(self, request_id: str, status: int, end: float) -> None:
+        """The HTTP layer's last word on the trace its request stored, if any: the encode span (from the
+        end of the last span) and the final status. A record finished before (an earlier request that
+        used the same id) is left as it is."""
         with self._lock:
             record = self._records.get(request_id)
-            if record is None:
+            if record is None or record.finished:
                 return
-            if encode_start is not None and end >= encode_start:
+            record.finished = True
+            encode_start = record.spans[-1].end if record.spans else record.start_monotonic
+            if end >= encode_start:
                 record.spans.append(Span("encode", encode_start, end, {}))
             record.status = status
             record.end_monotonic = end

@@ -101,9 +101,8 @@ def test_a_running_step_yields_to_a_more_urgent_request():
     for i in range(5):
         y = sleep_op(b, y, 0.02, f"yield_{i}")
     pool = RunHandlerPool(num_threads=1)
-    with Session(b.graph_def) as s:
-        low = pool.get(priority=0)
-        future = s.submit(y, {x: 1.0}, handler=low)
+    with Session(b.graph_def, run_handler_pool=pool) as s:
+        future = s.submit(y, {x: 1.0}, options=pool_options())  # priority 0
         t0 = time.monotonic()
         while RUNS.get("yield_0", 0) == 0 and time.monotonic() - t0 < 5:
             time.sleep(0.001)
@@ -337,7 +336,7 @@ def test_session_releases_the_handler_on_every_exit_path():
         (name,) = set(md.step_stats.dev_stats[0].thread_names.values())
         assert re.fullmatch(rf"{threading.current_thread().name} \(run handler \d+\)", name)
         md = config_pb2.RunMetadata()
-        s.submit(t, {x: 1.0}, options=opts, run_metadata=md, handler=pool.get()).result(10)
+        s.submit(t, {x: 1.0}, options=opts, run_metadata=md).result(10)
         names = set(md.step_stats.dev_stats[0].thread_names.values())
         # asyncio callers: pool threads
         assert names and all(re.fullmatch(r"run_handler_pool/\d+ \(run handler \d+\)", n) for n in names)
@@ -346,7 +345,7 @@ def test_session_releases_the_handler_on_every_exit_path():
             s.run(t, {x: 1.0}, options=pool_options(timeout_ms=50))
         time.sleep(0.05)
         assert active() == 0
-        f = s.submit(t, {x: 1.0}, options=pool_options(), handler=pool.get())  # cancel
+        f = s.submit(t, {x: 1.0}, options=pool_options())  # cancel
         time.sleep(0.03)
         f.cancel()
         with pytest.raises(CancelledError):
@@ -359,8 +358,8 @@ def test_session_releases_the_handler_on_every_exit_path():
         with pytest.raises(InvalidArgumentError):
             s2.run(m, {p: np.ones((2, 3))}, options=pool_options())
         assert active() == 0
-        with pytest.raises(InvalidArgumentError):  # a bad feed, with a handler given
-            s2.submit(m, {p: "nope"}, handler=get_pool().get())
+        with pytest.raises(InvalidArgumentError):  # a bad feed: refused before a handler is taken
+            s2.submit(m, {p: "nope"}, options=pool_options())
         assert active() == 0
 
 
@@ -368,13 +367,13 @@ def test_fallbacks_do_not_use_the_pool():
     b, x, t = chain(1, 0)
     cfg = config_pb2.ConfigProto(use_per_session_threads=True)
     with Session(b.graph_def, cfg) as s:
-        assert not s._uses_run_handler_pool(pool_options())
+        assert not s.uses_run_handler_pool(pool_options())
     with Session(b.graph_def) as s:
         opts = pool_options()
         opts.inter_op_thread_pool = -1
-        assert not s._uses_run_handler_pool(opts)
-        assert s._uses_run_handler_pool(pool_options())
-        assert not s._uses_run_handler_pool(config_pb2.RunOptions())
+        assert not s.uses_run_handler_pool(opts)
+        assert s.uses_run_handler_pool(pool_options())
+        assert not s.uses_run_handler_pool(config_pb2.RunOptions())
 
 
 def test_many_threads_many_sessions_under_the_pool():

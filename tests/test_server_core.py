@@ -11,15 +11,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support import RUNS, sleep_op
 
 from poolserve.proto import config_pb2, types_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import Code, DeadlineExceededError, InvalidArgumentError, NotFoundError
 from poolserve.runtime.run_handler import DEFAULT_STRETCH
 from poolserve.runtime.session import Session
+from poolserve.runtime.signature import default_inputs, default_outputs
 from poolserve.server import cli, errors
 from poolserve.server.config import ConfigError, load_config, make_config
-from poolserve.server.core import InferRequest, Runtime, default_inputs, default_outputs, make_entry
+from poolserve.server.models import make_entry
+from poolserve.server.service import InferenceService, InferRequest
 from poolserve.server.traces import Span, TraceRecord, TraceStore
 
 SLOW_LAYERS = 300
@@ -68,7 +71,7 @@ def runtime(model_dir: Path) -> Any:
         {"models": [{"name": "add", "path": "add.pb"}, {"name": "slow", "path": "slow.pb", "version": 3}]},
         model_dir,
     )
-    rt = Runtime(config)
+    rt = InferenceService(config)
     rt.start()
     yield rt
     rt.close()
@@ -119,7 +122,7 @@ session_config = "inter_op_parallelism_threads: 2"
 
 def test_deadline_stretch_configures_the_pool(model_dir: Path) -> None:
     config = make_config({"run_handler_pool": {"deadline_stretch": 0}}, model_dir)
-    rt = Runtime(config)
+    rt = InferenceService(config)
     rt.start()
     try:
         assert rt.pool.stretch == 0.0  # strict arrival order
@@ -190,8 +193,8 @@ def test_default_inputs_and_outputs() -> None:
     assert list(outputs) == ["uniq", "uniq:1", "shape"]
     assert outputs["uniq:1"].tensor == "uniq:1"
     assert outputs["shape"].dtype == types_pb2.DT_INT64
-    assert default_inputs(session.graph) == entry.inputs
-    assert default_outputs(session.graph) == entry.outputs
+    assert tuple(default_inputs(session.graph)) == entry.inputs
+    assert tuple(default_outputs(session.graph)) == entry.outputs
     session.close()
 
 
@@ -199,21 +202,21 @@ def test_aliases_and_resolution_errors() -> None:
     session = Session(add_graph())
     entry = make_entry("add", 1, session, inputs={"in": "x"}, outputs={"double": "y:0", "final": "out"})
     assert [s.name for s in entry.inputs] == ["in"]
-    assert entry.resolve_input("in") == "x:0"
-    assert entry.resolve_input("x:0") == "x:0"  # graph tensor names work too
+    assert entry.input_spec("in").tensor == "x:0"
+    assert entry.input_spec("x:0").tensor == "x:0"  # graph tensor names work too
     assert entry.input_spec("x").name == "in"
-    assert entry.resolve_output("double") == "y:0"
-    assert entry.resolve_output("mul") == "mul:0"
+    assert entry.output_spec("double").tensor == "y:0"
+    assert entry.output_spec("mul").tensor == "mul:0"
     with pytest.raises(InvalidArgumentError, match=r"Model 'add' has no input 'nope'; its inputs are: in"):
-        entry.resolve_input("nope")
+        entry.input_spec("nope")
     with pytest.raises(InvalidArgumentError, match=r"no output 'ghost:7'; its outputs are: double, final"):
-        entry.resolve_output("ghost:7")
+        entry.output_spec("ghost:7")
     with pytest.raises(InvalidArgumentError, match=r"model 'add': input 'bad': .*no node 'zzz'"):
         make_entry("add", 1, session, inputs={"bad": "zzz:0"})
     session.close()
 
 
-def test_model_lookup_by_name_and_version(runtime: Runtime) -> None:
+def test_model_lookup_by_name_and_version(runtime: InferenceService) -> None:
     assert runtime.model("slow").version == 3
     assert runtime.model("slow", 3).name == "slow"
     assert [e.name for e in runtime.list_models()] == ["add", "slow"]
@@ -221,21 +224,21 @@ def test_model_lookup_by_name_and_version(runtime: Runtime) -> None:
         runtime.model("nope")
     with pytest.raises(NotFoundError, match=r"Model 'slow' has no version 1; it has: 3"):
         runtime.model("slow", 1)
-    assert runtime.resolve_input("add", "x") == "x:0"
-    assert runtime.resolve_output("add", "out") == "out:0"
+    assert runtime.model("add").input_spec("x").tensor == "x:0"
+    assert runtime.model("add").output_spec("out").tensor == "out:0"
 
 
 def test_bad_model_file_names_the_model(tmp_path: Path) -> None:
     (tmp_path / "bad.pb").write_bytes(b"\x00garbage")
-    rt = Runtime(make_config({"models": [{"name": "broken", "path": "bad.pb"}]}, tmp_path))
+    rt = InferenceService(make_config({"models": [{"name": "broken", "path": "bad.pb"}]}, tmp_path))
     with pytest.raises(InvalidArgumentError, match="model 'broken'"):
         rt.start()
 
 
-# --- Runtime.infer --------------------------------------------------------------------------------------
+# --- InferenceService.infer --------------------------------------------------------------------------------------
 
 
-def test_infer_with_and_without_the_pool(runtime: Runtime) -> None:
+def test_infer_with_and_without_the_pool(runtime: InferenceService) -> None:
     async def go(use_pool: bool | None) -> Any:
         return await runtime.infer(
             InferRequest("add", {"x": np.ones((2, 3), np.float32)}, use_run_handler_pool=use_pool)
@@ -254,14 +257,39 @@ def test_infer_with_and_without_the_pool(runtime: Runtime) -> None:
     assert asyncio.run(go(True)).timings.used_pool is True
 
 
-def test_infer_fetches_keep_the_callers_names_and_order(runtime: Runtime) -> None:
+def test_used_pool_reports_what_ran(runtime: InferenceService) -> None:
+    """The session decides (TensorFlow's rule): a model with per-session threads never uses the pool, even
+    when the server's default or the request asks for it, and the result says so."""
+    cfg = config_pb2.ConfigProto(use_per_session_threads=True)
+    runtime.add_model(make_entry("own_threads", 1, Session(add_graph(), cfg)))
+    before = runtime.pool.stats().handlers_acquired
+    req = InferRequest("own_threads", {"x": np.ones((1, 3), np.float32)}, use_run_handler_pool=True)
+    result = asyncio.run(runtime.infer(req))
+    assert result.timings is not None and result.timings.used_pool is False
+    assert runtime.pool.stats().handlers_acquired == before
+
+
+def test_infer_runs_targets(runtime: InferenceService) -> None:
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None])
+    b.identity(x, name="out")
+    sleep_op(b, x, 0.0, "side_effect")
+    runtime.add_model(make_entry("targets", 1, Session(b.graph_def), outputs={"out": "out:0"}))
+    req = InferRequest("targets", {"x": np.ones(2, np.float32)}, targets=["side_effect"])
+    result = asyncio.run(runtime.infer(req))
+    assert list(result.outputs) == ["out"] and RUNS["side_effect"] == 1
+    asyncio.run(runtime.infer(InferRequest("targets", {"x": np.ones(2, np.float32)})))
+    assert RUNS["side_effect"] == 1  # not a target, not an output: pruned
+
+
+def test_infer_fetches_keep_the_callers_names_and_order(runtime: InferenceService) -> None:
     req = InferRequest("add", {"x:0": np.zeros((1, 3), np.float32)}, fetches=["out:0", "mul", "y"])
     result = asyncio.run(runtime.infer(req))
     assert list(result.outputs) == ["out:0", "mul", "y"]
     np.testing.assert_array_equal(result.outputs["y"], [[1.0, 1.0, 1.0]])
 
 
-def test_infer_trace_on_request(runtime: Runtime) -> None:
+def test_infer_trace_on_request(runtime: InferenceService) -> None:
     options = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.SOFTWARE_TRACE)
     req = InferRequest("add", {"x": np.zeros((1, 3), np.float32)}, run_options=options, request_id="r1")
     result = asyncio.run(runtime.infer(req))
@@ -273,7 +301,7 @@ def test_infer_trace_on_request(runtime: Runtime) -> None:
     assert runtime.traces.get("r1").model == "add"
 
 
-def test_infer_deadline_cancels_the_step(runtime: Runtime) -> None:
+def test_infer_deadline_cancels_the_step(runtime: InferenceService) -> None:
     options = config_pb2.RunOptions(timeout_in_ms=100)
     req = InferRequest("slow", {"dims": np.asarray([600, 600], np.int32)}, run_options=options)
     t0 = time.monotonic()
@@ -283,7 +311,7 @@ def test_infer_deadline_cancels_the_step(runtime: Runtime) -> None:
     assert wait_until(lambda: runtime.steps_running == 0)
 
 
-def test_deadline_counts_from_arrival(runtime: Runtime) -> None:
+def test_deadline_counts_from_arrival(runtime: InferenceService) -> None:
     options = config_pb2.RunOptions(timeout_in_ms=50)
     req = InferRequest(
         "add", {"x": np.zeros((1, 3), np.float32)}, run_options=options, received_at=time.monotonic() - 1.0
@@ -292,7 +320,7 @@ def test_deadline_counts_from_arrival(runtime: Runtime) -> None:
         asyncio.run(runtime.infer(req))
 
 
-def test_cancelling_the_awaiting_task_cancels_the_step(runtime: Runtime) -> None:
+def test_cancelling_the_awaiting_task_cancels_the_step(runtime: InferenceService) -> None:
     for use_pool in (True, False):
         req = InferRequest("slow", {"dims": np.asarray([600, 600], np.int32)}, use_run_handler_pool=use_pool)
 
@@ -313,7 +341,7 @@ def test_cancelling_the_awaiting_task_cancels_the_step(runtime: Runtime) -> None
     assert stats is not None and stats.active_handlers == 0
 
 
-def test_infer_errors(runtime: Runtime) -> None:
+def test_infer_errors(runtime: InferenceService) -> None:
     with pytest.raises(NotFoundError):
         asyncio.run(runtime.infer(InferRequest("nope", {})))
     with pytest.raises(InvalidArgumentError, match="Cannot feed value of shape"):
@@ -357,10 +385,12 @@ def test_trace_finish_and_merge() -> None:
     a, b = record("a"), record("b")
     store.add(a)
     store.add(b)
-    store.finish("a", 504, a.spans[0].end, a.spans[0].end + 0.002)
-    store.finish("ghost", 200, None, 0.0)  # unknown ids are ignored
+    store.finish("a", 504, a.spans[-1].end + 0.002)  # the encode span runs from the last span's end
+    store.finish("ghost", 200, 0.0)  # unknown ids are ignored
     assert store.get("a").status == 504
     assert [s.name for s in store.get("a").spans] == ["compute", "encode"]
+    store.finish("a", 200, a.spans[-1].end + 1.0)  # a later request with the same id: left as it was
+    assert store.get("a").status == 504 and len(store.get("a").spans) == 2
     assert store.get("a").summary()["latency_ms"] == pytest.approx(3.0, abs=0.5)
     merged = store.merge(["a", "b"])
     server = [e for e in merged["traceEvents"] if e.get("cat") == "Server"]
@@ -431,7 +461,7 @@ def test_start_sets_the_gil_switch_interval(model_dir: Path) -> None:
     before = sys.getswitchinterval()
     config = make_config({"runtime": {"gil_switch_interval_ms": 2.0}, "models": []}, model_dir)
     try:
-        Runtime(config).start()
+        InferenceService(config).start()
         assert sys.getswitchinterval() == pytest.approx(0.002)
     finally:
         sys.setswitchinterval(before)

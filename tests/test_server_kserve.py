@@ -152,7 +152,7 @@ async def test_server_metadata_and_health(client):
 @pytest.mark.anyio
 @pytest.mark.parametrize("draining", [False, True])
 async def test_not_ready_answers_503(client, app, draining):
-    runtime = app.state.runtime
+    runtime = app.state.service
     runtime.ready, runtime.draining = False, draining
     try:
         r = await client.get("/v2/health/ready")

@@ -21,7 +21,7 @@ from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
 from poolserve.server.app import create_app
 from poolserve.server.config import make_config
-from poolserve.server.core import Runtime
+from poolserve.server.service import InferenceService
 
 pytestmark = pytest.mark.anyio
 
@@ -90,11 +90,11 @@ def app(models: list[dict[str, Any]]) -> FastAPI:
 async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
         yield c
-    app.state.runtime.close()
+    app.state.service.close()
 
 
-def runtime_of(app: FastAPI) -> Runtime:
-    runtime: Runtime = app.state.runtime
+def runtime_of(app: FastAPI) -> InferenceService:
+    runtime: InferenceService = app.state.service
     return runtime
 
 

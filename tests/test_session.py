@@ -468,26 +468,54 @@ def test_resolved_signatures_are_cached_but_feeds_still_checked():
 def test_arun_awaits_the_step_and_cancelling_cancels_it():
     import asyncio
 
+    from poolserve.runtime.session import StepRecord
+
     b, x, t = chain_graph(50, 0.01)
-    ended = []
     with Session(b.graph_def) as s:
 
         async def main():
-            assert await s.arun(t, {x: 3.0}, on_step_end=lambda: ended.append("ok")) == 3.0
-            with pytest.raises(InvalidArgumentError):  # refused before it starts: on_step_end at once
-                await s.arun(t, {x: np.zeros(3)}, on_step_end=lambda: ended.append("refused"))
-            task = asyncio.ensure_future(s.arun(t, {x: 1.0}, on_step_end=lambda: ended.append("cancelled")))
+            record = StepRecord()
+            assert await s.arun(t, {x: 3.0}, record=record) == 3.0
+            assert record.started_at > 0 and not record.used_pool
+            assert s.steps_running == 0
+            with pytest.raises(InvalidArgumentError):  # refused before it starts
+                await s.arun(t, {x: np.zeros(3)})
+            assert s.steps_running == 0
+            task = asyncio.ensure_future(s.arun(t, {x: 1.0}))
             await asyncio.sleep(0.05)
+            assert s.steps_running == 1
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
 
         asyncio.run(main())
         deadline = time.monotonic() + 2
-        while "cancelled" not in ended and time.monotonic() < deadline:
+        while s.steps_running and time.monotonic() < deadline:
             time.sleep(0.01)
-    assert ended == ["ok", "refused", "cancelled"]
+        assert s.steps_running == 0  # the cancelled step really stopped
     assert sum(RUNS.get(f"step{i}", 0) for i in range(50)) < 50 + 15  # the cancelled run stopped early
+
+
+def test_arun_records_the_pool_and_its_handler():
+    import asyncio
+
+    from poolserve.runtime.run_handler import RunHandlerPool
+    from poolserve.runtime.session import StepRecord
+
+    b, x, t = chain_graph(3, 0.0)
+    pool = RunHandlerPool(num_threads=1)
+    options = config_pb2.RunOptions()
+    options.experimental.use_run_handler_pool = True
+    with Session(b.graph_def, run_handler_pool=pool) as s:
+        record = StepRecord()
+        assert asyncio.run(s.arun(t, {x: 2.0}, options, record=record)) == 2.0
+        assert record.used_pool and record.handler_id is not None
+        assert pool.stats().handlers_acquired == 1
+        # TensorFlow's rule: the caller's thread (-1) never goes through the pool, even when asked
+        options.inter_op_thread_pool = -1
+        record = StepRecord()
+        assert asyncio.run(s.arun(t, {x: 2.0}, options, record=record)) == 2.0
+        assert not record.used_pool and pool.stats().handlers_acquired == 1
 
 
 def test_arun_answers_at_the_deadline_while_one_long_kernel_runs():

@@ -1,0 +1,398 @@
+"""The one call every protocol adapter makes: ``await service.infer(request)``.
+
+Adapters decode a body into an ``InferRequest`` (feeds as numpy arrays, keyed by public names, aliases or
+graph tensor names), await ``InferenceService.infer`` and encode the ``InferResult``. The service owns the
+models, the server's RunHandlerPool default, the trace store and the metrics; the runtime runs the step
+(``Session.arun``: the pool rule, the wait for a run handler, the step, its deadline). The event loop never
+runs a kernel nor blocks; cancelling the awaiting task (client gone) cancels the step.
+
+A request's facts flow one way: the HTTP middleware fixes its id and arrival (``RequestInfo``, in the ASGI
+scope), the adapter copies them into the ``InferRequest``, and the deadline counts from that arrival.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import random
+import sys
+import threading
+import time
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from poolserve.proto import config_pb2
+from poolserve.runtime import run_handler
+from poolserve.runtime.deadline import Deadline
+from poolserve.runtime.errors import (
+    DeadlineExceededError,
+    InvalidArgumentError,
+    NotFoundError,
+    OpError,
+    UnavailableError,
+)
+from poolserve.runtime.run_handler import RunHandlerPool
+from poolserve.runtime.session import StepRecord
+from poolserve.runtime.types import Array
+from poolserve.server.config import Config
+from poolserve.server.errors import http_status
+from poolserve.server.metrics import Metrics
+from poolserve.server.models import ModelEntry, load_model
+from poolserve.server.traces import Span, TraceRecord, TraceStore
+
+log = logging.getLogger("poolserve")
+
+
+# --- per-request facts -----------------------------------------------------------------------------------
+
+
+class RequestInfo(NamedTuple):
+    """What the HTTP middleware fixes when a request arrives."""
+
+    request_id: str
+    received_at: float  # time.monotonic()
+
+
+_SCOPE_KEY = "poolserve.request"
+_ID_PREFIX = os.urandom(8).hex()  # random per process
+_id_counter = itertools.count()
+
+
+def new_request_id() -> str:
+    """32 hex digits, as a uuid4's: a random per-process prefix and a counter (unique without a system call
+    per request)."""
+    return f"{_ID_PREFIX}{next(_id_counter):016x}"
+
+
+def attach_info(scope: MutableMapping[str, Any], info: RequestInfo) -> None:
+    scope[_SCOPE_KEY] = info
+
+
+def request_info(scope: MutableMapping[str, Any]) -> RequestInfo:
+    """The request's id and arrival, as the middleware fixed them (fresh ones outside the middleware)."""
+    info: RequestInfo | None = scope.get(_SCOPE_KEY)
+    return info if info is not None else RequestInfo(new_request_id(), time.monotonic())
+
+
+# --- requests and results -------------------------------------------------------------------------------
+
+
+@dataclass
+class InferRequest:
+    """One inference call. ``feeds`` and ``fetches`` use public names, aliases or graph tensor names;
+    empty ``fetches`` means the model's outputs. ``trace`` asks for the trace in the result.
+    ``use_run_handler_pool`` None means: the run options' flag if set, else the server's default.
+    ``request_id`` and ``received_at`` (time.monotonic(), where the deadline starts) come from the HTTP
+    request's ``RequestInfo``; a fresh id and now by default."""
+
+    model: str
+    feeds: dict[str, Array]
+    fetches: list[str] = field(default_factory=list)
+    version: int | None = None
+    targets: list[str] = field(default_factory=list)
+    run_options: config_pb2.RunOptions | None = None
+    trace: bool = False
+    use_run_handler_pool: bool | None = None
+    request_id: str = ""
+    received_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.request_id:
+            self.request_id = new_request_id()
+        if not self.received_at:
+            self.received_at = time.monotonic()
+
+
+@dataclass
+class Timings:
+    """Monotonic timestamps of a request's phases (seconds) and the run handler that served it."""
+
+    received_at: float
+    decoded_at: float = 0.0
+    handler_at: float = 0.0
+    compute_end: float = 0.0
+    used_pool: bool = False
+    handler_id: int | None = None
+    loop_thread: int = 0
+
+    @property
+    def handler_wait_seconds(self) -> float:
+        return self.handler_at - self.decoded_at if self.handler_at else 0.0
+
+    @property
+    def compute_seconds(self) -> float:
+        return self.compute_end - self.handler_at if self.compute_end and self.handler_at else 0.0
+
+
+@dataclass
+class InferResult:
+    """Outputs keyed by the names the request fetched (the model's public output names by default).
+    ``run_metadata`` and ``trace`` (Chrome trace JSON) are set when the request asked for a trace."""
+
+    outputs: dict[str, Array]
+    request_id: str
+    model: str
+    version: int
+    run_metadata: config_pb2.RunMetadata | None = None
+    trace: dict[str, Any] | None = None
+    timings: Timings | None = None
+
+
+# --- the service ----------------------------------------------------------------------------------------
+
+
+class InferenceService:
+    """One server's models, its RunHandlerPool default, trace store and metrics, and the inference path."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.pool_enabled: bool = config.run_handler_pool.enabled
+        self.models: dict[str, dict[int, ModelEntry]] = {}
+        self.traces = TraceStore(config.traces.capacity, config.traces.capacity_bytes)
+        self.in_flight = 0  # HTTP requests being served (kept by the app's middleware, on the event loop)
+        self.metrics = Metrics(
+            self.pool_stats, self.traces.__len__, lambda: self.steps_running, lambda: self.in_flight
+        )
+        self.ready = False
+        self.draining = False
+        self._pool: RunHandlerPool | None = None
+        self._shared_options: dict[tuple[int, bool], config_pb2.RunOptions] = {}
+
+    # --- lifetime ----------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Makes the RunHandlerPool and loads every configured model (blocking: run it off the loop)."""
+        sys.setswitchinterval(self.config.runtime.gil_switch_interval_ms / 1000.0)
+        self._pool = self._configure_pool()
+        for mc in self.config.models:
+            self.add_model(load_model(mc, self.config))
+        self.ready = True
+
+    def _configure_pool(self) -> RunHandlerPool:
+        cfg = self.config.run_handler_pool
+        try:
+            pool = run_handler.configure_pool(cfg.threads, cfg.max_concurrent_handlers)
+            pool.stretch = cfg.deadline_stretch
+            return pool
+        except InvalidArgumentError as e:
+            # the pool is process-global: a second app in the same process shares the first one's
+            log.warning("using the existing RunHandlerPool: %s", e)
+            return run_handler.get_pool()
+
+    def close(self) -> None:
+        self.ready = False
+        for versions in self.models.values():
+            for entry in versions.values():
+                entry.session.close()
+
+    def add_model(self, entry: ModelEntry) -> None:
+        self.models.setdefault(entry.name, {})[entry.version] = entry
+
+    @property
+    def pool(self) -> RunHandlerPool:
+        if self._pool is None:
+            self._pool = self._configure_pool()
+        return self._pool
+
+    def pool_stats(self) -> run_handler.PoolStats | None:
+        pool = self._pool or run_handler.current_pool()
+        return pool.stats() if pool is not None else None
+
+    @property
+    def steps_running(self) -> int:
+        """Steps started by the models' sessions and not yet ended."""
+        return sum(e.session.steps_running for versions in self.models.values() for e in versions.values())
+
+    # --- lookups -----------------------------------------------------------------------------------------
+
+    def model(self, name: str, version: int | None = None) -> ModelEntry:
+        """The model (its latest version by default); NotFoundError naming it otherwise."""
+        versions = self.models.get(name)
+        if not versions:
+            known = ", ".join(sorted(self.models)) or "(none)"
+            raise NotFoundError(f"Model '{name}' not found; the server has: {known}")
+        entry = versions[max(versions)] if version is None else versions.get(version)
+        if entry is None:
+            have = ", ".join(str(v) for v in sorted(versions))
+            raise NotFoundError(f"Model '{name}' has no version {version}; it has: {have}")
+        return entry
+
+    def list_models(self) -> list[ModelEntry]:
+        return [e for name in sorted(self.models) for _, e in sorted(self.models[name].items())]
+
+    def timeout_ms(self, options: config_pb2.RunOptions | None) -> int:
+        if options is not None and options.timeout_in_ms > 0:
+            return int(options.timeout_in_ms)
+        return self.config.server.default_timeout_ms
+
+    # --- inference ---------------------------------------------------------------------------------------
+
+    async def infer(self, request: InferRequest) -> InferResult:
+        """Runs one request; raises OpError subclasses (DeadlineExceededError at the deadline)."""
+        timings = Timings(request.received_at, loop_thread=threading.get_ident())
+        entry: ModelEntry | None = None
+        options = request.run_options
+        asked = request.trace or (options is not None and options.trace_level > 0)
+        rate = self.config.traces.sample_rate
+        traced = asked or (rate > 0 and random.random() < rate)
+        run_metadata = config_pb2.RunMetadata() if traced else None
+        status = 200
+        trace_json: dict[str, Any] | None = None
+        try:
+            entry = self.model(request.model, request.version)
+            outputs = await self._run(entry, request, options, traced, run_metadata, timings)
+        except OpError as e:
+            status = http_status(e.code)
+            if isinstance(e, DeadlineExceededError):
+                self.metrics.child(self.metrics.timeouts, entry.name if entry else request.model).inc()
+            raise
+        except asyncio.CancelledError:
+            status = 499
+            raise
+        finally:
+            if not timings.compute_end:
+                timings.compute_end = time.monotonic()
+            if traced:
+                record = self._record_trace(request, entry, status, run_metadata, timings)
+                trace_json = record.chrome_trace() if asked else None
+        return InferResult(
+            outputs,
+            request.request_id,
+            entry.name,
+            entry.version,
+            run_metadata if asked else None,
+            trace_json,
+            timings,
+        )
+
+    async def _run(
+        self,
+        entry: ModelEntry,
+        request: InferRequest,
+        given: config_pb2.RunOptions | None,
+        traced: bool,
+        run_metadata: config_pb2.RunMetadata | None,
+        timings: Timings,
+    ) -> dict[str, Array]:
+        if self.draining and not self.ready:
+            raise UnavailableError("The server is shutting down")
+        timeout_ms = self.timeout_ms(given)
+        deadline = Deadline(timeout_ms, request.received_at) if timeout_ms > 0 else None
+        feeds = entry.feeds(request.feeds)
+        names = request.fetches or [s.name for s in entry.outputs]
+        fetches = entry.fetches(names)
+        for t in request.targets:
+            if t not in entry.graph.nodes:
+                raise InvalidArgumentError(f"Model '{entry.name}' has no node '{t}' to run as a target")
+        if not fetches and not request.targets:
+            raise InvalidArgumentError(f"Model '{entry.name}' has no outputs: name fetches or targets")
+        use_pool = request.use_run_handler_pool
+        if use_pool is None:
+            use_pool = (given is not None and given.experimental.use_run_handler_pool) or self.pool_enabled
+        options = self._run_options(given, timeout_ms, use_pool, traced)
+        timings.decoded_at = time.monotonic()
+        if deadline is not None:
+            deadline.check("decoding the request")
+        # the session decides whether the pool runs the step (TensorFlow's rule), waits for a run handler
+        # within the deadline and cancels the step at it; cancelling this task cancels the step
+        record = StepRecord()
+        try:
+            values = await entry.session.arun(
+                fetches + list(request.targets) if request.targets else fetches,
+                feeds,
+                options,
+                run_metadata,
+                deadline=deadline,
+                record=record,
+            )
+        finally:
+            timings.handler_at = record.started_at
+            timings.used_pool = record.used_pool
+            timings.handler_id = record.handler_id
+            if record.started_at:
+                self.metrics.child(self.metrics.handler_wait, entry.name).observe(
+                    timings.handler_wait_seconds
+                )
+        timings.compute_end = time.monotonic()
+        return dict(zip(names, values[: len(names)], strict=True))
+
+    def _run_options(
+        self, given: config_pb2.RunOptions | None, timeout_ms: int, use_pool: bool, traced: bool
+    ) -> config_pb2.RunOptions:
+        """The RunOptions a step runs with. Requests that set none share one per (timeout, pool): a
+        RunOptions handed to a session is never changed afterwards."""
+        if given is None and not traced:
+            key = (timeout_ms, use_pool)
+            shared = self._shared_options.get(key)
+            if shared is None:
+                shared = config_pb2.RunOptions(timeout_in_ms=timeout_ms)
+                shared.experimental.use_run_handler_pool = use_pool
+                self._shared_options[key] = shared
+            return shared
+        options = config_pb2.RunOptions()
+        if given is not None:
+            options.CopyFrom(given)
+        options.timeout_in_ms = timeout_ms
+        if traced and options.trace_level == config_pb2.RunOptions.NO_TRACE:
+            options.trace_level = config_pb2.RunOptions.FULL_TRACE
+        options.experimental.use_run_handler_pool = use_pool
+        return options
+
+    def _record_trace(
+        self,
+        request: InferRequest,
+        entry: ModelEntry | None,
+        status: int,
+        run_metadata: config_pb2.RunMetadata | None,
+        t: Timings,
+    ) -> TraceRecord:
+        spans = [
+            Span("receive+decode", t.received_at, t.decoded_at or t.compute_end, {"thread": t.loop_thread})
+        ]
+        if t.decoded_at and t.handler_at:
+            spans.append(
+                Span(
+                    "wait for run handler",
+                    t.decoded_at,
+                    t.handler_at,
+                    {"handler": t.handler_id, "run_handler_pool": t.used_pool, "thread": t.loop_thread},
+                )
+            )
+            threads = _step_threads(run_metadata)
+            spans.append(
+                Span("compute", t.handler_at, t.compute_end, {"handler": t.handler_id, "threads": threads})
+            )
+        record = TraceRecord(
+            request.request_id,
+            entry.name if entry is not None else request.model,
+            status,
+            spans,
+            run_metadata,
+            start_monotonic=t.received_at,
+        )
+        self.traces.add(record)
+        return record
+
+
+def _step_threads(run_metadata: config_pb2.RunMetadata | None) -> list[int]:
+    if run_metadata is None:
+        return []
+    ids: set[int] = set()
+    for dev in run_metadata.step_stats.dev_stats:
+        ids.update(ns.thread_id for ns in dev.node_stats)
+    return sorted(ids)
+
+
+__all__ = [
+    "InferRequest",
+    "InferResult",
+    "InferenceService",
+    "RequestInfo",
+    "Timings",
+    "attach_info",
+    "new_request_id",
+    "request_info",
+]
