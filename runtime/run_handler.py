@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from poolserve.runtime.errors import DeadlineExceededError, InvalidArgumentError
-from poolserve.runtime.threadpool import Closure, default_num_threads, worker_init
+from poolserve.runtime.threadpool import Closure, KernelThreads, default_num_threads, worker_init
 
 DEFAULT_MAX_HANDLERS = 128
 MAX_HANDLERS_ENV = "POOLSERVE_RUN_HANDLER_MAX_CONCURRENT_HANDLERS"
@@ -63,6 +63,7 @@ class RunHandler:
         "_pool",
         "acquired_at",
         "cpu",
+        "group",
         "helper",
         "key",
         "learn",
@@ -90,20 +91,23 @@ class RunHandler:
         self.cpu = 0.0  # thread CPU seconds its closures took
         self.short = False  # its step is known to take under SHORT_STEP_S of CPU
         self.learn: Callable[[float], None] | None = None
+        self.group: _Group | None = None  # the requests it shares the CPU with as one class (fair policy)
 
     @property
     def id(self) -> int:
         """A number unique to this handler in the process (its arrival order)."""
         return self.key[2]
 
-    def expect(self, seconds: float, learn: Callable[[float], None] | None = None) -> None:
-        """Tells the pool how much CPU time this step is expected to take (0 = unknown): among requests
-        of one priority, each is served by its deadline ``arrival + stretch * seconds``, so a short
-        request goes ahead of a long one that is not yet late. ``learn`` is called with the CPU time the
-        step really took, after its last closure. Call it before scheduling the first closure."""
+    def expect(
+        self, seconds: float, learn: Callable[[float], None] | None = None, kind: object = None
+    ) -> None:
+        """Tells the pool about this step before its first closure is scheduled: the CPU time it is
+        expected to take (0 = unknown), ``learn`` to call with the CPU time it really took (after its last
+        closure), and its ``kind`` (e.g. its plan): requests of one kind have alike costs, so the fair
+        policy serves them in arrival order and shares the CPU between kinds."""
         self.learn = learn
         self.short = 0.0 < seconds < SHORT_STEP_S
-        self._pool._expect(self, seconds)
+        self._pool._expect(self, seconds, kind)
 
     def schedule_inter_op_closure(self, fn: Closure) -> None:
         self._pool._enqueue(self, fn)
@@ -117,12 +121,14 @@ class RunHandler:
         return pool._slots == 0 or pool._queued > 0
 
     def preempted(self) -> bool:
-        """A request ahead of this one (higher priority or earlier deadline) has closures waiting for a
-        thread: this step should put its next expensive node back in its queue rather than run it now
-        (read without the lock: a hint)."""
+        """A request ahead of this one has closures waiting for a thread: this step should put its next
+        expensive node back in its queue rather than run it now (read without the lock: a hint)."""
         pool = self._pool
         if not pool._queued:
             return False
+        if pool.fair:
+            first = pool._first_ready()
+            return first is not None and first is not self and pool._order(first) < pool._order(self, True)
         for h in pool._active:
             if h is self:
                 return False
@@ -147,6 +153,25 @@ class RunHandler:
         return f"RunHandler(step={self.step_id}, priority={self.priority}, queued={len(self.queue)})"
 
 
+class _Group:
+    """Requests of one kind and priority under the fair policy: one flow of start-time fair queueing.
+
+    ``tag`` is the flow's virtual time: the CPU seconds it received divided by how many of its requests
+    were active, so each active request is owed the same share of the CPU (processor sharing, as threads
+    fighting for the GIL would share it, but without the fight). The flow with the smallest tag is served
+    next, its requests in arrival order; a flow that was idle starts at the smallest tag of the active ones,
+    so it gets no credit for having been away."""
+
+    __slots__ = ("active", "handlers", "key", "priority", "tag")
+
+    def __init__(self, key: object, priority: int) -> None:
+        self.key = key
+        self.priority = priority
+        self.tag = 0.0
+        self.handlers: deque[RunHandler] = deque()  # active, in arrival order
+        self.active = 0
+
+
 @dataclass
 class PoolStats:
     """A snapshot of the pool, for metrics."""
@@ -162,6 +187,8 @@ class PoolStats:
     handler_wait_seconds_total: float
     handler_held_seconds_total: float
     stretch: float
+    policy: str
+    kernel_threads: int
 
 
 class _Waiter:
@@ -209,12 +236,25 @@ class _Worker:
 class RunHandlerPool:
     """A fixed set of threads and at most ``max_handlers`` concurrent requests."""
 
-    def __init__(self, num_threads: int = 0, max_handlers: int = 0, stretch: float = DEFAULT_STRETCH) -> None:
+    def __init__(
+        self,
+        num_threads: int = 0,
+        max_handlers: int = 0,
+        stretch: float = DEFAULT_STRETCH,
+        fair: bool = True,
+    ) -> None:
         self.num_threads = num_threads if num_threads > 0 else default_num_threads()
         if max_handlers <= 0:
             max_handlers = int(os.environ.get(MAX_HANDLERS_ENV, DEFAULT_MAX_HANDLERS))
         self.max_handlers = max_handlers
         self.stretch = stretch
+        # fair: kinds of request share the CPU, each kind in arrival order (see _Group); else the deadline
+        # order (arrival + stretch x expected CPU time)
+        self.fair = fair
+        self._groups: dict[tuple[object, int], _Group] = {}
+        self._vtime: dict[int, float] = {}  # per priority: the tag of the flow served last
+        self._local = threading.local()  # per worker: when (thread CPU time) its closure started
+        self._kernel_threads = KernelThreads()
         self._lock = threading.Lock()
         self._active: list[RunHandler] = []  # sorted by key
         self._keys: list[tuple[int, float, int]] = []
@@ -315,11 +355,12 @@ class RunHandlerPool:
                 del self._waiters[i]
                 return
 
-    def _expect(self, h: RunHandler, seconds: float) -> None:
-        if seconds <= 0.0 or self.stretch <= 0.0:
-            return
+    def _expect(self, h: RunHandler, seconds: float, kind: object = None) -> None:
         with self._lock:
             if h.released:
+                return
+            self._join(h, kind if kind is not None else h)
+            if seconds <= 0.0 or self.stretch <= 0.0:
                 return
             i = bisect.bisect_left(self._keys, h.key)
             del self._keys[i]
@@ -329,12 +370,89 @@ class RunHandlerPool:
             self._keys.insert(i, h.key)
             self._active.insert(i, h)
 
+    def _join(self, h: RunHandler, kind: object) -> None:
+        """With the lock held: puts ``h`` in the flow of its kind (moving it out of its own first)."""
+        if h.group is not None:
+            if h.group.key == kind:
+                return
+            self._leave(h)
+        key = (kind, h.priority)
+        g = self._groups.get(key)
+        if g is None:
+            g = self._groups[key] = _Group(kind, h.priority)
+        if g.active == 0:
+            g.tag = max(g.tag, self._vtime.get(h.priority, 0.0))
+        g.handlers.append(h)
+        g.active += 1
+        h.group = g
+
+    def _leave(self, h: RunHandler) -> None:
+        g = h.group
+        if g is None:
+            return
+        h.group = None
+        g.handlers.remove(h)
+        g.active -= 1
+        if g.active == 0:  # when the kind comes back it starts at the virtual time (it is owed nothing)
+            del self._groups[(g.key, g.priority)]
+
+    def _first_ready(self) -> RunHandler | None:
+        """The handler the next free slot goes to: with the fair policy, the first request with work in
+        the flow with the smallest tag; else the first in deadline order. None if nobody has work."""
+        if not self.fair:
+            for h in self._active:
+                if h.queue and h.running < MAX_RUNNING_PER_REQUEST:
+                    return h
+            return None
+        best: RunHandler | None = None
+        best_key: tuple[int, float, int] | None = None
+        for g in self._groups.values():
+            if not g.active:
+                continue
+            for h in g.handlers:
+                if h.queue and h.running < MAX_RUNNING_PER_REQUEST:
+                    key = (-g.priority, g.tag, h.key[2])
+                    if best_key is None or key < best_key:
+                        best, best_key = h, key
+                    break
+        for h in self._active:  # handlers of no kind yet (expect() not called): each its own flow
+            if h.group is None and h.queue and h.running < MAX_RUNNING_PER_REQUEST:
+                key = (-h.priority, self._vtime.get(h.priority, 0.0), h.key[2])
+                if best_key is None or key < best_key:
+                    best, best_key = h, key
+        return best
+
+    def _order(self, h: RunHandler, running: bool = False) -> tuple[int, float, int]:
+        """The fair policy's order of ``h`` (smaller first). ``running``: ``h``'s closure runs on this
+        thread now, and what it used so far counts (a hint, read without the lock)."""
+        g = h.group
+        if g is None:
+            return (-h.priority, self._vtime.get(h.priority, 0.0), h.key[2])
+        tag = g.tag
+        if running:
+            c0 = getattr(self._local, "c0", None)
+            if c0 is not None:
+                tag += (time.thread_time() - c0) / max(1, g.active)
+        return (-g.priority, tag, h.key[2])
+
+    def _charge(self, h: RunHandler, cpu: float) -> None:
+        """With the lock held: ``h``'s flow received ``cpu`` seconds; the virtual time of its priority
+        follows the flow that is furthest behind."""
+        g = h.group
+        if g is None:
+            return
+        g.tag += cpu / max(1, g.active)
+        behind = min(x.tag for x in self._groups.values() if x.priority == g.priority)
+        if behind > self._vtime.get(g.priority, 0.0):
+            self._vtime[g.priority] = behind
+
     def _release(self, h: RunHandler) -> None:
         handoff: _Waiter | None = None
         with self._lock:
             if h.released:
                 return
             h.released = True
+            self._leave(h)
             self._held_total += time.monotonic() - h.acquired_at
             i = bisect.bisect_left(self._keys, h.key)
             del self._keys[i]
@@ -378,10 +496,8 @@ class RunHandlerPool:
         request's caller, parked, is woken once, when its step ends)."""
         wake: list[_Worker] = []
         while self._slots and self._queued:
-            for h in self._active:
-                if h.queue and h.running < MAX_RUNNING_PER_REQUEST:
-                    break
-            else:
+            h = self._first_ready()
+            if h is None:
                 break
             helper = h.helper
             if hot is not None and hot.waiting:
@@ -425,6 +541,7 @@ class RunHandlerPool:
         """The worker loop. ``own`` is set for a helping caller: it returns once its handler is released."""
         lock = self._lock
         clock = time.thread_time
+        local = self._local
         done: RunHandler | None = None  # whose closure just returned its slot
         cpu = 0.0
         while True:
@@ -434,6 +551,7 @@ class RunHandlerPool:
                 if done is not None:
                     done.running -= 1
                     done.cpu += cpu
+                    self._charge(done, cpu)
                     self._slots += 1
                     if me.busy:
                         me.busy = False
@@ -461,6 +579,8 @@ class RunHandlerPool:
             for w in wake:
                 if w is not me:
                     w.parker.unpark()
+            if task is None and self._slots == self.num_threads:
+                self._kernel_threads.running(0)  # idle: kernels get the process's own threads back
             if learn is not None:
                 learn(spent)
             if task is None:
@@ -469,10 +589,12 @@ class RunHandlerPool:
                 me.parker.park()
                 continue
             h, fn = task
-            c0 = clock()
+            self._kernel_threads.running(self.num_threads - self._slots)
+            c0 = local.c0 = clock()
             try:
                 fn()
             finally:
+                local.c0 = None
                 done = h
                 cpu = clock() - c0
 
@@ -492,6 +614,8 @@ class RunHandlerPool:
                 handler_wait_seconds_total=self._wait_total,
                 handler_held_seconds_total=self._held_total,
                 stretch=self.stretch,
+                policy="fair" if self.fair else "deadline",
+                kernel_threads=self._kernel_threads.current,
             )
 
 

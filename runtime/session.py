@@ -39,6 +39,7 @@ from poolserve.runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stat
 from poolserve.runtime.run_handler import RunHandler, RunHandlerPool, get_pool
 from poolserve.runtime.threadpool import (
     CallerThread,
+    KernelThreads,
     Scheduler,
     ThreadPool,
     default_num_threads,
@@ -371,7 +372,7 @@ class Session:
             if inline:
                 handler.attach_caller()  # the caller runs the step when the pool grants it a slot
             inline = False
-            handler.expect(sig.plan.cpu, sig.plan.learn_cpu)
+            handler.expect(sig.plan.cpu, sig.plan.learn_cpu, sig.plan)
         trace_level = options.trace_level if options is not None else 0
         trace: StepTrace | None = None
         if trace_level > 0:
@@ -827,6 +828,7 @@ def set_intra_op_threads(n: int) -> None:
     global _intra_op_limiter
     from threadpoolctl import threadpool_limits
 
+    KernelThreads.pin()  # the RunHandlerPool no longer sets them per load
     _intra_op_limiter = threadpool_limits(limits=n)
     os.environ.setdefault("OMP_NUM_THREADS", str(n))
 

@@ -9,7 +9,7 @@ import os
 import threading
 from collections.abc import Callable
 from queue import SimpleQueue
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -76,6 +76,58 @@ class ThreadPool:
 
     def __repr__(self) -> str:
         return f"ThreadPool({self.name!r}, num_threads={self.num_threads})"
+
+
+class KernelThreads:
+    """How many threads each BLAS kernel may use, set from how many kernels run at once.
+
+    A pool that runs ``n`` closures at once gives each kernel ``cores // n`` BLAS threads (at least one),
+    so ``n`` concurrent matmuls never put more than ``cores`` busy threads on the cores; alone, a kernel
+    gets them all. When the pool is idle the process's own setting is back. Nothing changes once the user
+    has chosen a number (``intra_op_parallelism_threads``; see ``pin``). Setting OpenBLAS's count is a
+    C call of about 2 us, made only when the number changes.
+    """
+
+    pinned = False  # the user set the BLAS threads: leave them alone
+
+    def __init__(self, cores: int = 0) -> None:
+        self.cores = cores if cores > 0 else default_num_threads()
+        self.current = 0  # what was set last (0: the process's own setting)
+        self._libs: list[Any] | None = None
+        self._default = 0
+        self._lock = threading.Lock()
+
+    def _controllers(self) -> list[Any]:
+        if self._libs is None:
+            from threadpoolctl import ThreadpoolController
+
+            blas = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
+            self._default = max((c.num_threads for c in blas), default=0)
+            # threadpoolctl lets only the first thread that sets OpenBLAS's count set it again (so that
+            # threads do not fight over it); here every pool thread applies the pool's one rule
+            self._libs = [getattr(c, "_real_set_num_threads", c.set_num_threads) for c in blas]
+        return self._libs
+
+    def running(self, n: int) -> None:
+        """``n`` kernels run at once now (0: none; the default comes back)."""
+        if KernelThreads.pinned:
+            return
+        want = max(1, self.cores // n) if n > 0 else 0
+        if want == self.current:
+            return
+        with self._lock:  # the C call drops the GIL: the value set last must be the one recorded
+            if want == self.current:
+                return
+            libs = self._controllers()
+            value = want or self._default
+            if value:
+                for set_threads in libs:
+                    set_threads(value)
+            self.current = want
+
+    @classmethod
+    def pin(cls) -> None:
+        cls.pinned = True
 
 
 class CallerThread:

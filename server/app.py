@@ -216,7 +216,9 @@ def _pool_state(service: InferenceService) -> dict[str, Any]:
             queued_closures=stats.queued_closures,
             threads=stats.threads,
             max_handlers=stats.max_handlers,
+            policy=stats.policy,
             deadline_stretch=stats.stretch,
+            kernel_threads=stats.kernel_threads,
         )
     return body
 

@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from google.protobuf import text_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -57,8 +57,10 @@ class RunHandlerPoolSettings(_Section):
     enabled: bool = True
     threads: int = Field(default=0, ge=0)
     max_concurrent_handlers: int = Field(default=128, gt=0)
-    # Within a priority, a request is due at arrival + deadline_stretch x the CPU time its model's steps
-    # took before: short requests pass long ones that are not yet due. 0 = strict arrival order.
+    # Within a priority: "fair" shares the CPU between models (signatures) as equally as the requests in
+    # flight are owed, each model's requests in arrival order; "deadline" serves each request by
+    # arrival + deadline_stretch x the CPU time its model's steps took before (0 = strict arrival order).
+    policy: Literal["fair", "deadline"] = "fair"
     deadline_stretch: float = Field(default=DEFAULT_STRETCH, ge=0, le=1000)
 
 

@@ -176,6 +176,7 @@ class InferenceService:
         try:
             pool = run_handler.configure_pool(cfg.threads, cfg.max_concurrent_handlers)
             pool.stretch = cfg.deadline_stretch
+            pool.fair = cfg.policy == "fair"
             return pool
         except InvalidArgumentError as e:
             # the pool is process-global: a second app in the same process shares the first one's

@@ -70,7 +70,7 @@ def run_order(pool, handlers):
 
 
 def test_shorter_requests_go_first_until_older_ones_are_due():
-    pool = RunHandlerPool(num_threads=1, stretch=8.0)
+    pool = RunHandlerPool(num_threads=1, stretch=8.0, fair=False)
     long, short, unknown = pool.get(), pool.get(), pool.get()
     long.expect(1.0)  # due 8 s after its arrival
     short.expect(0.001)  # due 8 ms after its arrival
@@ -86,11 +86,101 @@ def test_shorter_requests_go_first_until_older_ones_are_due():
 
 
 def test_stretch_zero_is_strict_arrival_order():
-    pool = RunHandlerPool(num_threads=1, stretch=0.0)
+    pool = RunHandlerPool(num_threads=1, stretch=0.0, fair=False)
     long, short = pool.get(), pool.get()
     long.expect(1.0)
     short.expect(0.001)
     assert run_order(pool, {"short": short, "long": long}) == ["long", "short"]
+
+
+def burn(seconds):
+    """Uses ``seconds`` of this thread's CPU time (what the fair policy charges)."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_fair_policy_shares_the_cpu_between_kinds_and_keeps_arrival_order_within_one():
+    pool = RunHandlerPool(num_threads=1)  # fair is the default
+    a1, a2, a3, b1 = pool.get(), pool.get(), pool.get(), pool.get()
+    for h in (a1, a2, a3):
+        h.expect(0.0, kind="A")
+    b1.expect(0.0, kind="B")
+    order = []
+    hb, gate = blocker(pool)
+    done = threading.Semaphore(0)
+    # queued in an order unrelated to the expected one
+    for name, h in (("a3", a3), ("b1", b1), ("a2", a2), ("a1", a1)):
+        h.schedule(lambda n=name: (order.append(n), burn(0.004), done.release()))
+    gate.set()
+    for _ in range(4):
+        assert done.acquire(timeout=5)
+    # A's oldest goes first (arrival order breaks the tie); its flow is charged 4 ms / 3 active requests, so
+    # B's only request, owed as much, goes next; then A's in arrival order. Deadline or arrival order would
+    # have run all of A first.
+    assert order == ["a1", "b1", "a2", "a3"]
+    for h in (a1, a2, a3, b1, hb):
+        h.release()
+    stats = pool.stats()
+    assert stats.active_handlers == 0 and stats.policy == "fair"
+    assert not pool._groups  # flows of released requests are gone
+
+
+def test_pool_gives_each_kernel_its_share_of_the_cores():
+    from poolserve.runtime.threadpool import KernelThreads
+
+    if KernelThreads.pinned:
+        pytest.skip("an earlier test pinned the BLAS threads (intra_op_parallelism_threads)")
+    pool = RunHandlerPool(num_threads=2)
+    kt = pool._kernel_threads
+    kt.cores = 2
+    seen = []
+    both = threading.Barrier(2, timeout=5)
+    h = pool.get()
+
+    def closure():
+        both.wait()  # two closures run at once
+        seen.append(kt.current)
+        both.wait()
+
+    done = threading.Semaphore(0)
+    for _ in range(2):
+        h.schedule(lambda: (closure(), done.release()))
+    for _ in range(2):
+        assert done.acquire(timeout=5)
+    assert seen == [1, 1]  # two kernels at once on two cores: one BLAS thread each
+    h.release()
+    deadline = time.monotonic() + 2
+    while kt.current != 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert kt.current == 0  # idle: the process's own setting is back
+
+
+def test_kernel_threads_follow_the_number_running():
+    from threadpoolctl import ThreadpoolController
+
+    from poolserve.runtime.threadpool import KernelThreads
+
+    if KernelThreads.pinned:
+        pytest.skip("an earlier test pinned the BLAS threads (intra_op_parallelism_threads)")
+    blas = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
+    if not blas:
+        pytest.skip("numpy has no BLAS that threadpoolctl controls")
+    before = blas[0].num_threads
+    kt = KernelThreads(cores=4)
+    try:
+        kt.running(2)
+        assert blas[0].num_threads == 2 and kt.current == 2
+        kt.running(8)
+        assert blas[0].num_threads == 1
+        kt.running(0)
+        assert blas[0].num_threads == before and kt.current == 0
+        KernelThreads.pinned = True  # what a session with intra_op_parallelism_threads does
+        kt.running(4)
+        assert blas[0].num_threads == before
+    finally:
+        KernelThreads.pinned = False
+        kt.running(0)
 
 
 def test_a_running_step_yields_to_a_more_urgent_request():

@@ -476,5 +476,6 @@ async def test_large_request_and_response(client, monkeypatch):
     assert len(body) > 1 << 20
     r = await predict(client, "/v1/models/branches:predict", body)
     assert r.status_code == 200, r.text
-    assert_close(np.asarray(r.json()["predictions"], np.float32), expected, rtol=0, atol=0)
+    # the JSON round trip is exact; the sums are not: the pool may run BLAS with fewer threads under load
+    assert_close(np.asarray(r.json()["predictions"], np.float32), expected, rtol=1e-5, atol=1e-6)
     assert offloaded == ["_decode_body", "encode_predict"]
