@@ -30,7 +30,7 @@ from poolserve.runtime.errors import (
 from poolserve.runtime.graph import Graph
 from poolserve.runtime.kernels.registry import Compute, OpContext, ResourceContainer
 from poolserve.runtime.node import Node
-from poolserve.runtime.threadpool import CallerThread, Scheduler
+from poolserve.runtime.threadpool import CallerThread, Scheduler, kernel_clock
 from poolserve.runtime.types import TensorId
 
 # A kernel whose learned cost is above this many microseconds is dispatched to the pool; below it, the
@@ -450,6 +450,7 @@ class Step:
         inline_all = self.inline_all
         pop = stack.pop
         perf = time.perf_counter
+        clock = kernel_clock
         while stack:
             if self.status is not None:
                 return
@@ -458,7 +459,9 @@ class Step:
                 if node.measure:
                     t0 = perf()
                     outs = node.compute(ctx, [values[s] for s in node.in_slots])
-                    node.learn((perf() - t0) * 1e6)
+                    elapsed = perf() - t0
+                    node.learn(elapsed * 1e6)
+                    clock.seconds += elapsed
                 else:
                     outs = node.compute(ctx, [values[s] for s in node.in_slots])
             except BaseException as e:
@@ -516,6 +519,7 @@ class Step:
             end = time.time_ns()
             if node.measure:
                 node.learn((end - start) / 1e3)
+                kernel_clock.seconds += (end - start) / 1e9
             if trace is not None:
                 trace.record(NodeRecord(node.index, trace.ready_ns[node.index], start, end, outs))
             if self.memory_limit is not None:

@@ -6,13 +6,19 @@ slots and hands each free slot, with the next closure, to one thread: the closur
 handler in order that has work under its cap. Never more than ``num_threads`` threads run kernels, so
 the cores (and the GIL) are not oversubscribed.
 
-The order is priority (higher first), then a deadline: ``arrival + stretch * expected CPU time``, where
-the session tells the handler what its plan's steps took before (``RunHandler.expect``). With one kind
-of request that is arrival order, so requests finish in order instead of all finishing late (processor
-sharing). With short and long requests mixed, a short one goes ahead of a long one that is not yet due,
-and a long one, once due, goes ahead of every later arrival, so none starves (earliest deadline first,
-with deadlines in proportion to size: it bounds each request's slowdown rather than its wait).
-``stretch = 0`` is strict arrival order.
+The order is priority (higher first), then one of two policies within a priority:
+
+- ``fair`` (the default): requests of one kind (a session's plan: alike in cost) form a flow; flows share
+  the interpreter by start-time fair queueing, each charged the time its closures held the GIL (their CPU
+  time less what they spent in expensive kernels, which numpy runs with the GIL released) divided by its
+  requests in flight; within a flow, arrival order. Without the pool, threads share the GIL and run their
+  kernels beside each other: this keeps that division of the machine between models, so none loses
+  throughput, while requests of one model finish in order rather than all late, and kernels no longer
+  fight for the cores (see ``KernelThreads``).
+- ``deadline``: each request is due at ``arrival + stretch * expected CPU time`` (what its plan's steps
+  took before): a short request goes ahead of a long one not yet due, and a long one once due goes ahead
+  of every later arrival. ``stretch = 0`` is strict arrival order. Measured on mixed loads it moves CPU
+  from long requests to short ones (or, in arrival order, the other way).
 
 A thread that finishes a closure takes the next one itself, so a busy pool hands work on without
 waking anyone, and a closure of a short step (under ``SHORT_STEP_S`` of CPU) waits for a thread that is
@@ -42,7 +48,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from poolserve.runtime.errors import DeadlineExceededError, InvalidArgumentError
-from poolserve.runtime.threadpool import Closure, KernelThreads, default_num_threads, worker_init
+from poolserve.runtime.threadpool import (
+    Closure,
+    KernelThreads,
+    default_num_threads,
+    kernel_clock,
+    worker_init,
+)
 
 DEFAULT_MAX_HANDLERS = 128
 MAX_HANDLERS_ENV = "POOLSERVE_RUN_HANDLER_MAX_CONCURRENT_HANDLERS"
@@ -127,8 +139,13 @@ class RunHandler:
         if not pool._queued:
             return False
         if pool.fair:
-            first = pool._first_ready()
-            return first is not None and first is not self and pool._order(first) < pool._order(self, True)
+            # under the lock: the flows are a dict of deques that other threads change (a step asks only
+            # between expensive nodes, so the lock costs it nothing that shows)
+            with pool._lock:
+                first = pool._first_ready()
+                return (
+                    first is not None and first is not self and pool._order(first) < pool._order(self, True)
+                )
         for h in pool._active:
             if h is self:
                 return False
@@ -452,7 +469,8 @@ class RunHandlerPool:
             if h.released:
                 return
             h.released = True
-            self._leave(h)
+            if h.running == 0:  # else its flow is charged for the closure still running, then left
+                self._leave(h)
             self._held_total += time.monotonic() - h.acquired_at
             i = bisect.bisect_left(self._keys, h.key)
             del self._keys[i]
@@ -542,7 +560,9 @@ class RunHandlerPool:
         lock = self._lock
         clock = time.thread_time
         local = self._local
+        kernels = kernel_clock
         done: RunHandler | None = None  # whose closure just returned its slot
+        held = 0.0  # of its CPU time, what it spent outside expensive kernels (holding the GIL)
         cpu = 0.0
         while True:
             learn: Callable[[float], None] | None = None
@@ -551,7 +571,9 @@ class RunHandlerPool:
                 if done is not None:
                     done.running -= 1
                     done.cpu += cpu
-                    self._charge(done, cpu)
+                    self._charge(done, held)
+                    if done.released and done.running == 0:
+                        self._leave(done)
                     self._slots += 1
                     if me.busy:
                         me.busy = False
@@ -590,6 +612,7 @@ class RunHandlerPool:
                 continue
             h, fn = task
             self._kernel_threads.running(self.num_threads - self._slots)
+            k0 = kernels.seconds
             c0 = local.c0 = clock()
             try:
                 fn()
@@ -597,6 +620,7 @@ class RunHandlerPool:
                 local.c0 = None
                 done = h
                 cpu = clock() - c0
+                held = max(0.0, cpu - (kernels.seconds - k0))
 
     # --- observability -----------------------------------------------------------------------------------
 

@@ -78,6 +78,17 @@ class ThreadPool:
         return f"ThreadPool({self.name!r}, num_threads={self.num_threads})"
 
 
+class KernelClock(threading.local):
+    """Seconds the current thread spent in expensive kernels (matmuls, convolutions: numpy runs them with the
+    GIL released), added up by the executor. The RunHandlerPool reads it around a closure to tell the time
+    a request held the interpreter from the time its kernels ran beside it."""
+
+    seconds = 0.0
+
+
+kernel_clock = KernelClock()
+
+
 class KernelThreads:
     """How many threads each BLAS kernel may use, set from how many kernels run at once.
 
