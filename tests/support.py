@@ -87,6 +87,47 @@ def sleep_op(b: GraphBuilder, x: str | None, seconds: float, name: str) -> str:
     return str(b.op("TestSleep", [x] if x else [], {"seconds": float(seconds)}, name=name))
 
 
+# --- a test-only kernel that blocks until the test opens its gate: a kernel "still running", on demand -----
+
+GATE_TIMEOUT_S = 5.0  # a gate left shut (a failing test) frees its thread after this long
+
+
+class Gate:
+    """``started`` is set when the TestGate node begins; the node returns once ``open()`` is called."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self._open = threading.Event()
+
+    def open(self) -> None:
+        self._open.set()
+
+    def wait_open(self) -> bool:
+        return self._open.wait(GATE_TIMEOUT_S)
+
+
+GATES: dict[str, Gate] = {}
+
+if "TestGate" not in KERNELS:
+
+    @kernel("TestGate", expensive=True)
+    def _test_gate(node: Any) -> Any:
+        def compute(ctx: Any, inputs: list[Any]) -> tuple[Any, ...]:
+            gate = GATES[node.name]
+            gate.started.set()
+            if not gate.wait_open():
+                raise TimeoutError(f"the test never opened gate {node.name}")
+            return (inputs[0] if inputs else np.zeros((), np.float32),)
+
+        return compute
+
+
+def gate_op(b: GraphBuilder, x: str | None, name: str) -> tuple[str, Gate]:
+    """A TestGate node: passes ``x`` on once the returned gate is opened."""
+    gate = GATES[name] = Gate()
+    return str(b.op("TestGate", [x] if x else [], name=name)), gate
+
+
 # --- a real server process -------------------------------------------------------------------------------
 
 import os  # noqa: E402

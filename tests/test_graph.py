@@ -3,7 +3,7 @@ import pytest
 from evaluate import evaluate
 
 from poolserve.proto import graph_pb2
-from poolserve.runtime.builder import GraphBuilder, attr_value, shape
+from poolserve.runtime.builder import GraphBuilder, attr_value
 from poolserve.runtime.errors import InvalidArgumentError, NotFoundError
 from poolserve.runtime.graph import Graph, load_graph_def
 from poolserve.runtime.node import parse_input, parse_tensor_name
@@ -138,22 +138,3 @@ def test_unknown_fields_are_kept():
     g.ParseFromString(data + unknown)
     assert g.SerializeToString(deterministic=True) == data + unknown
     Graph(g)
-
-
-def test_builder_names_scopes_and_attrs():
-    b = GraphBuilder()
-    with b.scope("dense"):
-        x = b.placeholder("x", np.float32, (None, 3))
-        m = b.matmul(x, b.constant(np.ones((3, 2), np.float32), name="kernel"))
-        m2 = b.matmul(x, b.constant(np.ones((3, 2), np.float32), name="kernel"))
-    assert m == "dense/MatMul:0" and m2 == "dense/MatMul_1:0"
-    nodes = {n.name: n for n in b.graph_def.node}
-    assert "dense/kernel_1" in nodes
-    assert nodes["dense/x"].attr["shape"].shape == shape((None, 3))
-    assert nodes["dense/MatMul"].input == ["dense/x", "dense/kernel"]
-    assert b.graph_def.versions.producer > 0
-    assert attr_value([1, 2]).list.i == [1, 2]
-    assert attr_value(np.float32).type == 1
-    assert attr_value([np.int32, np.float32]).list.type == [3, 1]
-    with pytest.raises(TypeError):
-        attr_value(object())

@@ -381,7 +381,10 @@ def test_open_loop_kserve_binary(server, tmp_path):
     assert run["mode"] == "pool" and run["requests"] == 30 and run["errors"] == 0
     check_run(run)
     assert body["config"]["loop"] == "open" and body["config"]["rate"] == 150.0
-    assert body["generator"]["send_lag_ms"]["max"] is not None
+    lag = body["generator"]["send_lag_ms"]
+    assert lag is not None, "an open loop records how late each request was sent"
+    # none was sent early (asyncio may wake a timer up to a clock tick before it is due)
+    assert -5.0 < lag["min"] <= lag["p50"] <= lag["max"]
 
 
 def test_compare_pool_report_and_plot(server, tmp_path, capsys):

@@ -25,6 +25,9 @@ def test_keep_freed_memory_can_be_turned_off():
     assert out.stdout.strip() == "False"
 
 
-def test_keep_freed_memory_is_done_once():
+def test_keep_freed_memory_is_done_once(monkeypatch):
     first = memory.keep_freed_memory()
+    calls = []
+    monkeypatch.setattr(memory, "_tune", lambda: calls.append(1) or not first)
     assert memory.keep_freed_memory() is first
+    assert calls == []  # malloc is tuned once per process, not once per session

@@ -1,4 +1,5 @@
 import asyncio
+import itertools
 import re
 import threading
 import time
@@ -476,7 +477,10 @@ def test_many_threads_many_sessions_under_the_pool():
         y = b.op("AddN", branches, {"N": 3, "T": np.float32})
         graphs.append((b.graph_def, x, y, k + 1))
     sessions = [Session(g) for g, *_ in graphs]
+    assert all(s.run_handler_pool() is get_pool() for s in sessions)
+    before = get_pool().stats().handlers_acquired
     errors = []
+    thread_names = set()
 
     def client(seed):
         rng = np.random.default_rng(seed)
@@ -484,7 +488,12 @@ def test_many_threads_many_sessions_under_the_pool():
             k = (seed + i) % 3
             _, x, y, scale = graphs[k]
             v = rng.standard_normal((4, 8)).astype(np.float32)
-            out = sessions[k].run(y, {x: v}, options=pool_options(priority=seed % 2))
+            opts = pool_options(priority=seed % 2)
+            md = config_pb2.RunMetadata()
+            if i == 0:
+                opts.trace_level = config_pb2.RunOptions.FULL_TRACE
+            out = sessions[k].run(y, {x: v}, options=opts, run_metadata=md)
+            thread_names.update(n for d in md.step_stats.dev_stats for n in d.thread_names.values())
             want = 3 * np.maximum(v @ np.full((8, 8), scale, np.float32), 0)
             if not np.allclose(out, want, rtol=1e-5, atol=1e-5):
                 errors.append((seed, i))
@@ -498,31 +507,40 @@ def test_many_threads_many_sessions_under_the_pool():
         s.close()
     assert not errors
     assert active() == 0
+    # every one of the 200 steps went through the global pool, and the traced ones ran under a run handler
+    assert get_pool().stats().handlers_acquired - before == 8 * 25
+    assert thread_names and all(re.search(r" \(run handler \d+\)$", n) for n in thread_names)
 
 
-def test_sync_callers_share_the_pools_slots_in_order():
-    """Eight synchronous callers: at most num_threads steps run at once."""
+def test_sync_callers_never_run_more_steps_at_once_than_the_pool_has_threads():
+    """Eight synchronous callers through a pool of two threads: their steps run two at a time."""
     b = GraphBuilder()
     x = b.placeholder("x", np.float32, ())
     y = sleep_op(b, x, 0.05, "slot_sleep")
-    pool = get_pool()
-    seen = []
-    with Session(b.graph_def) as s:
+    pool = RunHandlerPool(num_threads=2)  # fewer slots than callers on any machine
+    opts = pool_options()
+    opts.trace_level = config_pb2.RunOptions.FULL_TRACE
+    spans = []
+    with Session(b.graph_def, run_handler_pool=pool) as s:
 
         def client():
-            s.run(y, {x: 1.0}, options=pool_options())
+            md = config_pb2.RunMetadata()
+            s.run(y, {x: 1.0}, options=opts, run_metadata=md)
+            (ns,) = md.step_stats.dev_stats[0].node_stats
+            spans.append((ns.all_start_nanos, ns.all_start_nanos + ns.all_end_rel_nanos))
 
         threads = [threading.Thread(target=client) for _ in range(8)]
         t0 = time.monotonic()
         for t in threads:
             t.start()
-        while any(t.is_alive() for t in threads) and time.monotonic() - t0 < 10:
-            seen.append(pool.stats().running_closures)
-            time.sleep(0.005)
         for t in threads:
             t.join(10)
         elapsed = time.monotonic() - t0
-    assert max(seen) <= pool.num_threads
-    # 8 steps of 50 ms through num_threads slots cannot finish faster than in 8/num_threads waves
+    assert len(spans) == 8 and RUNS["slot_sleep"] == 8
+    assert pool.stats().handlers_acquired == 8 and pool.stats().active_handlers == 0
+    # the most steps running at one moment: without the pool's slots all eight would overlap
+    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    overlap = max(itertools.accumulate(step for _, step in edges))
+    assert overlap == pool.num_threads
+    # 8 steps of 50 ms through 2 slots cannot finish faster than in 4 waves
     assert elapsed >= 0.05 * 8 / pool.num_threads * 0.9
-    assert active() == 0

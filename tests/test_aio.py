@@ -1,0 +1,252 @@
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+from support import RUNS, gate_op, sleep_op
+
+from poolserve.proto import config_pb2
+from poolserve.runtime.aio import BACKSTOP_S, Inbox, deadline_passed, inbox
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.deadline import Deadline
+from poolserve.runtime.errors import DeadlineExceededError, InvalidArgumentError
+from poolserve.runtime.session import Session
+
+# asyncio's timers may fire up to one clock tick early; allow for it when checking a lower bound
+CLOCK_SLACK_S = 0.005
+
+
+class RecordingFuture(asyncio.Future):
+    """A future that remembers the thread its outcome was set on."""
+
+    thread = None
+
+    def set_result(self, result):
+        self.thread = threading.current_thread()
+        super().set_result(result)
+
+    def set_exception(self, exception):
+        self.thread = threading.current_thread()
+        super().set_exception(exception)
+
+
+def in_thread(fn):
+    """Runs ``fn`` on another thread and waits for it (the calling loop is blocked meanwhile)."""
+    th = threading.Thread(target=fn)
+    th.start()
+    th.join(5)
+    assert not th.is_alive()
+
+
+def test_one_inbox_per_loop():
+    async def both():
+        loop = asyncio.get_running_loop()
+        return inbox(loop), inbox(loop)
+
+    first, again = asyncio.run(both())
+    other, _ = asyncio.run(both())
+    assert first is again and first is not other
+
+
+def test_results_and_errors_are_set_on_the_loops_own_thread():
+    async def main():
+        loop = asyncio.get_running_loop()
+        ok, bad = RecordingFuture(loop=loop), RecordingFuture(loop=loop)
+        box = inbox(loop)
+        err = InvalidArgumentError("bad feed")
+        in_thread(lambda: (box.post(ok, 41, None), box.post(bad, None, err)))
+        assert await asyncio.wait_for(ok, 5) == 41
+        with pytest.raises(InvalidArgumentError) as info:
+            await asyncio.wait_for(bad, 5)
+        assert info.value is err
+        assert ok.thread is bad.thread is threading.current_thread()
+
+    asyncio.run(main())
+
+
+def test_each_loop_gets_its_own_results():
+    """Two loops on two threads; results posted from a third thread each reach their own loop."""
+    ready, other = threading.Event(), {}
+
+    def run_other_loop():
+        async def main():
+            other["loop"] = asyncio.get_running_loop()
+            other["future"] = RecordingFuture()
+            ready.set()
+            other["result"] = await asyncio.wait_for(other["future"], 5)
+
+        asyncio.run(main())
+
+    th = threading.Thread(target=run_other_loop)
+    th.start()
+
+    async def main():
+        assert ready.wait(5)
+        mine = RecordingFuture()
+        loop = asyncio.get_running_loop()
+        in_thread(
+            lambda: (inbox(other["loop"]).post(other["future"], "b", None), inbox(loop).post(mine, "a", None))
+        )
+        assert await asyncio.wait_for(mine, 5) == "a"
+        assert mine.thread is threading.current_thread()
+
+    asyncio.run(main())
+    th.join(5)
+    assert other["result"] == "b" and other["future"].thread is th
+
+
+def test_posts_of_one_loop_turn_are_drained_together():
+    async def main():
+        loop = asyncio.get_running_loop()
+        wakeups = []
+        real = loop.call_soon_threadsafe
+
+        def counting(*args, **kwargs):
+            wakeups.append(args[0])
+            return real(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counting
+        try:
+            box = Inbox(loop)
+            futures = [loop.create_future() for _ in range(50)]
+            # the loop is blocked while the other thread posts: all 50 arrive within one turn
+            in_thread(lambda: [box.post(f, i, None) for i, f in enumerate(futures)])
+            assert len(wakeups) == 1  # only the first post woke the loop
+            await asyncio.wait_for(futures[0], 5)
+            assert all(f.done() for f in futures)  # one drain settled them all
+            assert [f.result() for f in futures] == list(range(50))
+            later = loop.create_future()
+            in_thread(lambda: box.post(later, "again", None))
+            assert len(wakeups) == 2  # after a drain, the next post wakes the loop again
+            assert await asyncio.wait_for(later, 5) == "again"
+        finally:
+            del loop.call_soon_threadsafe
+
+    asyncio.run(main())
+
+
+def test_a_result_for_a_cancelled_future_is_dropped():
+    async def main():
+        loop = asyncio.get_running_loop()
+        problems = []
+        loop.set_exception_handler(lambda _loop, context: problems.append(context))
+        gone, gone_too, live = loop.create_future(), loop.create_future(), loop.create_future()
+        gone.cancel()
+        gone_too.cancel()
+        box = inbox(loop)
+        in_thread(
+            lambda: (
+                box.post(gone, 1, None),
+                box.post(gone_too, None, InvalidArgumentError("x")),
+                box.post(live, 2, None),
+            )
+        )
+        assert await asyncio.wait_for(live, 1) == 2  # the drain went on past the cancelled ones
+        assert gone.cancelled() and gone_too.cancelled()
+        assert problems == []
+
+    asyncio.run(main())
+
+
+def test_posting_to_a_closed_loop_is_harmless():
+    loop = asyncio.new_event_loop()
+    future = loop.create_future()
+    box = Inbox(loop)
+    loop.close()  # the caller went away before its step stopped
+    box.post(future, 1, None)
+    assert not future.done()
+
+
+class FakeStep:
+    """A step as ``deadline_passed`` sees it: ``stops`` says whether it answers when cancelled."""
+
+    def __init__(self, future, stops):
+        self.future, self.stops, self.cancelled = future, stops, []
+
+    def cancel(self, error=None):
+        self.cancelled.append(error)
+        if self.stops:
+            inbox(self.future.get_loop()).post(self.future, None, error)
+
+
+def test_deadline_passed_cancels_the_step_whose_own_answer_comes_first():
+    async def main():
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        step, timers = FakeStep(future, stops=True), []
+        deadline = Deadline(0)
+        deadline_passed(future, step, deadline, timers)
+        (error,) = step.cancelled
+        assert isinstance(error, DeadlineExceededError) and "deadline of 0 ms" in error.message
+        with pytest.raises(DeadlineExceededError) as info:
+            await asyncio.wait_for(future, 5)
+        assert info.value is error  # the step's answer, not the backstop's
+        assert len(timers) == 1  # the backstop is armed; arun cancels it once it has an answer
+        timers[0].cancel()
+
+        # a call that already has its answer is left alone
+        answered = loop.create_future()
+        answered.set_result(1)
+        idle = FakeStep(answered, stops=True)
+        deadline_passed(answered, idle, deadline, timers)
+        assert idle.cancelled == [] and len(timers) == 1
+
+    asyncio.run(main())
+
+
+def test_the_backstop_answers_when_the_step_does_not_stop():
+    async def main():
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        step, timers = FakeStep(future, stops=False), []
+        t0 = time.monotonic()
+        deadline_passed(future, step, Deadline(0), timers)
+        assert len(step.cancelled) == 1 and not future.done()
+        with pytest.raises(DeadlineExceededError, match="deadline of 0 ms"):
+            await asyncio.wait_for(future, 5)
+        return time.monotonic() - t0
+
+    assert BACKSTOP_S - CLOCK_SLACK_S <= asyncio.run(main()) < BACKSTOP_S + 1.0
+
+
+def test_arun_answers_a_backstop_after_the_deadline_and_the_step_stops_later():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, ())
+    g, gate = gate_op(b, x, "aio_gate")
+    y = sleep_op(b, g, 0, "aio_after_gate")
+    with Session(b.graph_def) as s:
+
+        async def main():
+            t0 = time.monotonic()
+            with pytest.raises(DeadlineExceededError, match="deadline of 30 ms"):
+                await s.arun(y, {x: 1.0}, config_pb2.RunOptions(timeout_in_ms=30))
+            elapsed = time.monotonic() - t0
+            assert gate.started.is_set() and s.steps_running == 1  # answered while its kernel runs
+            return elapsed
+
+        try:
+            elapsed = asyncio.run(main())
+        finally:
+            gate.open()
+        assert 0.03 + BACKSTOP_S - CLOCK_SLACK_S <= elapsed < 1.0
+        deadline = time.monotonic() + 5
+        while s.steps_running and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert s.steps_running == 0
+    assert "aio_after_gate" not in RUNS  # the step was cancelled at the deadline: nothing ran after
+
+
+def test_concurrent_aruns_on_one_loop_each_get_their_own_result():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None,))
+    y = b.mul(x, b.constant(np.float32(3)), name="y")
+    with Session(b.graph_def) as s:
+
+        async def main():
+            feeds = [np.full(4, i, np.float32) for i in range(20)]
+            return feeds, await asyncio.gather(*(s.arun(y, {x: f}) for f in feeds))
+
+        feeds, results = asyncio.run(main())
+    for f, r in zip(feeds, results, strict=True):
+        np.testing.assert_array_equal(r, f * 3)

@@ -1,0 +1,94 @@
+import collections
+
+import pytest
+
+from poolserve.runtime.fetches import FetchMapper, is_op_name
+
+Pair = collections.namedtuple("Pair", "a b")
+
+
+def values_for(mapper):
+    """One distinct value per flattened name: what a step would fetch for them."""
+    return [f"v{i}" for i in range(len(mapper.names))]
+
+
+def test_a_single_name():
+    m = FetchMapper("y:0")
+    assert m.names == ["y:0"]
+    assert m.build(["result"]) == "result"
+
+
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_lists_and_tuples_keep_their_type_and_order(kind):
+    m = FetchMapper(kind(["a:0", "b:0", "c"]))
+    assert m.names == ["a:0", "b:0", "c"]
+    out = m.build(values_for(m))
+    assert type(out) is kind and out == kind(["v0", "v1", "v2"])
+    empty = FetchMapper(kind())
+    assert empty.names == [] and empty.build([]) == kind()
+
+
+def test_dicts_keep_their_keys_and_type():
+    m = FetchMapper({"z": "z:0", "a": "a:0"})
+    assert m.names == ["z:0", "a:0"]
+    out = m.build(["Z", "A"])
+    assert out == {"z": "Z", "a": "A"} and list(out) == ["z", "a"]
+    ordered = FetchMapper(collections.OrderedDict(k="k:0"))
+    assert type(ordered.build(["K"])) is collections.OrderedDict
+
+
+def test_namedtuples_are_rebuilt_as_themselves():
+    m = FetchMapper(Pair("a:0", b="b:0"))
+    out = m.build(["A", "B"])
+    assert type(out) is Pair and out == Pair("A", "B") and out.b == "B"
+
+
+def test_nesting_and_repeated_names():
+    fetches = {"k": ["y:0", Pair("y:0", ("x:0",))], "t": "train", "d": {"inner": ["x:0"]}}
+    m = FetchMapper(fetches)
+    # every occurrence has its own position, in depth-first order: a step fetches repeats only once
+    assert m.names == ["y:0", "y:0", "x:0", "train", "x:0"]
+    out = m.build(values_for(m))
+    assert out == {"k": ["v0", Pair("v1", ("v2",))], "t": "v3", "d": {"inner": ["v4"]}}
+    assert isinstance(out["k"][1], Pair) and isinstance(out["k"][1].b, tuple)
+
+
+def test_one_mapper_builds_many_results():
+    m = FetchMapper(["a:0", ("b:0",)])
+    assert m.build([1, 2]) == [1, (2,)]
+    assert m.build([3, 4]) == [3, (4,)]  # the structure is compiled once, the values vary
+
+
+@pytest.mark.parametrize(
+    ("fetch", "shown", "kind"),
+    [
+        (42, "42", "int"),
+        (None, "None", "NoneType"),
+        (b"y:0", "b'y:0'", "bytes"),
+        ({"y:0"}, "{'y:0'}", "set"),
+        (["a:0", 1.5], "1.5", "float"),  # found inside a list too
+        ({"k": [object]}, "<class 'object'>", "type"),
+    ],
+)
+def test_bad_fetch_types_are_named(fetch, shown, kind):
+    with pytest.raises(TypeError) as info:
+        FetchMapper(fetch)
+    assert str(info.value) == (
+        f"Fetch argument {shown} has invalid type {kind}: a fetch must be a tensor or operation name, "
+        "or a list, tuple, dict or namedtuple of them"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "is_op"),
+    [
+        ("train", True),
+        ("scope/train", True),
+        ("y:0", False),
+        ("scope/y:12", False),
+        ("a:b", True),  # not a port: part of the name
+        ("a:0:1", False),  # the last ':' decides
+    ],
+)
+def test_is_op_name(name, is_op):
+    assert is_op_name(name) is is_op
