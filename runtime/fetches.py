@@ -3,6 +3,7 @@ a step and rebuilt around its results in the caller's shape."""
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,8 +25,7 @@ class FetchMapper:
         if isinstance(f, Mapping):
             keys = list(f.keys())
             builders = [self._walk(f[k]) for k in keys]
-            kind: Any = type(f)
-            return lambda values: kind(zip(keys, (b(values) for b in builders), strict=True))
+            return _mapping_builder(f, keys, builders)
         if isinstance(f, tuple) and hasattr(f, "_fields"):  # namedtuple
             builders = [self._walk(x) for x in f]
             nt = type(f)
@@ -41,6 +41,23 @@ class FetchMapper:
 
     def build(self, values: list[Any]) -> Any:
         return self._build(values)
+
+
+def _mapping_builder(
+    f: Mapping[Any, Any], keys: list[Any], builders: list[Callable[[list[Any]], Any]]
+) -> Callable[[list[Any]], Any]:
+    """Rebuilds a mapping of the caller's type where it can be made from pairs (dict, OrderedDict, a
+    defaultdict with its factory, as TensorFlow does); any other Mapping comes back as a dict. Decided
+    here, before the step runs, so that a step never fails after its work is done."""
+    kind: Any = type(f) if isinstance(f, dict) else dict
+    if isinstance(f, collections.defaultdict):
+        factory = f.default_factory
+        return lambda values: kind(factory, zip(keys, (b(values) for b in builders), strict=True))
+    try:
+        kind(zip(keys, keys, strict=True))
+    except Exception:
+        kind = dict
+    return lambda values: kind(zip(keys, (b(values) for b in builders), strict=True))
 
 
 def is_op_name(name: str) -> bool:

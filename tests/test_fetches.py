@@ -92,3 +92,14 @@ def test_bad_fetch_types_are_named(fetch, shown, kind):
 )
 def test_is_op_name(name, is_op):
     assert is_op_name(name) is is_op
+
+
+def test_mappings_that_cannot_be_built_from_pairs_still_map():
+    import collections
+    import types
+
+    dd = collections.defaultdict(list, {"a": "x:0"})
+    out = FetchMapper(dd).build([1])
+    assert type(out) is collections.defaultdict and out.default_factory is list and out == {"a": 1}
+    proxy = types.MappingProxyType({"a": "x:0", "b": "y:0"})
+    assert FetchMapper(proxy).build([1, 2]) == {"a": 1, "b": 2}  # comes back as a dict
