@@ -127,6 +127,34 @@ def test_fair_policy_shares_the_cpu_between_kinds_and_keeps_arrival_order_within
     assert not pool._groups  # flows of released requests are gone
 
 
+def test_fair_policy_charges_the_time_a_request_held_the_interpreter():
+    """Time in expensive kernels (numpy runs them without the GIL) is not charged: a kind whose work is
+    kernels keeps its turn, as its threads would without the pool."""
+    from poolserve.runtime.threadpool import kernel_clock
+
+    def in_kernel():
+        burn(0.004)
+        kernel_clock.seconds += 0.005  # what the executor adds for an expensive node (its wall time)
+
+    pool = RunHandlerPool(num_threads=1)
+    a1, a2, b1 = pool.get(), pool.get(), pool.get()
+    a1.expect(0.0, kind="A")
+    a2.expect(0.0, kind="A")
+    b1.expect(0.0, kind="B")
+    order = []
+    hb, gate = blocker(pool)
+    done = threading.Semaphore(0)
+    b1.schedule(lambda: (order.append("b1"), burn(0.004), done.release()))
+    for name, h in (("a2", a2), ("a1", a1)):
+        h.schedule(lambda n=name: (order.append(n), in_kernel(), done.release()))
+    gate.set()
+    for _ in range(3):
+        assert done.acquire(timeout=5)
+    assert order == ["a1", "a2", "b1"]  # charged for CPU time, a1 would have put b1 before a2
+    for h in (a1, a2, b1, hb):
+        h.release()
+
+
 def test_pool_gives_each_kernel_its_share_of_the_cores():
     from poolserve.runtime.threadpool import KernelThreads
 
