@@ -5,26 +5,24 @@
 
 Models are test fixtures, each fed its recorded inputs; ``name:N`` repeats those rows to a batch of N
 (the fixtures hold 3). Each client thread runs one model (client i takes model i % len(models)) in a
-closed loop. The modes
-alternate round by round (off, on, off, on, ...) so drift of the machine hits both alike; the table adds
-up all rounds of a mode. With --tf-python the same harness runs in TensorFlow (tf.compat.v1.Session with
+closed loop. The modes alternate round by round in ABBA order (off, on, on, off, ...) so drift of the
+machine hits both alike; the table adds up all rounds of a mode. With --tf-python the same harness
+(``benchmarks/pool_harness.py``) runs in TensorFlow (tf.compat.v1.Session with
 RunOptions.experimental.use_run_handler_pool) in a subprocess, so the two pools are compared on the same
-graphs and machine.
+graphs and machine. ``benchmarks/bench_pool_matrix.py`` runs the same harness over many workloads with no
+configuration set.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from benchmarks.pool_harness import Load, load_io, measure, warm_up
+from benchmarks.tf_pool_worker import run_jobs
 from poolserve.proto import config_pb2
 from poolserve.runtime.graph import Graph, load_graph_def
 from poolserve.runtime.session import Session
@@ -35,158 +33,50 @@ FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "mode
 def load_model(spec: str) -> tuple[Graph, dict[str, Any], list[str]]:
     """A fixture by ``name`` or ``name:rows``: its graph, feeds and fetches."""
     name, _, rows = spec.partition(":")
-    data = np.load(FIXTURES / f"{name}.npz")
-    feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
-    if rows:
-        feeds = {k: np.resize(v, (int(rows), *v.shape[1:])) for k, v in feeds.items()}
-    fetches = [k[4:] for k in data.files if k.startswith("out:")]
+    feeds, fetches = load_io(FIXTURES / f"{name}.npz", int(rows) if rows else None)
     return Graph(load_graph_def(FIXTURES / f"{name}.pb")), feeds, fetches
 
 
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else float("nan")
-
-
-def summarize(latencies: list[float], seconds: float) -> dict[str, float]:
-    ms = [v * 1e3 for v in latencies]
-    return {
-        "requests": len(ms),
-        "throughput_rps": len(ms) / seconds if seconds else 0.0,
-        "p50_ms": percentile(ms, 50),
-        "p99_ms": percentile(ms, 99),
-        "mean_ms": float(np.mean(ms)) if ms else float("nan"),
-    }
-
-
-def summarize_modes(lat: dict[str, dict[str, list[float]]], seconds: float) -> dict[str, Any]:
-    """Per mode: each model's summary and all models together."""
-    result: dict[str, Any] = {}
-    for mode, per_model in lat.items():
-        result[mode] = {m: summarize(v, seconds) for m, v in per_model.items()}
-        result[mode]["all"] = summarize([x for v in per_model.values() for x in v], seconds)
-    return result
-
-
-def run_round(
-    sessions: list[tuple[Session, dict[str, Any], list[str]]],
-    clients: int,
-    seconds: float,
-    options: config_pb2.RunOptions,
-) -> dict[str, list[float]]:
-    """``clients`` threads in a closed loop for ``seconds``; latencies per model index."""
-    stop = time.monotonic() + seconds
-    out: dict[str, list[float]] = {str(i): [] for i in range(len(sessions))}
-    start = threading.Barrier(clients)
-
-    def client(i: int) -> None:
-        s, feeds, fetches = sessions[i % len(sessions)]
-        mine = out[str(i % len(sessions))]
-        start.wait()
-        while True:
-            t0 = time.perf_counter()
-            if time.monotonic() >= stop:
-                return
-            s.run(fetches, feeds, options=options)
-            mine.append(time.perf_counter() - t0)  # list.append is atomic
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+def pool_options() -> tuple[config_pb2.RunOptions, config_pb2.RunOptions]:
+    """RunOptions without and with ``experimental.use_run_handler_pool``."""
+    on = config_pb2.RunOptions()
+    on.experimental.use_run_handler_pool = True
+    return config_pb2.RunOptions(), on
 
 
 def bench_poolserve(models: list[str], clients: int, rounds: int, seconds: float) -> dict[str, Any]:
-    loaded = [load_model(m) for m in models]
-    sessions = [(Session(g), feeds, fetches) for g, feeds, fetches in loaded]
-    off = config_pb2.RunOptions()
-    on = config_pb2.RunOptions()
-    on.experimental.use_run_handler_pool = True
-    for s, feeds, fetches in sessions:  # warm up plans and cost estimates in both modes
-        for _ in range(5):
-            s.run(fetches, feeds, options=off)
-            s.run(fetches, feeds, options=on)
-    return alternate(
-        lambda opts: run_round(sessions, clients, seconds, opts), off, on, models, rounds, seconds
-    )
+    """Per mode: each model's summary and all models together."""
+    sessions = [(Session(g), feeds, fetches) for g, feeds, fetches in map(load_model, models)]
+    off, on = pool_options()
 
+    def run(i: int, pool: bool) -> object:
+        s, feeds, fetches = sessions[i]
+        return s.run(fetches, feeds, options=on if pool else off)
 
-def alternate(
-    round_fn: Any, off: Any, on: Any, models: list[str], rounds: int, seconds: float
-) -> dict[str, Any]:
-    lat: dict[str, dict[str, list[float]]] = {"no_pool": {}, "pool": {}}
-    for r in range(rounds):
-        mode, opts = ("no_pool", off) if r % 2 == 0 else ("pool", on)
-        for k, v in round_fn(opts).items():
-            lat[mode].setdefault(models[int(k)], []).extend(v)
-    return summarize_modes(lat, seconds * rounds / 2)
-
-
-_TF_SCRIPT = r"""
-import json, sys, threading, time
-import numpy as np
-import tensorflow as tf
-models, clients, rounds, seconds, fixtures, intra = json.loads(sys.argv[1])
-if intra > 0:
-    tf.config.threading.set_intra_op_parallelism_threads(intra)
-sessions = []
-for m in models:
-    name, _, rows = m.partition(":")
-    gd = tf.compat.v1.GraphDef()
-    gd.ParseFromString(open(f"{fixtures}/{name}.pb", "rb").read())
-    g = tf.Graph()
-    with g.as_default():
-        tf.compat.v1.import_graph_def(gd, name="")
-    data = np.load(f"{fixtures}/{name}.npz")
-    feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
-    if rows:
-        feeds = {k: np.resize(v, (int(rows),) + v.shape[1:]) for k, v in feeds.items()}
-    fetches = [k[4:] for k in data.files if k.startswith("out:")]
-    sessions.append((tf.compat.v1.Session(graph=g), feeds, fetches))
-off = tf.compat.v1.RunOptions()
-on = tf.compat.v1.RunOptions()
-on.experimental.use_run_handler_pool = True
-for s, feeds, fetches in sessions:
-    for _ in range(5):
-        s.run(fetches, feeds, options=off)
-        s.run(fetches, feeds, options=on)
-lat = {"no_pool": {}, "pool": {}}
-for r in range(rounds):
-    mode, opts = ("no_pool", off) if r % 2 == 0 else ("pool", on)
-    stop = time.monotonic() + seconds
-    barrier = threading.Barrier(clients)
-    def client(i):
-        s, feeds, fetches = sessions[i % len(sessions)]
-        mine = lat[mode].setdefault(models[i % len(sessions)], [])
-        barrier.wait()
-        while True:
-            t0 = time.perf_counter()
-            if time.monotonic() >= stop:
-                return
-            s.run(fetches, feeds, options=opts)
-            mine.append(time.perf_counter() - t0)
-    for m in models:
-        lat[mode].setdefault(m, [])
-    ts = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for t in ts: t.start()
-    for t in ts: t.join()
-print(json.dumps(lat))
-"""
+    warm_up(run, len(models))  # plans and cost estimates in both modes
+    load = Load("closed", clients)
+    try:
+        result: dict[str, Any] = measure(run, models, [load], rounds, seconds, 0.0)["loads"][load.name]
+    finally:
+        for s, _, _ in sessions:
+            s.close()
+    return result
 
 
 def bench_tensorflow(
     tf_python: str, models: list[str], clients: int, rounds: int, seconds: float, intra: int
 ) -> dict[str, Any]:
-    proc = subprocess.run(
-        [tf_python, "-c", _TF_SCRIPT, json.dumps([models, clients, rounds, seconds, str(FIXTURES), intra])],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"},
-    )
-    lat = json.loads(proc.stdout.strip().splitlines()[-1])
-    return summarize_modes(lat, seconds * rounds / 2)
+    graphs = []
+    for m in models:
+        name, _, rows = m.partition(":")
+        pb, npz = FIXTURES / f"{name}.pb", FIXTURES / f"{name}.npz"
+        graphs.append({"name": m, "pb": str(pb), "npz": str(npz), "rows": int(rows) if rows else None})
+    load = Load("closed", clients)
+    job = {"name": "pool", "graphs": graphs, "loads": [load.name], "rounds": rounds, "seconds": seconds}
+    result = run_jobs(tf_python, [job | {"probe_seconds": 0.0}], intra)["pool"]
+    if "error" in result:
+        raise RuntimeError(f"TensorFlow: {result['error']}")
+    return dict(result["loads"][load.name])
 
 
 def print_table(title: str, result: dict[str, Any]) -> None:

@@ -1,0 +1,166 @@
+"""The pool benchmark matrix: its realistic fixtures give TensorFlow's outputs, its load generator keeps its
+promises (schedule, round order, bounds), and one tiny run goes end to end. Smoke tests: nothing is timed.
+
+``benchmarks/`` is not a package of the wheel: the harness is loaded from its file, the matrix run as users
+run it (``python -m benchmarks.bench_pool_matrix`` from the repository root)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from poolserve import Session, load_graph_def
+
+ROOT = Path(__file__).resolve().parent.parent
+REALISTIC = ROOT / "tests" / "fixtures" / "models" / "realistic"
+MANIFEST = json.loads((REALISTIC / "models.json").read_text())
+
+
+def _load_harness() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("pool_harness", ROOT / "benchmarks" / "pool_harness.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+harness = _load_harness()
+
+
+def load_io(name: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    with np.load(REALISTIC / f"{name}.npz") as data:
+        feeds = {k.removeprefix("in:"): data[k] for k in data.files if k.startswith("in:")}
+        expected = {k.removeprefix("out:"): data[k] for k in data.files if k.startswith("out:")}
+    return feeds, expected
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_realistic_fixture_matches_tensorflow(name: str) -> None:
+    spec = MANIFEST[name]
+    graph_def = load_graph_def(REALISTIC / f"{name}.pb")
+    assert sorted({n.op for n in graph_def.node}) == spec["ops"]
+    feeds, expected = load_io(name)
+    assert sorted(feeds) == sorted(i["name"] for i in spec["inputs"])
+    assert all(len(v) == spec["batch"] for v in feeds.values())
+    with Session(graph_def) as s:  # the default configuration, as the benchmark serves it
+        outputs = s.run(spec["outputs"], feeds)
+    for tensor, actual in zip(spec["outputs"], outputs, strict=True):
+        want = expected[tensor]
+        assert actual.dtype == want.dtype and actual.shape == want.shape, tensor
+        scale = max(1.0, float(np.max(np.abs(want))))
+        np.testing.assert_allclose(actual, want, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{name} {tensor}")
+
+
+def test_realistic_fixtures_stay_small() -> None:
+    sizes = {p.name: p.stat().st_size for p in REALISTIC.iterdir()}
+    assert max(sizes.values()) < 3 << 20, sizes
+    assert sum(sizes.values()) < 10 << 20, sizes
+    assert {p.stem for p in REALISTIC.glob("*.pb")} == set(MANIFEST)
+
+
+def test_poisson_schedule_rates_and_order() -> None:
+    arrivals = harness.poisson_schedule([1000.0, 0.0, 250.0], 2.0, np.random.default_rng(0))
+    times = [t for t, _ in arrivals]
+    assert times == sorted(times) and all(0 <= t < 2.0 for t in times)
+    counts = np.bincount([g for _, g in arrivals], minlength=3)
+    assert 1800 < counts[0] < 2200 and counts[1] == 0 and 400 < counts[2] < 600
+
+
+def test_rounds_alternate_abba() -> None:
+    assert [harness.mode_of_round(r) for r in range(6)] == [
+        "no_pool",
+        "pool",
+        "pool",
+        "no_pool",
+        "no_pool",
+        "pool",
+    ]
+
+
+@pytest.mark.parametrize("spec", ["closed", "closed:0", "closed:2.5", "open:-1", "poisson:3"])
+def test_bad_load_is_refused(spec: str) -> None:
+    with pytest.raises(ValueError, match="load"):
+        harness.Load.parse(spec)
+
+
+def test_loops_count_every_request_of_their_graph() -> None:
+    calls: list[tuple[int, bool]] = []
+
+    def run(g: int, pool: bool) -> None:
+        calls.append((g, pool))
+
+    tally = harness.closed_loop(run, 2, 3, 0.05, True)
+    assert [len(lat) for lat in tally.latencies] == [sum(1 for g, _ in calls if g == i) for i in range(2)]
+    assert all(pool for _, pool in calls) and tally.seconds >= 0.05 and not tally.errors
+
+    calls.clear()
+    tally = harness.open_loop(run, [400.0, 100.0], 0.1, False, np.random.default_rng(1), senders=4)
+    assert [len(lat) for lat in tally.latencies] == [sum(1 for g, _ in calls if g == i) for i in range(2)]
+    assert sum(tally.dropped) == 0 and not any(pool for _, pool in calls)
+
+
+def test_failing_graph_is_reported() -> None:
+    def run(g: int, pool: bool) -> None:
+        raise ValueError("boom")
+
+    tally = harness.closed_loop(run, 1, 2, 0.05, False)
+    assert tally.errors and "boom" in tally.errors[0]
+
+
+def test_matrix_runs_end_to_end(tmp_path: Path) -> None:
+    """Realistic and generated graphs, a closed and an open loop, the JSON report and the verdicts."""
+    out = tmp_path / "matrix.json"
+    args = ["--workloads", "mlp_gelu,chain200_b1", "--loads", "closed:2,open:0.5", "--rounds", "2"]
+    args += ["--seconds", "0.05", "--probe-seconds", "0.05", "--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_pool_matrix", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "median p99 ratio" in proc.stdout
+    report = json.loads(out.read_text())
+    assert set(report["poolserve"]) == {"mlp_gelu", "chain200_b1"}
+    for result in report["poolserve"].values():
+        assert set(result["loads"]) == {"closed:2", "open:0.5"}
+        for load in result["loads"].values():
+            for mode in ("no_pool", "pool"):
+                assert {"p50_ms", "p99_ms", "throughput_rps"} <= set(load[mode]["all"])
+    assert "median_p99" in report["targets"]
+
+
+def test_matrix_graphs_all_build(tmp_path: Path) -> None:
+    """Every workload has 1-3 graphs; each is a realistic fixture or a generated graph that runs."""
+    script = f"""
+from pathlib import Path
+from benchmarks.bench_pool_matrix import WORKLOADS, materialize
+assert len(WORKLOADS) >= 12 and all(1 <= len(gs) <= 3 for gs in WORKLOADS.values())
+for g in sorted({{g for gs in WORKLOADS.values() for g in gs}}):
+    materialize(g, Path({str(tmp_path)!r}))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert {p.stem for p in tmp_path.glob("*.pb")} >= {"branches1.b1", "branches8.b64", "chain200.b1"}
+
+
+def test_matrix_refuses_unknown_workload() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_pool_matrix", "--workloads", "nope"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "unknown workloads ['nope']" in proc.stderr
