@@ -269,6 +269,7 @@ class RunHandlerPool:
         # order (arrival + stretch x expected CPU time)
         self.fair = fair
         self._groups: dict[tuple[object, int], _Group] = {}
+        self._ungrouped = 0  # active handlers in no flow yet
         self._vtime: dict[int, float] = {}  # per priority: the tag of the flow served last
         self._local = threading.local()  # per worker: when (thread CPU time) its closure started
         self._kernel_threads = KernelThreads()
@@ -297,6 +298,7 @@ class RunHandlerPool:
     def _activate(self, step_id: int, priority: int, waited: float) -> RunHandler:
         """With the lock held: a new active handler, in order."""
         h = RunHandler(self, step_id, priority, next(self._seq), waited)
+        self._ungrouped += 1
         i = bisect.bisect(self._keys, h.key)
         self._keys.insert(i, h.key)
         self._active.insert(i, h)
@@ -393,6 +395,8 @@ class RunHandlerPool:
             if h.group.key == kind:
                 return
             self._leave(h)
+        else:
+            self._ungrouped -= 1
         key = (kind, h.priority)
         g = self._groups.get(key)
         if g is None:
@@ -432,6 +436,8 @@ class RunHandlerPool:
                     if best_key is None or key < best_key:
                         best, best_key = h, key
                     break
+        if not self._ungrouped:
+            return best
         for h in self._active:  # handlers of no kind yet (expect() not called): each its own flow
             if h.group is None and h.queue and h.running < MAX_RUNNING_PER_REQUEST:
                 key = (-h.priority, self._vtime.get(h.priority, 0.0), h.key[2])
@@ -469,7 +475,9 @@ class RunHandlerPool:
             if h.released:
                 return
             h.released = True
-            if h.running == 0:  # else its flow is charged for the closure still running, then left
+            if h.group is None:
+                self._ungrouped -= 1
+            elif h.running == 0:  # else its flow is charged for the closure still running, then left
                 self._leave(h)
             self._held_total += time.monotonic() - h.acquired_at
             i = bisect.bisect_left(self._keys, h.key)
@@ -561,6 +569,10 @@ class RunHandlerPool:
         clock = time.thread_time
         local = self._local
         kernels = kernel_clock
+        kernel_threads = self._kernel_threads
+        # BLAS threads wanted per kernel with n closures running (checked here, so that an unchanged
+        # value costs one comparison)
+        wants = [0] + [max(1, kernel_threads.cores // n) for n in range(1, self.num_threads + 1)]
         done: RunHandler | None = None  # whose closure just returned its slot
         held = 0.0  # of its CPU time, what it spent outside expensive kernels (holding the GIL)
         cpu = 0.0
@@ -601,8 +613,8 @@ class RunHandlerPool:
             for w in wake:
                 if w is not me:
                     w.parker.unpark()
-            if task is None and self._slots == self.num_threads:
-                self._kernel_threads.running(0)  # idle: kernels get the process's own threads back
+            if task is None and self._slots == self.num_threads and kernel_threads.current:
+                kernel_threads.running(0)  # idle: kernels get the process's own threads back
             if learn is not None:
                 learn(spent)
             if task is None:
@@ -611,7 +623,9 @@ class RunHandlerPool:
                 me.parker.park()
                 continue
             h, fn = task
-            self._kernel_threads.running(self.num_threads - self._slots)
+            n = self.num_threads - self._slots
+            if wants[n] != kernel_threads.current:
+                kernel_threads.running(n)
             k0 = kernels.seconds
             c0 = local.c0 = clock()
             try:

@@ -130,10 +130,9 @@ class KernelThreads:
             if want == self.current:
                 return
             libs = self._controllers()
-            value = want or self._default
-            if value:
+            if (want or self._default) != (self.current or self._default):  # one kernel alone: no call
                 for set_threads in libs:
-                    set_threads(value)
+                    set_threads(want or self._default)
             self.current = want
 
     @classmethod
