@@ -219,3 +219,15 @@ def split_response(body: bytes, header_length: int | None) -> tuple[dict, bytes]
     if header_length is None:
         return json.loads(body), b""
     return json.loads(body[:header_length]), body[header_length:]
+
+
+# --- a small model: out = identity(y), y = x * 2 + 1, x a float32 [None, 3] placeholder ------------------------
+
+
+def add_graph() -> Any:
+    """A GraphDef: Placeholder ``x`` (float32, [None, 3]), ``mul`` = x * 2, ``y`` = mul + 1, ``out`` = y."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, 3])
+    y = b.add(b.mul(x, b.constant(2.0)), b.constant(1.0), name="y")
+    b.identity(y, name="out")
+    return b.graph_def
