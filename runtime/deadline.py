@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import math
 import threading
 import time
@@ -18,6 +19,8 @@ import weakref
 from typing import Protocol
 
 from poolserve.runtime.errors import DeadlineExceededError, OpError
+
+log = logging.getLogger("poolserve")
 
 
 class Deadline:
@@ -97,7 +100,12 @@ class DeadlineTimer:
                         step = ref()
                         if step is not None and not step.finished:
                             break
-            step.cancel(deadline.step_error())
+                        step = None
+            try:
+                step.cancel(deadline.step_error())
+            except Exception:  # one step's failure must not end the deadlines of all the others
+                log.exception("cancelling a step at its deadline failed")
+            step = None  # not kept alive while the thread waits for the next deadline
 
 
 deadline_timer = DeadlineTimer()

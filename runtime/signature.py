@@ -50,8 +50,24 @@ def _output_shape(node: Node, port: int) -> tuple[int, ...] | None:
     return None
 
 
+# outputs whose dtype is not the op's T (from TensorFlow's op definitions): a DataType or the attr naming it
+_PORT_DTYPES: dict[tuple[str, int], int | str] = {
+    ("TopKV2", 1): types_pb2.DT_INT32,
+    ("TopK", 1): types_pb2.DT_INT32,
+    ("Unique", 1): "out_idx",
+    ("UniqueWithCounts", 1): "out_idx",
+    ("UniqueWithCounts", 2): "out_idx",
+    ("Where", 0): types_pb2.DT_INT64,
+}
+
+
 def _output_dtype(graph: Graph, node: Node, port: int, depth: int = 0) -> int:
     """Best effort from the node's attrs; else the dtype of its first input (Identity-like ops)."""
+    known = _PORT_DTYPES.get((node.op, port))
+    if isinstance(known, int):
+        return known
+    if known is not None and node.has_attr(known):
+        return int(node.attr(known))
     for attr in _DTYPE_ATTRS:
         if node.has_attr(attr):
             value = node.attr(attr)

@@ -162,3 +162,15 @@ def test_an_unknown_output_lists_the_outputs_and_no_inputs_says_none() -> None:
         sig.input("q")
     with pytest.raises(InvalidArgumentError, match=r"no output 'q'; its outputs are: out \("):
         sig.output("q")
+
+
+def test_second_outputs_of_multi_output_ops_have_their_own_dtype():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None])
+    k = b.constant(np.int32(2), name="k")
+    b.op("TopKV2", [x, k], {"T": np.float32, "sorted": True}, name="top", num_outputs=2)
+    b.op("Unique", [x], {"T": np.float32, "out_idx": np.int64}, name="uniq", num_outputs=2)
+    graph = Graph(b.graph_def)
+    assert tensor_spec(graph, "top:0").dtype == types_pb2.DT_FLOAT
+    assert tensor_spec(graph, "top:1").dtype == types_pb2.DT_INT32
+    assert tensor_spec(graph, "uniq:1").dtype == types_pb2.DT_INT64
