@@ -65,17 +65,22 @@ def wait_until(predicate: Any, timeout: float = 2.0) -> bool:
     return bool(predicate())
 
 
-def test_deadline_stretch_configures_the_pool(model_dir: Path) -> None:
-    config = make_config({"run_handler_pool": {"deadline_stretch": 0}}, model_dir)
+def test_policy_and_deadline_stretch_configure_the_pool(model_dir: Path) -> None:
+    config = make_config({"run_handler_pool": {"policy": "deadline", "deadline_stretch": 0}}, model_dir)
     rt = InferenceService(config)
     rt.start()
     try:
         assert rt.pool.stretch == 0.0  # strict arrival order
+        assert not rt.pool.fair and rt.pool_stats().policy == "deadline"
     finally:
         rt.pool.stretch = DEFAULT_STRETCH  # the pool is process-global
+        rt.pool.fair = True
         rt.close()
+    assert make_config({}, model_dir).run_handler_pool.policy == "fair"  # the default
     with pytest.raises(ValueError, match="deadline_stretch"):
         make_config({"run_handler_pool": {"deadline_stretch": -1}}, model_dir)
+    with pytest.raises(ValueError, match="policy"):
+        make_config({"run_handler_pool": {"policy": "fifo"}}, model_dir)
 
 
 def test_model_lookup_by_name_and_version(runtime: InferenceService) -> None:
