@@ -164,3 +164,28 @@ def test_matrix_refuses_unknown_workload() -> None:
         timeout=120,
     )
     assert proc.returncode != 0 and "unknown workloads ['nope']" in proc.stderr
+
+
+def test_matrix_ranges_spans_the_runs(tmp_path: Path) -> None:
+    def run(p99_on: float, tput_on: float) -> dict:
+        load = {
+            "no_pool": {"g": {"requests": 10, "p99_ms": 10.0, "throughput_rps": 100.0}},
+            "pool": {"g": {"requests": 10, "p99_ms": p99_on, "throughput_rps": tput_on}},
+        }
+        target = {"met": False, "text": "every cell", "detail": "1 of 2 cells"}
+        return {"poolserve": {"w": {"graphs": ["g"], "loads": {"closed:8": load}}}, "targets": {"t": target}}
+
+    paths = []
+    for i, (p99, tput) in enumerate([(5.0, 120.0), (7.0, 90.0)]):
+        paths.append(tmp_path / f"run{i}.json")
+        paths[-1].write_text(json.dumps(run(p99, tput)))
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.matrix_ranges", *map(str, paths)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert "| w | closed:8 | g | 0.50-0.70x | 0.90-1.20x | - | - |" in out
+    assert "- run 2: every cell: NOT met (1 of 2 cells)" in out
