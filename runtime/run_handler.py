@@ -270,8 +270,9 @@ class RunHandlerPool:
         self.fair = fair
         self._groups: dict[tuple[object, int], _Group] = {}
         self._ungrouped = 0  # active handlers in no flow yet
-        self._vtime: dict[int, float] = {}  # per priority: the tag of the flow served last
-        self._local = threading.local()  # per worker: when (thread CPU time) its closure started
+        self._vtime: dict[int, float] = {}  # per priority: the tag of the flow furthest behind
+        # per worker: the thread CPU time and kernel time when its closure started
+        self._local = threading.local()
         self._kernel_threads = KernelThreads()
         self._lock = threading.Lock()
         self._active: list[RunHandler] = []  # sorted by key
@@ -379,8 +380,8 @@ class RunHandlerPool:
             if h.released:
                 return
             self._join(h, kind if kind is not None else h)
-            if seconds <= 0.0 or self.stretch <= 0.0:
-                return
+            if self.fair or seconds <= 0.0 or self.stretch <= 0.0:
+                return  # the deadline order is kept only for the deadline policy
             i = bisect.bisect_left(self._keys, h.key)
             del self._keys[i]
             del self._active[i]
@@ -446,8 +447,8 @@ class RunHandlerPool:
         return best
 
     def _order(self, h: RunHandler, running: bool = False) -> tuple[int, float, int]:
-        """The fair policy's order of ``h`` (smaller first). ``running``: ``h``'s closure runs on this
-        thread now, and what it used so far counts (a hint, read without the lock)."""
+        """With the lock held: the fair policy's order of ``h`` (smaller first). ``running``: ``h``'s
+        closure runs on this thread now, and the interpreter time it used so far counts."""
         g = h.group
         if g is None:
             return (-h.priority, self._vtime.get(h.priority, 0.0), h.key[2])
@@ -455,7 +456,8 @@ class RunHandlerPool:
         if running:
             c0 = getattr(self._local, "c0", None)
             if c0 is not None:
-                tag += (time.thread_time() - c0) / max(1, g.active)
+                held = (time.thread_time() - c0) - (kernel_clock.seconds - self._local.k0)
+                tag += max(0.0, held) / max(1, g.active)
         return (-g.priority, tag, h.key[2])
 
     def _charge(self, h: RunHandler, cpu: float) -> None:
@@ -626,7 +628,7 @@ class RunHandlerPool:
             n = self.num_threads - self._slots
             if wants[n] != kernel_threads.current:
                 kernel_threads.running(n)
-            k0 = kernels.seconds
+            k0 = local.k0 = kernels.seconds
             c0 = local.c0 = clock()
             try:
                 fn()

@@ -34,7 +34,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 from keras import layers
-from make_model_fixtures import FORBIDDEN_OPS, SEED, freeze, randomize_batchnorm, run_in_tf
+from make_model_fixtures import (
+    FORBIDDEN_OPS,
+    SEED,
+    PaddingMask,
+    freeze,
+    randomize_batchnorm,
+    run_in_tf,
+)
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "models" / "realistic"
 MAX_PB_BYTES = 3 << 20
@@ -90,14 +97,6 @@ def residual_cnn() -> keras.Model:
 
 
 BERT_SEQ, BERT_HIDDEN, BERT_HEADS, BERT_LAYERS, BERT_FFN, BERT_VOCAB = 128, 128, 2, 2, 512, 1000
-
-
-class PaddingMask(layers.Layer):
-    """[batch, seq] token ids -> [batch, seq, seq] attention mask hiding padding (id 0) keys."""
-
-    def call(self, tokens: Any) -> Any:
-        keep = tf.not_equal(tokens, 0)
-        return tf.logical_and(keep[:, None, :], tf.ones_like(keep)[:, :, None])
 
 
 class PositionEmbedding(layers.Layer):
