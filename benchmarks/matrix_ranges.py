@@ -1,10 +1,11 @@
 """Ranges over several runs of the pool matrix, as a Markdown table.
 
-    python -m benchmarks.matrix_ranges run1.json run2.json [...] > benchmarks/results/pool_matrix.md
+    python -m benchmarks.matrix_ranges [--by-workload] run1.json run2.json [...]
 
 Each input is what ``python -m benchmarks.bench_pool_matrix --json`` wrote. Per workload, load and graph:
 the range over the runs of poolserve's pool-on / pool-off ratios (p99 and throughput) and, where it was
-measured, TensorFlow's; then each run's verdicts on the pool issue's targets.
+measured, TensorFlow's; then each run's verdicts on the pool issue's targets. ``--by-workload`` folds the
+graphs and the closed and the open loads of each workload into one row (the README's summary).
 """
 
 from __future__ import annotations
@@ -58,12 +59,39 @@ def table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def by_workload(runs: list[dict[str, Any]]) -> str:
+    lines = [
+        "| workload | closed loops: p99 ratio | throughput ratio | open loops: p99 ratio | throughput |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for workload, result in runs[0]["poolserve"].items():
+        if "loads" not in result:
+            continue
+        spans: dict[str, list[float]] = {"closed_p99": [], "closed_tput": [], "open_p99": [], "open_tput": []}
+        for run in runs:
+            loads = run["poolserve"].get(workload, {}).get("loads", {})
+            for load, measured in loads.items():
+                kind = load.split(":")[0]
+                for graph in result["graphs"]:
+                    r = _ratios(measured, graph)
+                    if r is not None:
+                        spans[f"{kind}_p99"].append(r[0])
+                        spans[f"{kind}_tput"].append(r[1])
+        graphs = " + ".join(result["graphs"])
+        cells = " | ".join(_span(v) for v in spans.values())
+        lines.append(f"| {workload} ({graphs}) | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
-    paths = argv if argv is not None else sys.argv[1:]
+    args = argv if argv is not None else sys.argv[1:]
+    fold = "--by-workload" in args
+    paths = [a for a in args if a != "--by-workload"]
     if not paths:
         print(__doc__, file=sys.stderr)
         return 2
-    sys.stdout.write(table([json.loads(Path(p).read_text()) for p in paths]))
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    sys.stdout.write(by_workload(runs) if fold else table(runs))
     return 0
 
 
