@@ -231,3 +231,11 @@ def add_graph() -> Any:
     y = b.add(b.mul(x, b.constant(2.0)), b.constant(1.0), name="y")
     b.identity(y, name="out")
     return b.graph_def
+
+
+def load_fixture_io(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A TF fixture's ``.npz``: the inputs fed (``in:<tensor>``) and what TensorFlow computed (``out:<tensor>``)."""
+    with np.load(path) as data:
+        feeds = {k.removeprefix("in:"): data[k] for k in data.files if k.startswith("in:")}
+        expected = {k.removeprefix("out:"): data[k] for k in data.files if k.startswith("out:")}
+    return feeds, expected

@@ -15,6 +15,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from support import load_fixture_io
 
 from poolserve import Session, load_graph_def
 
@@ -36,10 +37,7 @@ harness = _load_harness()
 
 
 def load_io(name: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    with np.load(REALISTIC / f"{name}.npz") as data:
-        feeds = {k.removeprefix("in:"): data[k] for k in data.files if k.startswith("in:")}
-        expected = {k.removeprefix("out:"): data[k] for k in data.files if k.startswith("out:")}
-    return feeds, expected
+    return load_fixture_io(REALISTIC / f"{name}.npz")
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))

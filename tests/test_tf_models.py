@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from evaluate import evaluate
+from support import load_fixture_io
 
 from poolserve.runtime.graph import Graph, load_graph_def
 
@@ -18,10 +19,7 @@ MANIFEST: dict[str, Any] = json.loads((MODELS_DIR / "models.json").read_text())
 
 
 def load_io(name: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    with np.load(MODELS_DIR / f"{name}.npz") as data:
-        feeds = {k.removeprefix("in:"): data[k] for k in data.files if k.startswith("in:")}
-        expected = {k.removeprefix("out:"): data[k] for k in data.files if k.startswith("out:")}
-    return feeds, expected
+    return load_fixture_io(MODELS_DIR / f"{name}.npz")
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
