@@ -77,6 +77,7 @@ class RunHandler:
         "cpu",
         "group",
         "helper",
+        "inline",
         "key",
         "learn",
         "priority",
@@ -104,6 +105,9 @@ class RunHandler:
         self.short = False  # its step is known to take under SHORT_STEP_S of CPU
         self.learn: Callable[[float], None] | None = None
         self.group: _Group | None = None  # the requests it shares the CPU with as one class (fair policy)
+        # the caller runs the step's first nodes on a slot it took in begin(): its thread CPU time and
+        # kernel time then
+        self.inline: tuple[float, float] | None = None
 
     @property
     def id(self) -> int:
@@ -158,6 +162,17 @@ class RunHandler:
         with self._pool._lock:
             self.helper = _Worker()
             self.helper.waiting = True
+
+    def begin(
+        self, seconds: float, learn: Callable[[float], None] | None = None, kind: object = None
+    ) -> bool:
+        """``expect`` and ``attach_caller`` in one: for a synchronous caller, which calls ``help()`` after
+        starting its step. True: a slot was free and nobody waits for one, so the caller holds it now and
+        runs the step's first nodes itself, with no hand-off (as a pool thread runs a closure); its
+        ``help()`` then gives the slot back. False: the caller waits in ``help()`` for the pool."""
+        self.learn = learn
+        self.short = 0.0 < seconds < SHORT_STEP_S
+        return self._pool._begin(self, seconds, kind)
 
     def help(self) -> None:
         """Runs this handler's closures on the calling thread, as slots are granted, until released."""
@@ -274,6 +289,9 @@ class RunHandlerPool:
         # per worker: the thread CPU time and kernel time when its closure started
         self._local = threading.local()
         self._kernel_threads = KernelThreads()
+        # BLAS threads wanted per kernel with n closures running (so that an unchanged count costs one
+        # comparison per closure)
+        self._wants = [self._kernel_threads.wanted(n) for n in range(self.num_threads + 1)]
         self._lock = threading.Lock()
         self._active: list[RunHandler] = []  # sorted by key
         self._keys: list[tuple[int, float, int]] = []
@@ -377,18 +395,41 @@ class RunHandlerPool:
 
     def _expect(self, h: RunHandler, seconds: float, kind: object = None) -> None:
         with self._lock:
+            if not h.released:
+                self._place(h, seconds, kind)
+
+    def _place(self, h: RunHandler, seconds: float, kind: object) -> None:
+        """With the lock held: puts ``h`` in its flow, or (deadline policy) at its deadline."""
+        self._join(h, kind if kind is not None else h)
+        if self.fair or seconds <= 0.0 or self.stretch <= 0.0:
+            return  # the deadline order is kept only for the deadline policy
+        i = bisect.bisect_left(self._keys, h.key)
+        del self._keys[i]
+        del self._active[i]
+        h.key = (h.key[0], h.acquired_at + self.stretch * seconds, h.key[2])
+        i = bisect.bisect(self._keys, h.key)
+        self._keys.insert(i, h.key)
+        self._active.insert(i, h)
+
+    def _begin(self, h: RunHandler, seconds: float, kind: object) -> bool:
+        me = _Worker()
+        with self._lock:
+            h.helper = me
             if h.released:
-                return
-            self._join(h, kind if kind is not None else h)
-            if self.fair or seconds <= 0.0 or self.stretch <= 0.0:
-                return  # the deadline order is kept only for the deadline policy
-            i = bisect.bisect_left(self._keys, h.key)
-            del self._keys[i]
-            del self._active[i]
-            h.key = (h.key[0], h.acquired_at + self.stretch * seconds, h.key[2])
-            i = bisect.bisect(self._keys, h.key)
-            self._keys.insert(i, h.key)
-            self._active.insert(i, h)
+                return False
+            self._place(h, seconds, kind)
+            if not (self._slots and not self._queued):
+                me.waiting = True
+                return False
+            self._slots -= 1
+            h.running += 1
+            n = self.num_threads - self._slots
+        if self._wants[n] != self._kernel_threads.current:
+            self._kernel_threads.running(n)
+        local = self._local
+        h.inline = (time.thread_time(), kernel_clock.seconds)
+        local.k0, local.c0 = h.inline[1], h.inline[0]
+        return True
 
     def _join(self, h: RunHandler, kind: object) -> None:
         """With the lock held: puts ``h`` in the flow of its kind (moving it out of its own first)."""
@@ -562,22 +603,33 @@ class RunHandlerPool:
     def _help(self, h: RunHandler) -> None:
         w = h.helper
         if w is None:
-            raise InvalidArgumentError("RunHandler.help() needs attach_caller() first")
-        self._serve(w, h)
+            raise InvalidArgumentError("RunHandler.help() needs attach_caller() or begin() first")
+        start = h.inline
+        if start is None:
+            self._serve(w, h)
+            return
+        # the caller ran its step's first nodes on the slot it took in begin(): give it back
+        h.inline = self._local.c0 = None
+        cpu = time.thread_time() - start[0]
+        self._serve(w, h, h, cpu, max(0.0, cpu - (kernel_clock.seconds - start[1])))
 
-    def _serve(self, me: _Worker, own: RunHandler | None) -> None:
-        """The worker loop. ``own`` is set for a helping caller: it returns once its handler is released."""
+    def _serve(
+        self,
+        me: _Worker,
+        own: RunHandler | None,
+        done: RunHandler | None = None,
+        cpu: float = 0.0,
+        held: float = 0.0,
+    ) -> None:
+        """The worker loop. ``own`` is set for a helping caller: it returns once its handler is released.
+        ``done`` is whose closure just returned its slot; ``cpu``, the thread CPU time it took; ``held``,
+        what of it was spent outside expensive kernels (holding the GIL)."""
         lock = self._lock
         clock = time.thread_time
         local = self._local
         kernels = kernel_clock
         kernel_threads = self._kernel_threads
-        # BLAS threads wanted per kernel with n closures running (checked here, so that an unchanged
-        # value costs one comparison)
-        wants = [0] + [max(1, kernel_threads.cores // n) for n in range(1, self.num_threads + 1)]
-        done: RunHandler | None = None  # whose closure just returned its slot
-        held = 0.0  # of its CPU time, what it spent outside expensive kernels (holding the GIL)
-        cpu = 0.0
+        wants = self._wants
         while True:
             learn: Callable[[float], None] | None = None
             spent = 0.0
@@ -615,7 +667,7 @@ class RunHandlerPool:
             for w in wake:
                 if w is not me:
                     w.parker.unpark()
-            if task is None and self._slots == self.num_threads and kernel_threads.current:
+            if task is None and self._slots == self.num_threads and kernel_threads.current != wants[0]:
                 kernel_threads.running(0)  # idle: kernels get the process's own threads back
             if learn is not None:
                 learn(spent)
@@ -673,6 +725,9 @@ _pool: RunHandlerPool | None = None
 def get_pool(num_threads: int = 0, max_handlers: int = 0) -> RunHandlerPool:
     """The process-global pool, made on first use with these sizes (later sizes are ignored, as in TF)."""
     global _pool
+    pool = _pool
+    if pool is not None:  # every pooled run asks: no lock once it exists
+        return pool
     with _pool_lock:
         if _pool is None:
             _pool = RunHandlerPool(num_threads, max_handlers)

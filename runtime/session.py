@@ -367,12 +367,15 @@ class Session:
         """Starts a step. With a run handler, every closure of the step goes through it, and it is
         released when the step ends, however it ends. ``timer``: the deadline thread cancels the step at
         its deadline (``arun`` uses a timer of its event loop instead)."""
+        caller = False  # a synchronous caller that calls handler.help() after this
         if handler is not None:
             scheduler = handler
             if inline:
-                handler.attach_caller()  # the caller runs the step when the pool grants it a slot
-            inline = False
-            handler.expect(sig.plan.cpu, sig.plan.learn_cpu, sig.plan)
+                caller = True
+                # the caller runs the step now if the pool has a slot free, else when it grants one
+                inline = handler.begin(sig.plan.cpu, sig.plan.learn_cpu, sig.plan)
+            else:
+                handler.expect(sig.plan.cpu, sig.plan.learn_cpu, sig.plan)
         trace_level = options.trace_level if options is not None else 0
         trace: StepTrace | None = None
         if trace_level > 0:
@@ -418,6 +421,8 @@ class Session:
             if self._closed:
                 if handler is not None:
                     handler.release()
+                    if caller:
+                        handler.help()  # gives back the slot begin() may have taken
                 raise RuntimeError(CLOSED_MESSAGE)
             self._active.add(step)
         if deadline is not None and timer:
@@ -448,11 +453,12 @@ class Session:
         """Runs the step on this thread and the inter-op pool (or the RunHandlerPool) and returns the
         fetched values."""
         box: list[Any] = []
-        event = threading.Event()
+        finished = threading.Lock()  # released when the step ends: cheaper to make than an Event
+        finished.acquire()
 
         def on_done(result: Any, error: OpError | None) -> None:
             box.append((result, error))
-            event.set()
+            finished.release()
 
         deadline = self.deadline(options)
         with np.errstate(all="ignore"):
@@ -461,7 +467,7 @@ class Session:
             self._launch(sig, feeds, scheduler, options, run_metadata, on_done, True, handler, deadline)
             if handler is not None:
                 handler.help()
-        event.wait()
+        finished.acquire()
         result, error = box[0]
         if error is not None:
             raise error

@@ -103,36 +103,37 @@ class KernelThreads:
 
     def __init__(self, cores: int = 0) -> None:
         self.cores = cores if cores > 0 else default_num_threads()
-        self.current = 0  # what was set last (0: the process's own setting)
         self._libs: list[Any] | None = None
-        self._default = 0
         self._lock = threading.Lock()
+        self.default = self._load()  # the process's own setting
+        self.current = self.default  # what is set now
 
-    def _controllers(self) -> list[Any]:
-        if self._libs is None:
-            from threadpoolctl import ThreadpoolController
+    def _load(self) -> int:
+        from threadpoolctl import ThreadpoolController
 
-            blas = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
-            self._default = max((c.num_threads for c in blas), default=0)
-            # threadpoolctl lets only the first thread that sets OpenBLAS's count set it again (so that
-            # threads do not fight over it); here every pool thread applies the pool's one rule
-            self._libs = [getattr(c, "_real_set_num_threads", c.set_num_threads) for c in blas]
-        return self._libs
+        blas = [c for c in ThreadpoolController().lib_controllers if c.user_api == "blas"]
+        # threadpoolctl lets only the first thread that sets OpenBLAS's count set it again (so that
+        # threads do not fight over it); here every pool thread applies the pool's one rule
+        self._libs = [getattr(c, "_real_set_num_threads", c.set_num_threads) for c in blas]
+        return max((c.num_threads for c in blas), default=self.cores)
+
+    def wanted(self, n: int) -> int:
+        """BLAS threads per kernel while ``n`` kernels run at once (0: the process's own setting)."""
+        return max(1, self.cores // n) if n > 0 else self.default
 
     def running(self, n: int) -> None:
-        """``n`` kernels run at once now (0: none; the default comes back)."""
+        """``n`` kernels run at once now (0: none; the default comes back). Costs one comparison when the
+        count stays (one request at a time on a machine whose default is every core: always)."""
         if KernelThreads.pinned:
             return
-        want = max(1, self.cores // n) if n > 0 else 0
+        want = self.wanted(n)
         if want == self.current:
             return
         with self._lock:  # the C call drops the GIL: the value set last must be the one recorded
             if want == self.current:
                 return
-            libs = self._controllers()
-            if (want or self._default) != (self.current or self._default):  # one kernel alone: no call
-                for set_threads in libs:
-                    set_threads(want or self._default)
+            for set_threads in self._libs or ():
+                set_threads(want)
             self.current = want
 
     @classmethod
