@@ -15,7 +15,13 @@ from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import OpError
 from poolserve.runtime.graph import Graph, load_graph_def
 from poolserve.runtime.run_handler import RunHandlerPool, configure_pool, get_pool
-from poolserve.runtime.session import InteractiveSession, RunFuture, Session, get_default_session
+from poolserve.runtime.session import (
+    InteractiveSession,
+    RunFuture,
+    Session,
+    get_default_session,
+    register_session_factory,
+)
 from poolserve.runtime.timeline import Timeline
 
 __version__ = "0.1.0"
@@ -40,4 +46,5 @@ __all__ = [
     "get_default_session",
     "get_pool",
     "load_graph_def",
+    "register_session_factory",
 ]

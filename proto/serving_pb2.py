@@ -23,10 +23,11 @@ _sym_db = _symbol_database.Default()
 
 
 from poolserve.proto import config_pb2 as poolserve_dot_proto_dot_config__pb2
+from poolserve.proto import graph_pb2 as poolserve_dot_proto_dot_graph__pb2
 from poolserve.proto import tensor_pb2 as poolserve_dot_proto_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dpoolserve/proto/serving.proto\x12\x14poolserve.tensorflow\x1a\x1cpoolserve/proto/config.proto\x1a\x1cpoolserve/proto/tensor.proto\"\xbd\x02\n\nRunRequest\x12:\n\x05\x66\x65\x65\x64s\x18\x01 \x03(\x0b\x32+.poolserve.tensorflow.RunRequest.FeedsEntry\x12\x0f\n\x07\x66\x65tches\x18\x02 \x03(\t\x12\x0f\n\x07targets\x18\x03 \x03(\t\x12\x35\n\x0brun_options\x18\x04 \x01(\x0b\x32 .poolserve.tensorflow.RunOptions\x12\r\n\x05trace\x18\x05 \x01(\t\x12!\n\x14use_run_handler_pool\x18\x06 \x01(\x08H\x00\x88\x01\x01\x1aO\n\nFeedsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x30\n\x05value\x18\x02 \x01(\x0b\x32!.poolserve.tensorflow.TensorProto:\x02\x38\x01\x42\x17\n\x15_use_run_handler_pool\"\x82\x02\n\x0bRunResponse\x12?\n\x07outputs\x18\x01 \x03(\x0b\x32..poolserve.tensorflow.RunResponse.OutputsEntry\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x37\n\x0crun_metadata\x18\x03 \x01(\x0b\x32!.poolserve.tensorflow.RunMetadata\x12\x12\n\ntrace_json\x18\x04 \x01(\t\x1aQ\n\x0cOutputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x30\n\x05value\x18\x02 \x01(\x0b\x32!.poolserve.tensorflow.TensorProto:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dpoolserve/proto/serving.proto\x12\x14poolserve.tensorflow\x1a\x1cpoolserve/proto/config.proto\x1a\x1bpoolserve/proto/graph.proto\x1a\x1cpoolserve/proto/tensor.proto\"\xbd\x02\n\nRunRequest\x12:\n\x05\x66\x65\x65\x64s\x18\x01 \x03(\x0b\x32+.poolserve.tensorflow.RunRequest.FeedsEntry\x12\x0f\n\x07\x66\x65tches\x18\x02 \x03(\t\x12\x0f\n\x07targets\x18\x03 \x03(\t\x12\x35\n\x0brun_options\x18\x04 \x01(\x0b\x32 .poolserve.tensorflow.RunOptions\x12\r\n\x05trace\x18\x05 \x01(\t\x12!\n\x14use_run_handler_pool\x18\x06 \x01(\x08H\x00\x88\x01\x01\x1aO\n\nFeedsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x30\n\x05value\x18\x02 \x01(\x0b\x32!.poolserve.tensorflow.TensorProto:\x02\x38\x01\x42\x17\n\x15_use_run_handler_pool\"\x82\x02\n\x0bRunResponse\x12?\n\x07outputs\x18\x01 \x03(\x0b\x32..poolserve.tensorflow.RunResponse.OutputsEntry\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x37\n\x0crun_metadata\x18\x03 \x01(\x0b\x32!.poolserve.tensorflow.RunMetadata\x12\x12\n\ntrace_json\x18\x04 \x01(\t\x1aQ\n\x0cOutputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x30\n\x05value\x18\x02 \x01(\x0b\x32!.poolserve.tensorflow.TensorProto:\x02\x38\x01\"S\n\x10NamedTensorProto\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\x06tensor\x18\x02 \x01(\x0b\x32!.poolserve.tensorflow.TensorProto\"\x9b\x01\n\x14\x43reateSessionRequest\x12\x31\n\tgraph_def\x18\x01 \x01(\x0b\x32\x1e.poolserve.tensorflow.GraphDef\x12\x31\n\x06\x63onfig\x18\x02 \x01(\x0b\x32!.poolserve.tensorflow.ConfigProto\x12\x0e\n\x06target\x18\x03 \x01(\t\x12\r\n\x05model\x18\x65 \x01(\t\"F\n\x15\x43reateSessionResponse\x12\x16\n\x0esession_handle\x18\x01 \x01(\t\x12\x15\n\rgraph_version\x18\x02 \x01(\x03\"\x80\x01\n\x14\x45xtendSessionRequest\x12\x16\n\x0esession_handle\x18\x01 \x01(\t\x12\x31\n\tgraph_def\x18\x02 \x01(\x0b\x32\x1e.poolserve.tensorflow.GraphDef\x12\x1d\n\x15\x63urrent_graph_version\x18\x03 \x01(\x03\"2\n\x15\x45xtendSessionResponse\x12\x19\n\x11new_graph_version\x18\x04 \x01(\x03\"\xcc\x01\n\x0eRunStepRequest\x12\x16\n\x0esession_handle\x18\x01 \x01(\t\x12\x34\n\x04\x66\x65\x65\x64\x18\x02 \x03(\x0b\x32&.poolserve.tensorflow.NamedTensorProto\x12\r\n\x05\x66\x65tch\x18\x03 \x03(\t\x12\x0e\n\x06target\x18\x04 \x03(\t\x12\x31\n\x07options\x18\x05 \x01(\x0b\x32 .poolserve.tensorflow.RunOptions\x12\x1a\n\x12partial_run_handle\x18\x06 \x01(\t\"~\n\x0fRunStepResponse\x12\x36\n\x06tensor\x18\x01 \x03(\x0b\x32&.poolserve.tensorflow.NamedTensorProto\x12\x33\n\x08metadata\x18\x02 \x01(\x0b\x32!.poolserve.tensorflow.RunMetadata\"]\n\x16PartialRunSetupRequest\x12\x16\n\x0esession_handle\x18\x01 \x01(\t\x12\x0c\n\x04\x66\x65\x65\x64\x18\x02 \x03(\t\x12\r\n\x05\x66\x65tch\x18\x03 \x03(\t\x12\x0e\n\x06target\x18\x04 \x03(\t\"5\n\x17PartialRunSetupResponse\x12\x1a\n\x12partial_run_handle\x18\x01 \x01(\t\"\x16\n\x14\x43loseSessionResponse\"!\n\x0cResetRequest\x12\x11\n\tcontainer\x18\x01 \x03(\t\"\x0f\n\rResetResponse\"`\n\x10\x44\x65viceAttributes\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65vice_type\x18\x02 \x01(\t\x12\x14\n\x0cmemory_limit\x18\x04 \x01(\x03\x12\x13\n\x0bincarnation\x18\x06 \x01(\x06\"S\n\x13ListDevicesResponse\x12<\n\x0clocal_device\x18\x01 \x03(\x0b\x32&.poolserve.tensorflow.DeviceAttributesb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,12 +38,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RUNREQUEST_FEEDSENTRY']._serialized_options = b'8\001'
   _globals['_RUNRESPONSE_OUTPUTSENTRY']._loaded_options = None
   _globals['_RUNRESPONSE_OUTPUTSENTRY']._serialized_options = b'8\001'
-  _globals['_RUNREQUEST']._serialized_start=116
-  _globals['_RUNREQUEST']._serialized_end=433
-  _globals['_RUNREQUEST_FEEDSENTRY']._serialized_start=329
-  _globals['_RUNREQUEST_FEEDSENTRY']._serialized_end=408
-  _globals['_RUNRESPONSE']._serialized_start=436
-  _globals['_RUNRESPONSE']._serialized_end=694
-  _globals['_RUNRESPONSE_OUTPUTSENTRY']._serialized_start=613
-  _globals['_RUNRESPONSE_OUTPUTSENTRY']._serialized_end=694
+  _globals['_RUNREQUEST']._serialized_start=145
+  _globals['_RUNREQUEST']._serialized_end=462
+  _globals['_RUNREQUEST_FEEDSENTRY']._serialized_start=358
+  _globals['_RUNREQUEST_FEEDSENTRY']._serialized_end=437
+  _globals['_RUNRESPONSE']._serialized_start=465
+  _globals['_RUNRESPONSE']._serialized_end=723
+  _globals['_RUNRESPONSE_OUTPUTSENTRY']._serialized_start=642
+  _globals['_RUNRESPONSE_OUTPUTSENTRY']._serialized_end=723
+  _globals['_NAMEDTENSORPROTO']._serialized_start=725
+  _globals['_NAMEDTENSORPROTO']._serialized_end=808
+  _globals['_CREATESESSIONREQUEST']._serialized_start=811
+  _globals['_CREATESESSIONREQUEST']._serialized_end=966
+  _globals['_CREATESESSIONRESPONSE']._serialized_start=968
+  _globals['_CREATESESSIONRESPONSE']._serialized_end=1038
+  _globals['_EXTENDSESSIONREQUEST']._serialized_start=1041
+  _globals['_EXTENDSESSIONREQUEST']._serialized_end=1169
+  _globals['_EXTENDSESSIONRESPONSE']._serialized_start=1171
+  _globals['_EXTENDSESSIONRESPONSE']._serialized_end=1221
+  _globals['_RUNSTEPREQUEST']._serialized_start=1224
+  _globals['_RUNSTEPREQUEST']._serialized_end=1428
+  _globals['_RUNSTEPRESPONSE']._serialized_start=1430
+  _globals['_RUNSTEPRESPONSE']._serialized_end=1556
+  _globals['_PARTIALRUNSETUPREQUEST']._serialized_start=1558
+  _globals['_PARTIALRUNSETUPREQUEST']._serialized_end=1651
+  _globals['_PARTIALRUNSETUPRESPONSE']._serialized_start=1653
+  _globals['_PARTIALRUNSETUPRESPONSE']._serialized_end=1706
+  _globals['_CLOSESESSIONRESPONSE']._serialized_start=1708
+  _globals['_CLOSESESSIONRESPONSE']._serialized_end=1730
+  _globals['_RESETREQUEST']._serialized_start=1732
+  _globals['_RESETREQUEST']._serialized_end=1765
+  _globals['_RESETRESPONSE']._serialized_start=1767
+  _globals['_RESETRESPONSE']._serialized_end=1782
+  _globals['_DEVICEATTRIBUTES']._serialized_start=1784
+  _globals['_DEVICEATTRIBUTES']._serialized_end=1880
+  _globals['_LISTDEVICESRESPONSE']._serialized_start=1882
+  _globals['_LISTDEVICESRESPONSE']._serialized_end=1965
 # @@protoc_insertion_point(module_scope)

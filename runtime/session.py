@@ -29,7 +29,7 @@ from poolserve.runtime.errors import (
     OpError,
     ResourceExhaustedError,
 )
-from poolserve.runtime.executor import ConstantFolder, Plan, Step, StepTrace
+from poolserve.runtime.executor import DEVICE, ConstantFolder, Plan, Step, StepTrace
 from poolserve.runtime.fetches import FetchMapper, is_op_name
 from poolserve.runtime.graph import Graph, prepare_feed
 from poolserve.runtime.kernels.registry import ResourceContainer
@@ -78,6 +78,16 @@ class StepRecord:
     started_at: float = 0.0  # time.monotonic() when the step started, after any wait for a handler
 
 
+@dataclasses.dataclass(frozen=True)
+class DeviceAttributes:
+    """A device a session runs on, as ``Session.list_devices()`` reports it (TensorFlow's fields)."""
+
+    name: str
+    device_type: str
+    memory_limit_bytes: int
+    incarnation: int
+
+
 class _Signature:
     """What a call resolved: the plan, the feeds in plan order, and how to shape the results."""
 
@@ -89,8 +99,58 @@ class _Signature:
         self.fetch_index = fetch_index
 
 
+GraphArg = graph_pb2.GraphDef | Graph | None
+
+
+def _split_args(target: Any, graph: Any, config: Any) -> tuple[str, GraphArg, config_pb2.ConfigProto | None]:
+    """TensorFlow's ``(target, graph, config)`` from a call made either way: a graph first (poolserve's own
+    ``Session(graph_def, config)``) still means the graph."""
+    if isinstance(target, (graph_pb2.GraphDef, Graph)):
+        if isinstance(graph, config_pb2.ConfigProto):
+            target, graph, config = "", target, graph
+        else:
+            target, graph = "", target
+    if target is None:
+        target = ""
+    if not isinstance(target, str):
+        raise InvalidArgumentError(f"A session target is a string such as 'http://host:port'; got {target!r}")
+    return target, graph, config
+
+
+_factories: dict[str, type[Session]] = {}
+_BUILT_IN = frozenset({"http", "https"})  # RemoteSession, registered when first asked for
+
+
+def register_session_factory(scheme: str, factory: type[Session]) -> None:
+    """Makes ``Session(target)`` with a target ``scheme://...`` construct ``factory(target, graph,
+    config)``, a Session subclass (as TensorFlow's ``SessionFactory::Register``). An empty target is the
+    in-process session."""
+    if not scheme or "://" in scheme:
+        raise InvalidArgumentError(f"A session factory's scheme is a name such as 'http'; got {scheme!r}")
+    _factories[scheme] = factory
+
+
+def session_factory(target: str) -> type[Session]:
+    """The class that serves ``target``; InvalidArgumentError naming the known ones if none does."""
+    if not target:
+        return Session
+    scheme = target.split("://", 1)[0] if "://" in target else ""
+    if scheme in _BUILT_IN and scheme not in _factories:
+        import poolserve.runtime.remote  # noqa: F401  (registers RemoteSession; httpx only when used)
+    factory = _factories.get(scheme)
+    if factory is None:
+        schemes = sorted(set(_factories) | _BUILT_IN)
+        known = ", ".join(["'' (in process)", *(f"'{k}://'" for k in schemes)])
+        raise InvalidArgumentError(
+            f"No session factory registered for the target '{target}': known targets are {known}"
+        )
+    return factory
+
+
 class Session:
-    """Runs a graph. ``config`` is a ``ConfigProto``.
+    """Runs a graph. ``Session(target="", graph=None, config=None)`` as TensorFlow's: an empty ``target``
+    runs in this process; ``http://host:port`` runs against a poolserve server (``RemoteSession``), and
+    other schemes as registered with ``register_session_factory``. ``config`` is a ``ConfigProto``.
 
     Where TensorFlow would take a device memory limit, poolserve takes ``memory_limit_bytes``: a per-step
     limit on the bytes of tensors a step allocates; a step over it fails with ResourceExhaustedError (OOM).
@@ -98,14 +158,27 @@ class Session:
     RunHandlerPool of its own (tests, benchmarks); by default runs that use one share the process-global pool.
     """
 
+    def __new__(cls, target: Any = None, graph: Any = None, config: Any = None, **kwargs: Any) -> Session:
+        if cls is Session:
+            # Python then calls the chosen class's __init__ with these same arguments
+            cls = session_factory(_split_args(target, graph, config)[0])
+        return object.__new__(cls)
+
     def __init__(
         self,
-        graph: graph_pb2.GraphDef | Graph | None = None,
+        target: str | graph_pb2.GraphDef | Graph | None = None,
+        graph: graph_pb2.GraphDef | Graph | config_pb2.ConfigProto | None = None,
         config: config_pb2.ConfigProto | None = None,
         *,
         memory_limit_bytes: int | None = None,
         run_handler_pool: RunHandlerPool | None = None,
     ) -> None:
+        target, graph, config = _split_args(target, graph, config)
+        if target:
+            raise InvalidArgumentError(f"An in-process Session takes the empty target; got '{target}'")
+        if graph is not None and not isinstance(graph, (graph_pb2.GraphDef, Graph)):
+            raise InvalidArgumentError(f"graph must be a GraphDef or a Graph; got {type(graph).__name__}")
+        self.target: str = target
         self._config = config if config is not None else config_pb2.ConfigProto()
         self._run_handler_pool = run_handler_pool
         if graph is None:
@@ -249,7 +322,6 @@ class Session:
         self, fetches: Fetches, feed_dict: Feeds | None, options: config_pb2.RunOptions | None
     ) -> tuple[_Signature, dict[TensorId, Any]]:
         graph = self._graph
-        mapper = FetchMapper(fetches)
         feed_values: dict[TensorId, Any] = {}
         for name, value in (feed_dict or {}).items():
             if not isinstance(name, str):
@@ -258,6 +330,14 @@ class Session:
             if tid in feed_values:
                 raise InvalidArgumentError(f"Tensor '{name}' is fed twice")
             feed_values[tid] = prepare_feed(graph, tid, value)
+        return self._bind(fetches, list(feed_values), options), feed_values
+
+    def _bind(
+        self, fetches: Fetches, feed_ids: list[TensorId], options: config_pb2.RunOptions | None
+    ) -> _Signature:
+        """The signature of fetching ``fetches`` with these tensors fed (their plan, compiled once)."""
+        graph = self._graph
+        mapper = FetchMapper(fetches)
         fetch_ids: list[TensorId] = []
         targets: list[str] = []
         fetch_index: list[int | None] = []
@@ -274,12 +354,11 @@ class Session:
                 seen[tid] = len(fetch_ids)
                 fetch_ids.append(tid)
             fetch_index.append(seen[tid])
-        plan = self._plan(list(feed_values), fetch_ids, targets, options)
+        plan = self._plan(feed_ids, fetch_ids, targets, options)
         # results come back in plan order: map the caller's unique fetches onto it
         position = {t: i for i, t in enumerate(plan.fetches)}
         order = [position[t] for t in fetch_ids]
-        sig = _Signature(plan, mapper, [None if i is None else order[i] for i in fetch_index])
-        return sig, feed_values
+        return _Signature(plan, mapper, [None if i is None else order[i] for i in fetch_index])
 
     # --- running -----------------------------------------------------------------------------------------
 
@@ -452,6 +531,19 @@ class Session:
     ) -> Any:
         """Runs the step on this thread and the inter-op pool (or the RunHandlerPool) and returns the
         fetched values."""
+        deadline = self.deadline(options)
+        sig, feeds, scheduler = self._prepare(fetches, feed_dict, options)
+        return self._run_prepared(sig, feeds, scheduler, options, run_metadata, deadline)
+
+    def _run_prepared(
+        self,
+        sig: _Signature,
+        feeds: list[Any],
+        scheduler: Scheduler,
+        options: config_pb2.RunOptions | None,
+        run_metadata: config_pb2.RunMetadata | None,
+        deadline: Deadline | None,
+    ) -> Any:
         box: list[Any] = []
         finished = threading.Lock()  # released when the step ends: cheaper to make than an Event
         finished.acquire()
@@ -460,9 +552,7 @@ class Session:
             box.append((result, error))
             finished.release()
 
-        deadline = self.deadline(options)
         with np.errstate(all="ignore"):
-            sig, feeds, scheduler = self._prepare(fetches, feed_dict, options)
             handler = self._take_handler(options, deadline)
             self._launch(sig, feeds, scheduler, options, run_metadata, on_done, True, handler, deadline)
             if handler is not None:
@@ -472,6 +562,59 @@ class Session:
         if error is not None:
             raise error
         return result
+
+    def make_callable(
+        self, fetches: Fetches, feed_list: Sequence[str] | None = None, accept_options: bool = False
+    ) -> Callable[..., Any]:
+        """A function that runs ``fetches`` with the tensors of ``feed_list`` fed, in that order, as its
+        arguments (TensorFlow's ``Session.make_callable``). The names are resolved and the plan compiled
+        once, here; a call only checks its values. With ``accept_options`` it also takes ``options=`` and
+        ``run_metadata=`` keywords."""
+        self._check_open()
+        graph = self._graph
+        feed_ids = [graph.tensor(n) for n in feed_list or ()]
+        if len(set(feed_ids)) != len(feed_ids):
+            raise InvalidArgumentError(f"A tensor is fed twice in feed_list {list(feed_list or ())}")
+        bound: dict[str, tuple[_Signature, list[int]]] = {}
+
+        def signature(options: config_pb2.RunOptions | None) -> tuple[_Signature, list[int]]:
+            watches = watch_summary(options)
+            entry = bound.get(watches)
+            if entry is None:
+                sig = self._bind(fetches, feed_ids, options)
+                entry = bound[watches] = (sig, [feed_ids.index(t) for t in sig.plan.feeds])
+            return entry
+
+        default = signature(None)
+
+        def call(
+            *values: Any,
+            options: config_pb2.RunOptions | None = None,
+            run_metadata: config_pb2.RunMetadata | None = None,
+        ) -> Any:
+            if len(values) != len(feed_ids):
+                raise InvalidArgumentError(
+                    f"The callable takes {len(feed_ids)} value(s), in feed_list's order; got {len(values)}"
+                )
+            self._check_open()
+            watched = options is not None and options.HasField("debug_options")
+            sig, order = signature(options) if watched else default
+            feeds = [prepare_feed(graph, feed_ids[i], values[i]) for i in order]
+            return self._run_prepared(
+                sig, feeds, self._scheduler(options), options, run_metadata, self.deadline(options)
+            )
+
+        if accept_options:
+            return call
+
+        def call_without_options(*values: Any) -> Any:
+            return call(*values)
+
+        return call_without_options
+
+    def list_devices(self) -> list[DeviceAttributes]:
+        """The devices this session runs on: this machine's CPU (TensorFlow's ``Session.list_devices``)."""
+        return [DeviceAttributes(DEVICE, "CPU", self._memory_limit or 0, 0)]
 
     def submit(
         self,
@@ -730,14 +873,15 @@ class InteractiveSession(Session):
 
     def __init__(
         self,
-        graph: graph_pb2.GraphDef | Graph | None = None,
+        target: str | graph_pb2.GraphDef | Graph | None = None,
+        graph: graph_pb2.GraphDef | Graph | config_pb2.ConfigProto | None = None,
         config: config_pb2.ConfigProto | None = None,
         *,
         memory_limit_bytes: int | None = None,
         run_handler_pool: RunHandlerPool | None = None,
     ) -> None:
         super().__init__(
-            graph, config, memory_limit_bytes=memory_limit_bytes, run_handler_pool=run_handler_pool
+            target, graph, config, memory_limit_bytes=memory_limit_bytes, run_handler_pool=run_handler_pool
         )
         _default_stack().append(self)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -28,10 +27,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from poolserve.runtime.errors import (
     InvalidArgumentError,
     NotFoundError,
-    PermissionDeniedError,
-    UnauthenticatedError,
 )
-from poolserve.server import errors, kserve, native, tfserving
+from poolserve.server import errors, kserve, native, sessions, tfserving
 from poolserve.server.config import Config
 from poolserve.server.errors import REQUEST_ID_HEADER
 from poolserve.server.service import InferenceService, RequestInfo, attach_info, new_request_id
@@ -223,18 +220,6 @@ def _pool_state(service: InferenceService) -> dict[str, Any]:
     return body
 
 
-def _check_admin(service: InferenceService, request: Request) -> None:
-    token = service.config.server.admin_token
-    if not token:
-        return
-    auth = request.headers.get("authorization", "")
-    scheme, _, given = auth.partition(" ")
-    if scheme.lower() != "bearer" or not given:
-        raise UnauthenticatedError("This endpoint needs 'Authorization: Bearer <admin_token>'")
-    if not secrets.compare_digest(given.strip().encode(), token.encode()):
-        raise PermissionDeniedError("The admin token is not valid")
-
-
 def _json(body: Any, status: int = 200) -> Response:
     return Response(
         json.dumps(body, separators=(",", ":")), status_code=status, media_type="application/json"
@@ -266,7 +251,7 @@ def operations_router(service: InferenceService) -> APIRouter:
 
     @api.put("/v1/runtime/run_handler_pool")
     async def put_pool(request: Request) -> dict[str, Any]:
-        _check_admin(service, request)
+        service.check_admin(request.headers)
         # read the body ourselves: a bare `curl -d` sends it form-encoded, and it is still JSON
         try:
             data = json.loads(await request.body())
@@ -326,8 +311,10 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
             service.draining = True
             service.ready = False
             await _drain(app, service)
+            store.close_all()
             service.close()
 
+    store = sessions.SessionStore(service)
     app = FastAPI(title="poolserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
     errors.install(app)
@@ -339,12 +326,14 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
             *native.inference_routes(service),
             *tfserving.inference_routes(service),
             *kserve.inference_routes(service),
+            sessions.run_route(service, store),
         ]
     )
     app.include_router(native.router(service))
     app.include_router(tfserving.router(service))
     app.include_router(kserve.router(service))
     app.include_router(operations_router(service))
+    app.include_router(sessions.router(service, store))
     app.add_middleware(ServingMiddleware, service=service)
     return app
 

@@ -70,6 +70,14 @@ class TraceSettings(_Section):
     sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
+class SessionSettings(_Section):
+    """Remote sessions (``Session("http://host:port")``): what clients can make the server hold."""
+
+    max_sessions: int = Field(default=64, ge=0)
+    max_graph_bytes: int = Field(default=256 * MiB, ge=0)  # of all shipped graphs together
+    idle_seconds: float = Field(default=600.0, gt=0)  # a session unused this long is dropped
+
+
 class ModelConfig(_Section):
     name: str = Field(min_length=1)
     path: Path
@@ -109,6 +117,7 @@ class Config(BaseSettings):
     runtime: RuntimeSettings = Field(default_factory=RuntimeSettings)
     run_handler_pool: RunHandlerPoolSettings = Field(default_factory=RunHandlerPoolSettings)
     traces: TraceSettings = Field(default_factory=TraceSettings)
+    sessions: SessionSettings = Field(default_factory=SessionSettings)
     models: list[ModelConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

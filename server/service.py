@@ -17,10 +17,11 @@ import itertools
 import logging
 import os
 import random
+import secrets
 import sys
 import threading
 import time
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -32,6 +33,8 @@ from poolserve.runtime.errors import (
     InvalidArgumentError,
     NotFoundError,
     OpError,
+    PermissionDeniedError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from poolserve.runtime.run_handler import RunHandlerPool
@@ -223,6 +226,19 @@ class InferenceService:
 
     def list_models(self) -> list[ModelEntry]:
         return [e for name in sorted(self.models) for _, e in sorted(self.models[name].items())]
+
+    def check_admin(self, headers: Mapping[str, str]) -> None:
+        """Refuses a request without the admin token, when one is set (UnauthenticatedError without it,
+        PermissionDeniedError with a wrong one)."""
+        token = self.config.server.admin_token
+        if not token:
+            return
+        auth = headers.get("authorization", "")
+        scheme, _, given = auth.partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            raise UnauthenticatedError("This endpoint needs 'Authorization: Bearer <admin_token>'")
+        if not secrets.compare_digest(given.strip().encode(), token.encode()):
+            raise PermissionDeniedError("The admin token is not valid")
 
     def timeout_ms(self, options: config_pb2.RunOptions | None) -> int:
         if options is not None and options.timeout_in_ms > 0:

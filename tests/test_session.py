@@ -1,6 +1,7 @@
 import collections
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -570,3 +571,80 @@ def test_default_session_stack() -> None:
         interactive.close()
     assert get_default_session() is None
     inner.close()
+
+
+# --- targets, factories, make_callable, list_devices ------------------------------------------------------
+
+
+def _double_graph() -> tuple[Any, str, str]:
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None])
+    y = b.mul(x, b.constant(2.0), name="y")
+    return b.graph_def, x, y
+
+
+def test_session_takes_tensorflows_argument_order_and_the_graph_first():
+    graph, x, y = _double_graph()
+    config = config_pb2.ConfigProto(inter_op_parallelism_threads=1)
+    feed = {x: np.asarray([1.0, 2.0], np.float32)}
+    for s in (
+        Session(graph, config),
+        Session("", graph, config),
+        Session(graph=graph, config=config),
+        Session(target="", graph=graph),
+    ):
+        with s:
+            assert s.run(y, feed).tolist() == [2.0, 4.0] and s.target == ""
+    with pytest.raises(InvalidArgumentError, match="graph must be a GraphDef"):
+        Session("", 42)
+
+
+def test_a_registered_factory_serves_its_scheme_and_unknown_ones_are_refused():
+    from poolserve.runtime import session as session_module
+
+    made: list[str] = []
+
+    class Recording(Session):
+        def __init__(self, target: Any = None, graph: Any = None, config: Any = None, **kw: Any) -> None:
+            made.append(target)
+            super().__init__(graph, config)
+
+    session_module.register_session_factory("test", Recording)
+    try:
+        graph, x, y = _double_graph()
+        with Session("test://anywhere", graph) as s:
+            assert isinstance(s, Recording) and made == ["test://anywhere"]
+            assert s.run(y, {x: [3.0]}).tolist() == [6.0]
+    finally:
+        del session_module._factories["test"]
+    with pytest.raises(InvalidArgumentError, match=r"known targets are '' \(in process\), 'http://'"):
+        Session("test://anywhere")
+    with pytest.raises(InvalidArgumentError, match="scheme"):
+        session_module.register_session_factory("a://b", Session)
+
+
+def test_make_callable_runs_the_fetches_with_its_feeds_in_order():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None])
+    z = b.placeholder("z", np.float32, [None])
+    y = b.op("Sub", [x, z], {"T": np.float32}, name="y")
+    with Session(b.graph_def) as s:
+        call = s.make_callable([y, y], [z, x])
+        assert [v.tolist() for v in call([1.0], [5.0])] == [[4.0], [4.0]]
+        with pytest.raises(InvalidArgumentError, match="takes 2 value"):
+            call([1.0])
+        with pytest.raises(InvalidArgumentError, match="Cannot feed value of shape"):
+            call(np.ones((2, 2), np.float32), [1.0])
+        traced = s.make_callable(y, [x, z], accept_options=True)
+        metadata = config_pb2.RunMetadata()
+        options = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE)
+        assert traced([3.0], [1.0], options=options, run_metadata=metadata).tolist() == [2.0]
+        assert any(n.node_name == "y" for d in metadata.step_stats.dev_stats for n in d.node_stats)
+        with pytest.raises(InvalidArgumentError, match="fed twice"):
+            s.make_callable(y, [x, x])
+
+
+def test_list_devices_names_this_machines_cpu():
+    with Session() as s:
+        (device,) = s.list_devices()
+    assert device.name == "/job:localhost/replica:0/task:0/device:CPU:0" and device.device_type == "CPU"

@@ -1,0 +1,340 @@
+"""``RemoteSession``: ``Session("http://host:port")`` runs the same program against a poolserve server.
+
+As TensorFlow's GrpcSession does against a master: creating the session ships the GraphDef once (or,
+with ``http://host:port/v1/models/NAME``, binds to a model the server serves, shipping nothing); ``run``
+sends feeds, fetches, targets and the whole RunOptions, and gets the outputs and RunMetadata back;
+``close`` deletes the server's session. Errors come back as the same OpError subclasses.
+
+Values are sent as TensorProtos: arrays keep their dtype; Python lists and scalars are sent as numpy
+makes them, with float64 and int64 narrowed to float32 and int32 (the server then converts them to the
+placeholder's dtype only where that loses nothing, as ``Session.run`` does with arrays).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import httpx
+import numpy as np
+from google.protobuf.message import DecodeError, Message
+
+from poolserve.proto import config_pb2, graph_pb2, serving_pb2
+from poolserve.runtime.errors import (
+    Code,
+    InvalidArgumentError,
+    OpError,
+    UnavailableError,
+    error_class,
+)
+from poolserve.runtime.fetches import FetchMapper, is_op_name
+from poolserve.runtime.graph import Graph
+from poolserve.runtime.session import (
+    CLOSED_MESSAGE,
+    DeviceAttributes,
+    Session,
+    _split_args,
+    register_session_factory,
+)
+from poolserve.runtime.tensor import as_array, from_ndarray, to_ndarray
+from poolserve.runtime.types import Feeds, Fetches
+
+PROTOBUF = "application/x-protobuf"
+M = TypeVar("M", bound=Message)
+# Extra seconds the HTTP client waits past a run's own timeout_in_ms for the server's answer.
+_TIMEOUT_SLACK_S = 5.0
+_MODEL_PATH = re.compile(r"/v1/models/([^/]+)/?")
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return from_ndarray(value)
+    arr = as_array(value)
+    if arr.dtype == np.float64:
+        arr = arr.astype(np.float32)
+    elif arr.dtype == np.int64:
+        arr = arr.astype(np.int32)
+    return from_ndarray(arr)
+
+
+class RemoteSession(Session):
+    """A session on a poolserve server (see the module docstring). ``token`` is the server's admin token,
+    needed to ship a graph when the server sets one; ``timeout`` bounds the calls that are not runs."""
+
+    def __init__(
+        self,
+        target: str | graph_pb2.GraphDef | Graph | None = None,
+        graph: graph_pb2.GraphDef | Graph | config_pb2.ConfigProto | None = None,
+        config: config_pb2.ConfigProto | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = 60.0,
+        **unused: Any,
+    ) -> None:
+        target, graph, config = _split_args(target, graph, config)
+        url = urllib.parse.urlsplit(target)
+        if url.scheme not in ("http", "https") or not url.netloc:
+            raise InvalidArgumentError(f"A remote session's target is http(s)://host:port; got '{target}'")
+        model = ""
+        if url.path not in ("", "/"):
+            match = _MODEL_PATH.fullmatch(url.path)
+            if match is None:
+                raise InvalidArgumentError(
+                    f"Target '{target}': the only path a target may have is /v1/models/NAME"
+                )
+            model = urllib.parse.unquote(match[1])
+        if model and graph is not None and len(_graph_def(graph).node):
+            raise InvalidArgumentError(f"Target '{target}' binds to a served model: give no graph")
+        self.target = target
+        self._closed = False
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._timeout = timeout
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.Client(base_url=f"{url.scheme}://{url.netloc}", headers=headers, timeout=timeout)
+        self._graph_def = graph_pb2.GraphDef() if graph is None else _copy(_graph_def(graph))
+        request = serving_pb2.CreateSessionRequest(model=model)
+        if not model:
+            request.graph_def.CopyFrom(self._graph_def)
+            if config is not None:
+                request.config.CopyFrom(config)
+        try:
+            created = self._call("POST", "/v1/sessions", request, serving_pb2.CreateSessionResponse)
+        except BaseException:
+            self._client.close()
+            raise
+        self._handle = created.session_handle
+        self._version = created.graph_version
+
+    # --- the wire ----------------------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, body: Message | None, answer: type[M], timeout: Any = None) -> M:
+        """One call; ``timeout`` is an ``httpx.Timeout`` (None: the session's ``timeout``)."""
+        content = body.SerializeToString() if body is not None else None
+        headers = {"Content-Type": PROTOBUF} if content is not None else {}
+        try:
+            response = self._client.request(
+                method,
+                path,
+                content=content,
+                headers=headers,
+                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+            )
+        except httpx.TimeoutException as e:
+            raise UnavailableError(f"{self.target} did not answer in time: {e}") from None
+        except httpx.HTTPError as e:
+            raise UnavailableError(f"Cannot reach {self.target}: {e}") from None
+        if response.status_code != 200:
+            raise _error(response, self.target)
+        parsed = answer()
+        try:
+            parsed.ParseFromString(response.content)
+        except DecodeError as e:
+            raise UnavailableError(f"{self.target} sent a malformed {answer.DESCRIPTOR.name}: {e}") from None
+        return parsed
+
+    def _path(self, verb: str = "") -> str:
+        return f"/v1/sessions/{self._handle}{verb}"
+
+    def _enter(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(CLOSED_MESSAGE)
+            self._in_flight += 1
+
+    def _exit(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    # --- the session -------------------------------------------------------------------------------------
+
+    @property
+    def graph(self) -> Graph:
+        return Graph(self._graph_def)
+
+    @property
+    def graph_def(self) -> graph_pb2.GraphDef:
+        """The graph this client shipped (empty for a session bound to a served model)."""
+        return self._graph_def
+
+    def extend(self, graph_def: graph_pb2.GraphDef) -> None:
+        self._enter()
+        try:
+            request = serving_pb2.ExtendSessionRequest(
+                session_handle=self._handle, graph_def=graph_def, current_graph_version=self._version
+            )
+            answer = self._call("POST", self._path(":extend"), request, serving_pb2.ExtendSessionResponse)
+            self._version = answer.new_graph_version
+            self._graph_def.node.extend(graph_def.node)
+        finally:
+            self._exit()
+
+    def run(
+        self,
+        fetches: Fetches,
+        feed_dict: Feeds | None = None,
+        options: config_pb2.RunOptions | None = None,
+        run_metadata: config_pb2.RunMetadata | None = None,
+    ) -> Any:
+        return self._run(fetches, feed_dict, options, run_metadata, "")
+
+    def _run(
+        self,
+        fetches: Fetches,
+        feed_dict: Feeds | None,
+        options: config_pb2.RunOptions | None,
+        run_metadata: config_pb2.RunMetadata | None,
+        partial: str,
+    ) -> Any:
+        self._enter()
+        try:
+            mapper = FetchMapper(fetches)
+            request = serving_pb2.RunStepRequest(session_handle=self._handle, partial_run_handle=partial)
+            unique: dict[str, int] = {}
+            for name in mapper.names:
+                if is_op_name(name):
+                    if name not in request.target:
+                        request.target.append(name)
+                elif name not in unique:
+                    unique[name] = len(unique)
+                    request.fetch.append(name)
+            for name, value in (feed_dict or {}).items():
+                if not isinstance(name, str):
+                    raise TypeError(f"feed_dict keys must be tensor names, got {name!r}")
+                request.feed.add(name=name, tensor=_encode(value))
+            if options is not None:
+                request.options.CopyFrom(options)
+            # a run may take as long as it takes, as in TensorFlow, unless it sets its own timeout
+            read = None
+            if options is not None and options.timeout_in_ms > 0:
+                read = options.timeout_in_ms / 1000.0 + _TIMEOUT_SLACK_S
+            timeout = httpx.Timeout(self._timeout, read=read)
+            answer = self._call("POST", self._path(":run"), request, serving_pb2.RunStepResponse, timeout)
+            if len(answer.tensor) != len(unique):
+                raise UnavailableError(
+                    f"{self.target} answered {len(answer.tensor)} tensors for {len(unique)} fetches"
+                )
+            values = [to_ndarray(t.tensor, t.name) for t in answer.tensor]
+            if run_metadata is not None:
+                run_metadata.CopyFrom(answer.metadata)
+            return mapper.build([None if is_op_name(n) else values[unique[n]] for n in mapper.names])
+        finally:
+            self._exit()
+
+    def partial_run_setup(self, fetches: Fetches, feeds: Sequence[str] | None = None) -> str:
+        self._enter()
+        try:
+            request = serving_pb2.PartialRunSetupRequest(session_handle=self._handle, feed=list(feeds or ()))
+            for name in FetchMapper(fetches).names:
+                (request.target if is_op_name(name) else request.fetch).append(name)
+            path = self._path(":partial_run_setup")
+            return self._call("POST", path, request, serving_pb2.PartialRunSetupResponse).partial_run_handle
+        finally:
+            self._exit()
+
+    def partial_run(self, handle: str, fetches: Fetches, feed_dict: Feeds | None = None) -> Any:
+        return self._run(fetches, feed_dict, None, None, handle)
+
+    def make_callable(
+        self, fetches: Fetches, feed_list: Sequence[str] | None = None, accept_options: bool = False
+    ) -> Callable[..., Any]:
+        names = list(feed_list or ())
+
+        def call(
+            *values: Any,
+            options: config_pb2.RunOptions | None = None,
+            run_metadata: config_pb2.RunMetadata | None = None,
+        ) -> Any:
+            if len(values) != len(names):
+                raise InvalidArgumentError(
+                    f"The callable takes {len(names)} value(s), in feed_list's order; got {len(values)}"
+                )
+            return self.run(fetches, dict(zip(names, values, strict=True)), options, run_metadata)
+
+        if accept_options:
+            return call
+        return lambda *values: call(*values)
+
+    def list_devices(self) -> list[DeviceAttributes]:
+        self._enter()
+        try:
+            answer = self._call("GET", self._path("/devices"), None, serving_pb2.ListDevicesResponse)
+        finally:
+            self._exit()
+        devices = answer.local_device
+        return [DeviceAttributes(d.name, d.device_type, d.memory_limit, d.incarnation) for d in devices]
+
+    def arun(self, *args: Any, **kwargs: Any) -> Any:
+        raise InvalidArgumentError("A remote session runs with run(); arun is for in-process sessions")
+
+    def submit(self, *args: Any, **kwargs: Any) -> Any:
+        raise InvalidArgumentError("A remote session runs with run(); submit is for in-process sessions")
+
+    @property
+    def steps_running(self) -> int:
+        return self._in_flight
+
+    def close(self) -> None:
+        """Deletes the server's session: its runs in flight end with CancelledError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._call("DELETE", self._path(), None, serving_pb2.CloseSessionResponse)
+        except OpError:
+            pass  # the server dropped it already (idle, restarted): closed either way
+        finally:
+            # let runs in flight read the server's answer before the connections go
+            deadline = time.monotonic() + self._timeout
+            while self._in_flight and time.monotonic() < deadline:
+                time.sleep(0.005)
+            self._client.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __del__(self) -> None:
+        client = getattr(self, "_client", None)
+        if client is not None and not self._closed:
+            client.close()  # no call to a server that may be gone at interpreter exit
+
+
+def _graph_def(graph: graph_pb2.GraphDef | Graph | config_pb2.ConfigProto) -> graph_pb2.GraphDef:
+    if isinstance(graph, Graph):
+        return graph.graph_def
+    if isinstance(graph, graph_pb2.GraphDef):
+        return graph
+    raise InvalidArgumentError(f"graph must be a GraphDef or a Graph; got {type(graph).__name__}")
+
+
+def _copy(graph_def: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
+    copy = graph_pb2.GraphDef()
+    copy.CopyFrom(graph_def)
+    return copy
+
+
+def _error(response: httpx.Response, target: str) -> OpError:
+    """The OpError a server's error answer stands for (its JSON body names the canonical code)."""
+    message = f"{target} answered HTTP {response.status_code}"
+    code: Code = Code.UNKNOWN
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, Mapping):
+        message = str(body.get("error", message))
+        try:
+            code = Code[str(body.get("code", "UNKNOWN"))]
+        except KeyError:
+            code = Code.UNKNOWN
+    return error_class(code)(message)
+
+
+register_session_factory("http", RemoteSession)
+register_session_factory("https", RemoteSession)

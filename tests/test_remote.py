@@ -1,0 +1,246 @@
+"""``Session("http://host:port")`` against a real server (uvicorn on loopback, in this process so that the
+test kernels exist on both sides): the same outputs as in process, RunMetadata, deadlines and
+cancellation across the wire, errors as the same OpError classes, model binding, extend, partial runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import uvicorn
+from support import free_port, gate_op, load_fixture_io, sleep_op
+
+from poolserve.proto import config_pb2
+from poolserve.runtime.builder import GraphBuilder, shape
+from poolserve.runtime.errors import (
+    CancelledError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    UnauthenticatedError,
+    UnavailableError,
+)
+from poolserve.runtime.graph import load_graph_def
+from poolserve.runtime.remote import RemoteSession
+from poolserve.runtime.session import Session
+from poolserve.server.app import create_app
+from poolserve.server.config import make_config
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
+TOKEN = "s3cret"
+
+
+class LoopbackServer:
+    """The app under uvicorn on 127.0.0.1 in a thread; ``stop()`` shuts it down."""
+
+    def __init__(self, sections: dict[str, object]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        app = create_app(make_config(sections))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise AssertionError("the loopback server did not start")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+def add_model(root: Path) -> dict[str, object]:
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, 3])
+    b.identity(b.add(b.mul(x, b.constant(2.0)), b.constant(1.0)), name="out")
+    (root / "add.pb").write_bytes(b.graph_def.SerializeToString())
+    return {"name": "add", "path": str(root / "add.pb")}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackServer]:
+    root = tmp_path_factory.mktemp("remote")
+    s = LoopbackServer({"models": [add_model(root)], "server": {"admin_token": TOKEN}})
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def remote(server: LoopbackServer, graph: object = None, config: object = None) -> Session:
+    return Session(server.url, graph, config, token=TOKEN)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("name", ["mlp", "branches", "resnet", "transformer"])
+def test_a_fixture_gives_the_same_outputs_remotely_as_in_process(server, name):
+    graph = load_graph_def(FIXTURES / f"{name}.pb")
+    feeds, expected = load_fixture_io(FIXTURES / f"{name}.npz")
+    fetches = sorted(expected)
+    with Session(graph) as local, remote(server, graph) as far:
+        assert isinstance(far, RemoteSession)
+        here, there = local.run(fetches, feeds), far.run(fetches, feeds)
+    for a, b in zip(here, there, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fetch_structures_targets_and_duplicates_come_back_as_in_process(server):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [2])
+    y = b.identity(b.mul(x, b.constant(3.0)), name="y")
+    v = b.op("VariableV2", [], {"dtype": np.float32, "shape": shape([2])}, name="v")
+    b.op("Assign", [v, y], {"T": np.float32}, name="assign")
+    feeds = {"x:0": np.asarray([1.0, 2.0], np.float32)}
+    fetches = {"a": [y, y], "b": ("assign", y)}
+    with Session(b.graph_def) as local, remote(server, b.graph_def) as far:
+        want, got = local.run(fetches, feeds), far.run(fetches, feeds)
+        assert got["b"][0] is None and want["b"][0] is None
+        np.testing.assert_array_equal(got["a"][1], want["a"][1])
+        np.testing.assert_array_equal(far.run("v:0"), [3.0, 6.0])  # the target ran on the server
+
+
+def test_run_metadata_and_options_cross_the_wire(server):
+    graph = load_graph_def(FIXTURES / "mlp.pb")
+    feeds, expected = load_fixture_io(FIXTURES / "mlp.npz")
+    options = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE)
+    options.output_partition_graphs = True
+    local_md, remote_md = config_pb2.RunMetadata(), config_pb2.RunMetadata()
+    with Session(graph) as local, remote(server, graph) as far:
+        local.run(sorted(expected), feeds, options, local_md)
+        far.run(sorted(expected), feeds, options, remote_md)
+    names = {n.node_name for d in remote_md.step_stats.dev_stats for n in d.node_stats}
+    assert names == {n.node_name for d in local_md.step_stats.dev_stats for n in d.node_stats}
+    assert len(remote_md.partition_graphs) == 1
+    assert len(remote_md.partition_graphs[0].node) == len(local_md.partition_graphs[0].node)
+
+
+def test_a_deadline_stops_the_remote_step(server):
+    b = GraphBuilder()
+    out = sleep_op(b, None, 5.0, "remote_sleep")
+    options = config_pb2.RunOptions(timeout_in_ms=100)
+    with remote(server, b.graph_def) as far:
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExceededError):
+            far.run(out, options=options)
+        assert time.monotonic() - t0 < 3.0
+
+
+def test_closing_the_session_cancels_its_run_in_flight(server):
+    b = GraphBuilder()
+    out, gate = gate_op(b, None, "remote_gate")
+    errors: list[BaseException] = []
+    far = remote(server, b.graph_def)
+
+    def run() -> None:
+        try:
+            far.run(out)
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        assert gate.started.wait(5)
+        far.close()
+    finally:
+        gate.open()
+    t.join(10)
+    assert not t.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], CancelledError), errors
+    with pytest.raises(RuntimeError, match="closed Session"):
+        far.run(out)
+
+
+def test_a_bad_feed_raises_the_same_error_remotely(server):
+    graph = load_graph_def(FIXTURES / "mlp.pb")
+    feeds, expected = load_fixture_io(FIXTURES / "mlp.npz")
+    name = next(iter(feeds))
+    bad = {name: np.zeros((1, 2, 3), np.float32)}
+    with Session(graph) as local, remote(server, graph) as far:
+        with pytest.raises(InvalidArgumentError) as here:
+            local.run(sorted(expected), bad)
+        with pytest.raises(InvalidArgumentError) as there:
+            far.run(sorted(expected), bad)
+        assert there.value.message == here.value.message
+        with pytest.raises(NotFoundError) as here:
+            local.run("nope:0", feeds)
+        with pytest.raises(NotFoundError) as there:
+            far.run("nope:0", feeds)
+        assert there.value.message == here.value.message
+
+
+def test_a_session_bound_to_a_served_model_ships_no_graph(server):
+    with Session(f"{server.url}/v1/models/add") as far:  # no token: nothing is shipped
+        out = far.run("out:0", {"x:0": np.asarray([[1, 2, 3]], np.float32)})
+        np.testing.assert_array_equal(out, [[3, 5, 7]])
+        assert far.graph_def.node == []
+        assert [d.device_type for d in far.list_devices()] == ["CPU"]
+    with pytest.raises(NotFoundError, match="nope"):
+        Session(f"{server.url}/v1/models/nope")
+
+
+def test_shipping_a_graph_needs_the_admin_token(server):
+    b = GraphBuilder()
+    b.constant(1.0, name="c")
+    with pytest.raises(UnauthenticatedError):
+        Session(server.url, b.graph_def)
+
+
+def test_extend_and_partial_runs_work_remotely(server):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [])
+    y = b.placeholder("y", np.float32, [])
+    s = b.add(x, b.constant(1.0), name="s")
+    with remote(server, b.graph_def) as far:
+        more = GraphBuilder()
+        more.graph_def.node.add().CopyFrom(b.graph_def.node[0])  # names the builder knows about
+        node = more.graph_def.node[0]
+        node.name, node.op = "t", "Mul"
+        node.ClearField("attr")
+        node.attr["T"].type = 1
+        node.input[:] = ["s", "y"]
+        far.extend(more.graph_def)
+        assert far.run("t:0", {x: 1.0, y: 3.0}) == 6.0
+        handle = far.partial_run_setup(["s:0", "t:0"], [x, y])
+        assert far.partial_run(handle, "s:0", {x: 2.0}) == 3.0
+        assert far.partial_run(handle, "t:0", {y: 4.0}) == 12.0
+    assert s == "s:0"
+
+
+def test_bad_targets_are_clear_errors(server):
+    with pytest.raises(InvalidArgumentError, match="known targets are .*http://"):
+        Session("ftp://example.com")
+    with pytest.raises(InvalidArgumentError, match="/v1/models/NAME"):
+        Session(f"{server.url}/somewhere")
+    with pytest.raises(UnavailableError, match="Cannot reach"):
+        Session(f"http://127.0.0.1:{free_port()}", timeout=2)  # type: ignore[call-arg]
+
+
+def test_limits_and_idle_sessions(tmp_path):
+    s = LoopbackServer(
+        {"models": [add_model(tmp_path)], "sessions": {"max_sessions": 1, "idle_seconds": 0.2}}
+    )
+    try:
+        b = GraphBuilder()
+        b.constant(1.0, name="c")
+        first = Session(s.url, b.graph_def)
+        with pytest.raises(ResourceExhaustedError, match="max_sessions"):
+            Session(s.url, b.graph_def)
+        time.sleep(0.3)
+        second = Session(s.url, b.graph_def)  # the idle first one was dropped to make room
+        with pytest.raises(NotFoundError, match="idle"):
+            first.run("c:0")
+        assert second.run("c:0") == 1.0
+        second.close()
+        first.close()  # already gone on the server: closing still succeeds
+    finally:
+        s.stop()
