@@ -299,6 +299,27 @@ class RemoteSession(Session):
     def closed(self) -> bool:
         return self._closed
 
+    @classmethod
+    def _reset(cls, target: str, containers: list[str], **kwargs: Any) -> None:
+        """Resets the server's remote sessions (needs the admin token when the server sets one): their
+        containers are cleared and they are closed; the models the server serves are not touched."""
+        url = urllib.parse.urlsplit(target)
+        token = kwargs.get("token")
+        headers = (
+            {"Authorization": f"Bearer {token}", "Content-Type": PROTOBUF}
+            if token
+            else {"Content-Type": PROTOBUF}
+        )
+        body = serving_pb2.ResetRequest(container=containers).SerializeToString()
+        try:
+            response = httpx.post(
+                f"{url.scheme}://{url.netloc}/v1/sessions:reset", content=body, headers=headers, timeout=60
+            )
+        except httpx.HTTPError as e:
+            raise UnavailableError(f"Cannot reach {target}: {e}") from None
+        if response.status_code != 200:
+            raise _error(response, target)
+
     def __del__(self) -> None:
         client = getattr(self, "_client", None)
         if client is not None and not self._closed:

@@ -15,6 +15,7 @@ import dataclasses
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -119,6 +120,9 @@ def _split_args(target: Any, graph: Any, config: Any) -> tuple[str, GraphArg, co
 
 _factories: dict[str, type[Session]] = {}
 _BUILT_IN = frozenset({"http", "https"})  # RemoteSession, registered when first asked for
+_live: weakref.WeakSet[Session] = weakref.WeakSet()  # in-process sessions not yet closed, for reset()
+# TensorFlow's name for the container of resources whose op names none
+DEFAULT_CONTAINER = "localhost"
 
 
 def register_session_factory(scheme: str, factory: type[Session]) -> None:
@@ -179,6 +183,7 @@ class Session:
         if graph is not None and not isinstance(graph, (graph_pb2.GraphDef, Graph)):
             raise InvalidArgumentError(f"graph must be a GraphDef or a Graph; got {type(graph).__name__}")
         self.target: str = target
+        _live.add(self)
         self._config = config if config is not None else config_pb2.ConfigProto()
         self._run_handler_pool = run_handler_pool
         if graph is None:
@@ -824,6 +829,34 @@ class Session:
         return out
 
     # --- lifetime ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def reset(target: str = "", containers: Sequence[str] | None = None, **kwargs: Any) -> None:
+        """TensorFlow's ``Session.reset``: clears the named resource containers (every one when none are
+        named) of the sessions on ``target`` and closes those sessions, without waiting for their running
+        steps; sessions made afterwards start clean. ``kwargs`` go to the target's session class (a remote
+        target takes ``token``)."""
+        target, _, _ = _split_args(target, None, None)
+        session_factory(target)._reset(target, list(containers or ()), **kwargs)
+
+    @classmethod
+    def _reset(cls, target: str, containers: list[str], **kwargs: Any) -> None:
+        sessions = [s for s in list(_live) if not s.closed]
+        for s in sessions:
+            s.clear_containers(containers)
+        for s in sessions:
+            s.close()
+
+    def clear_containers(self, containers: Sequence[str] = ()) -> None:
+        """Drops the state (variables) in these resource containers; in every one when none are named."""
+        values = self._resources.values
+        if not containers:
+            values.clear()
+            return
+        names = set(containers)
+        for key in list(values):
+            if (key[0] or DEFAULT_CONTAINER) in names:
+                del values[key]
 
     def close(self) -> None:
         """Cancels steps in flight ("Run call was cancelled"); later calls raise RuntimeError."""

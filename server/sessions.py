@@ -132,6 +132,17 @@ class SessionStore:
                 del self._entries[handle]
                 self._close(entry)
 
+    def reset(self, containers: list[str]) -> int:
+        """TensorFlow's Reset on this server's remote sessions: clears their containers (all when none are
+        named) and closes them. Returns how many there were."""
+        entries = list(self._entries.values())
+        self._entries.clear()
+        for entry in entries:
+            if entry.owned:
+                entry.session.clear_containers(containers)
+            self._close(entry)
+        return len(entries)
+
     def close_all(self) -> None:
         for entry in self._entries.values():
             self._close(entry)
@@ -256,6 +267,13 @@ def router(service: InferenceService, store: SessionStore) -> APIRouter:
                 raise InvalidArgumentError(f"Target '{name}' names a tensor: targets are operation names")
         partial = entry.session.partial_run_setup(names, list(body.feed))
         return _answer(serving_pb2.PartialRunSetupResponse(partial_run_handle=partial))
+
+    @api.post("/v1/sessions:reset")
+    async def reset(request: Request) -> Response:
+        body = await _read(request, serving_pb2.ResetRequest)
+        service.check_admin(request.headers)  # it ends every client's sessions
+        store.reset(list(body.container))
+        return _answer(serving_pb2.ResetResponse())
 
     @api.delete("/v1/sessions/{handle}")
     async def close(handle: str) -> Response:

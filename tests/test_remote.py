@@ -244,3 +244,19 @@ def test_limits_and_idle_sessions(tmp_path):
         first.close()  # already gone on the server: closing still succeeds
     finally:
         s.stop()
+
+
+def test_reset_ends_the_servers_remote_sessions_and_needs_the_token(server):
+    b = GraphBuilder()
+    b.constant(1.0, name="c")
+    far = remote(server, b.graph_def)
+    assert far.run("c:0") == 1.0
+    with pytest.raises(UnauthenticatedError):
+        Session.reset(server.url)
+    assert far.run("c:0") == 1.0  # refused: nothing was reset
+    Session.reset(server.url, ["a"], token=TOKEN)
+    with pytest.raises(NotFoundError, match="not found"):
+        far.run("c:0")
+    far.close()
+    with Session(f"{server.url}/v1/models/add") as bound:  # served models are not touched
+        assert bound.run("out:0", {"x:0": np.zeros((1, 3), np.float32)}).tolist() == [[1, 1, 1]]

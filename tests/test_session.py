@@ -12,6 +12,7 @@ from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import (
     CancelledError,
     DeadlineExceededError,
+    FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     ResourceExhaustedError,
@@ -648,3 +649,39 @@ def test_list_devices_names_this_machines_cpu():
     with Session() as s:
         (device,) = s.list_devices()
     assert device.name == "/job:localhost/replica:0/task:0/device:CPU:0" and device.device_type == "CPU"
+
+
+def _variables_graph() -> Any:
+    from poolserve.runtime.builder import shape
+
+    b = GraphBuilder()
+    for name, container in (("va", "a"), ("vb", "")):
+        attrs = {"shape": shape([]), "dtype": np.float32, "container": container, "shared_name": ""}
+        v = b.op("VariableV2", [], attrs, name=name)
+        b.op("Assign", [v, b.constant(1.0)], {"T": np.float32}, name=f"init_{name}")
+    return b.graph_def
+
+
+def test_clear_containers_drops_only_the_named_containers_state():
+    with Session(_variables_graph()) as s:
+        s.run(["init_va", "init_vb"])
+        s.clear_containers(["a"])
+        assert s.run("vb:0") == 1.0
+        with pytest.raises(FailedPreconditionError, match="va"):
+            s.run("va:0")
+        s.clear_containers(["localhost"])  # TensorFlow's name for the default container
+        with pytest.raises(FailedPreconditionError, match="vb"):
+            s.run("vb:0")
+
+
+def test_reset_clears_and_closes_the_in_process_sessions():
+    first, second = Session(_variables_graph()), Session(_variables_graph())
+    first.run(["init_va", "init_vb"])
+    Session.reset("", ["a"])
+    assert first.closed and second.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        first.run("vb:0")
+    with Session(_variables_graph()) as fresh, pytest.raises(FailedPreconditionError):
+        fresh.run("vb:0")
+    with pytest.raises(InvalidArgumentError, match="known targets"):
+        Session.reset("nope://x")
