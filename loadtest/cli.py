@@ -267,6 +267,7 @@ class Runner:
         if self.load.duration is None and self.load.requests is None:
             self.load = Load(self.load.concurrency, self.load.rate, DEFAULT_DURATION, None)
         self.rng = random.Random(args.seed)
+        self.batches: dict[str, dict[str, float]] = {}  # per model, from the server's metrics
 
     async def targets(self, client: Any) -> dict[str, list[Target]]:
         args = self.args
@@ -304,9 +305,19 @@ class Runner:
                 await self.phases(send, pickers, [warm] * len(self.modes), Recorder(), "warmup")
             phases = _split(self.load, args.rounds if args.compare_pool else 1)
             recorder = Recorder()
+            before = await batch_totals(send.clients[0])
             cpu0, wall0 = time.process_time(), time.perf_counter()
             durations = await self.phases(send, pickers, phases, recorder, "load")
             cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+            after = await batch_totals(send.clients[0])
+        self.batches = {
+            model: {"batched_requests": n - before.get(model, (0.0, 0.0))[0], "mean_rows": 0.0}
+            for model, (n, _) in after.items()
+        }
+        for model, stats in self.batches.items():
+            rows0 = before.get(model, (0.0, 0.0))[1]
+            if stats["batched_requests"] > 0:
+                stats["mean_rows"] = (after[model][1] - rows0) / stats["batched_requests"]
         return self.finish(recorder, durations, cpu_s, wall_s, send.first_errors)
 
     async def phases(
@@ -372,6 +383,13 @@ class Runner:
             recorder.send_span,
             recorder.schedule_span,
         )
+        for model, stats in sorted(self.batches.items()):
+            if stats["batched_requests"] > 0:
+                say(
+                    self.out,
+                    f"batching: {model}: {stats['batched_requests']:.0f} requests ran in batches of "
+                    f"{stats['mean_rows']:.1f} rows on average",
+                )
         for status, message in sorted(first_errors.items()):
             say(self.err, f"first {status} error: {message}")
         for w in warnings:
@@ -386,6 +404,7 @@ class Runner:
                 },
                 "warnings": warnings,
                 "first_errors": first_errors,
+                "batches": self.batches,
             }
             by_mode = {r["mode"]: r for r in runs}
             if "pool" in by_mode and "no_pool" in by_mode:
@@ -399,6 +418,29 @@ class Runner:
             say(self.err, "no request succeeded")
             return 1
         return 0
+
+
+async def batch_totals(client: Any) -> dict[str, tuple[float, float]]:
+    """Per model, the server's count of batched requests and the sum of their batches' rows (from
+    ``/metrics``; empty when the server does not say)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        response = await client.get("/metrics")
+        text = response.text if response.status_code == 200 else ""
+    except Exception:  # the load still ran: only this summary is missing
+        return {}
+    totals: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "poolserve_batch_size":
+            continue
+        for sample in family.samples:
+            model = sample.labels.get("model", "")
+            if sample.name.endswith("_count"):
+                totals.setdefault(model, [0.0, 0.0])[0] = sample.value
+            elif sample.name.endswith("_sum"):
+                totals.setdefault(model, [0.0, 0.0])[1] = sample.value
+    return {model: (n, rows) for model, (n, rows) in totals.items()}
 
 
 def say(console: Console, message: str, kind: str = "") -> None:

@@ -78,6 +78,30 @@ class SessionSettings(_Section):
     idle_seconds: float = Field(default=600.0, gt=0)  # a session unused this long is dropped
 
 
+class BatchingSettings(_Section):
+    """``[models.batching]``: concurrent requests to the model run as one step (server/batching.py)."""
+
+    max_batch_size: int = Field(default=32, gt=0)  # rows
+    # "auto": no wait while the model is idle, else until its running batch ends; a number: Triton's delay
+    max_queue_delay_us: int | Literal["auto"] = "auto"
+    preferred_batch_sizes: list[int] = Field(default_factory=list)
+    max_concurrent_batches: int = Field(default=1, gt=0)
+
+    @field_validator("max_queue_delay_us")
+    @classmethod
+    def _delay(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 0:
+            raise ValueError("max_queue_delay_us must be 'auto' or at least 0")
+        return v
+
+    @model_validator(mode="after")
+    def _preferred_fit(self) -> BatchingSettings:
+        bad = [n for n in self.preferred_batch_sizes if not 0 < n <= self.max_batch_size]
+        if bad:
+            raise ValueError(f"preferred_batch_sizes {bad} must be between 1 and max_batch_size")
+        return self
+
+
 class ModelConfig(_Section):
     name: str = Field(min_length=1)
     path: Path
@@ -85,6 +109,7 @@ class ModelConfig(_Section):
     inputs: dict[str, str] | None = None  # public name -> tensor ("node:port")
     outputs: dict[str, str] | None = None
     session_config: str | None = None  # a ConfigProto in text format
+    batching: BatchingSettings | None = None
 
     @field_validator("name")
     @classmethod

@@ -49,6 +49,20 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.batch_size = Histogram(
+            "poolserve_batch_size",
+            "Rows of the batch each batched request ran in",
+            ["model"],
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+            registry=r,
+        )
+        self.batch_queue_delay = Histogram(
+            "poolserve_batch_queue_delay_seconds",
+            "Time a batched request waited for its batch to start",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         Gauge("poolserve_in_flight_requests", "Requests being served", registry=r).set_function(
             lambda: float(in_flight())
         )

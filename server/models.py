@@ -10,7 +10,8 @@ from poolserve.runtime.graph import Graph, load_graph_def
 from poolserve.runtime.session import Session
 from poolserve.runtime.signature import Signature, TensorSpec
 from poolserve.runtime.types import Array
-from poolserve.server.config import Config, ModelConfig
+from poolserve.server.batching import Batcher
+from poolserve.server.config import BatchingSettings, Config, ModelConfig
 
 
 @dataclass
@@ -22,6 +23,7 @@ class ModelEntry:
     session: Session
     signature: Signature
     path: str = ""
+    batcher: Batcher | None = None
 
     @property
     def inputs(self) -> tuple[TensorSpec, ...]:
@@ -90,7 +92,31 @@ def load_model(mc: ModelConfig, config: Config) -> ModelEntry:
     if config.runtime.intra_op_threads and not proto.intra_op_parallelism_threads:
         proto.intra_op_parallelism_threads = config.runtime.intra_op_threads
     session = Session(graph, proto, memory_limit_bytes=config.runtime.memory_limit_bytes)
-    return make_entry(mc.name, mc.version, session, mc.inputs, mc.outputs, str(mc.path))
+    entry = make_entry(mc.name, mc.version, session, mc.inputs, mc.outputs, str(mc.path))
+    if mc.batching is not None:
+        entry.batcher = make_batcher(entry, mc.batching)
+    return entry
+
+
+def make_batcher(entry: ModelEntry, settings: BatchingSettings) -> Batcher:
+    """The model's batcher; InvalidArgumentError if an input has no batch dimension (dimension 0 of
+    unknown size), as requests could not be concatenated."""
+    for spec in entry.inputs:
+        if spec.shape is not None and (len(spec.shape) == 0 or spec.shape[0] != -1):
+            shape = "[" + ", ".join("?" if d < 0 else str(d) for d in spec.shape) + "]"
+            raise InvalidArgumentError(
+                f"model '{entry.name}': batching needs a batch dimension (dimension 0 of unknown size) on "
+                f"every input; input '{spec.name}' has shape {shape}. Remove [models.batching] or export "
+                "the model with a batch dimension"
+            )
+    return Batcher(
+        entry.name,
+        entry.session,
+        settings.max_batch_size,
+        settings.max_queue_delay_us,
+        settings.preferred_batch_sizes,
+        settings.max_concurrent_batches,
+    )
 
 
 __all__ = ["ModelEntry", "load_model", "make_entry"]

@@ -21,7 +21,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -40,6 +40,7 @@ from poolserve.runtime.errors import (
 from poolserve.runtime.run_handler import RunHandlerPool
 from poolserve.runtime.session import StepRecord
 from poolserve.runtime.types import Array
+from poolserve.server.batching import BatchInfo
 from poolserve.server.config import Config
 from poolserve.server.errors import http_status
 from poolserve.server.metrics import Metrics
@@ -120,6 +121,7 @@ class Timings:
     used_pool: bool = False
     handler_id: int | None = None
     loop_thread: int = 0
+    batch: BatchInfo | None = None  # the batch the request ran in (dynamic batching)
 
     @property
     def handler_wait_seconds(self) -> float:
@@ -193,6 +195,8 @@ class InferenceService:
                 entry.session.close()
 
     def add_model(self, entry: ModelEntry) -> None:
+        if entry.batcher is not None:
+            entry.batcher.observe = self._observe_batch(entry.name)
         self.models.setdefault(entry.name, {})[entry.version] = entry
 
     @property
@@ -313,6 +317,21 @@ class InferenceService:
         timings.decoded_at = time.monotonic()
         if deadline is not None:
             deadline.check("decoding the request")
+        batcher = entry.batcher
+        if batcher is not None and not request.targets and _batchable_options(given):
+            rows = batcher.batchable(feeds)
+            if rows:
+                priority = given.experimental.run_handler_pool_options.priority if given is not None else 0
+                got = await batcher.run(feeds, fetches, rows, use_pool, deadline, priority, traced)
+                if got is not None:
+                    values, info, metadata = got
+                    if run_metadata is not None and metadata is not None:
+                        run_metadata.CopyFrom(metadata)
+                    timings.batch = info
+                    timings.handler_at = info.started_at
+                    timings.used_pool = use_pool
+                    timings.compute_end = time.monotonic()
+                    return dict(zip(names, values, strict=True))
         # the session decides whether the pool runs the step (TensorFlow's rule), waits for a run handler
         # within the deadline and cancels the step at it; cancelling this task cancels the step
         record = StepRecord()
@@ -335,6 +354,16 @@ class InferenceService:
                 )
         timings.compute_end = time.monotonic()
         return dict(zip(names, values[: len(names)], strict=True))
+
+    def _observe_batch(self, model: str) -> Callable[[int, float], None]:
+        size = self.metrics.child(self.metrics.batch_size, model)
+        delay = self.metrics.child(self.metrics.batch_queue_delay, model)
+
+        def observe(rows: int, waited: float) -> None:
+            size.observe(rows)
+            delay.observe(waited)
+
+        return observe
 
     def _run_options(
         self, given: config_pb2.RunOptions | None, timeout_ms: int, use_pool: bool, traced: bool
@@ -370,18 +399,15 @@ class InferenceService:
             Span("receive+decode", t.received_at, t.decoded_at or t.compute_end, {"thread": t.loop_thread})
         ]
         if t.decoded_at and t.handler_at:
-            spans.append(
-                Span(
-                    "wait for run handler",
-                    t.decoded_at,
-                    t.handler_at,
-                    {"handler": t.handler_id, "run_handler_pool": t.used_pool, "thread": t.loop_thread},
-                )
-            )
-            threads = _step_threads(run_metadata)
-            spans.append(
-                Span("compute", t.handler_at, t.compute_end, {"handler": t.handler_id, "threads": threads})
-            )
+            compute: dict[str, Any] = {"handler": t.handler_id, "threads": _step_threads(run_metadata)}
+            if t.batch is not None:  # the handler is the batch's; its wait is the wait for the batch
+                batch = {"batch": t.batch.batch_id, "rows": t.batch.rows, "members": t.batch.members}
+                spans.append(Span("wait for batch", t.decoded_at, t.handler_at, batch))
+                compute = batch | {"threads": compute["threads"]}
+            else:
+                wait = {"handler": t.handler_id, "run_handler_pool": t.used_pool, "thread": t.loop_thread}
+                spans.append(Span("wait for run handler", t.decoded_at, t.handler_at, wait))
+            spans.append(Span("compute", t.handler_at, t.compute_end, compute))
         record = TraceRecord(
             request.request_id,
             entry.name if entry is not None else request.model,
@@ -392,6 +418,19 @@ class InferenceService:
         )
         self.traces.add(record)
         return record
+
+
+def _batchable_options(given: config_pb2.RunOptions | None) -> bool:
+    """Options a batch can honour for each member (else the request runs alone): timeout, priority,
+    pool and trace level, nothing that changes what the step does."""
+    if given is None:
+        return True
+    return not (
+        given.HasField("debug_options")
+        or given.inter_op_thread_pool
+        or given.output_partition_graphs
+        or given.report_tensor_allocations_upon_oom
+    )
 
 
 def _step_threads(run_metadata: config_pb2.RunMetadata | None) -> list[int]:

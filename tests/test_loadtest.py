@@ -503,3 +503,20 @@ def test_command_line_bad_argument_exit_code():
     assert proc.returncode == 2
     assert "argument --warmup: expected a number of at least 0, got '-1'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_batch_sizes_seen_are_reported(tmp_path, capsys):
+    config = tmp_path / "batching.toml"
+    model = ROOT / "configs" / "models" / "mlp.pb"
+    config.write_text(f'[[models]]\nname = "mlp"\npath = "{model}"\n[models.batching]\nmax_batch_size = 16\n')
+    proc = ServerProcess(config, tmp_path / "server.log", "--log-level", "warning")
+    try:
+        out = tmp_path / "r.json"
+        argv = ["--url", proc.url, "--model", "mlp", "--concurrency", "8", "--requests", "80"]
+        assert cli.main([*argv, "--report", str(out)]) == 0
+    finally:
+        proc.stop()
+    batches = json.loads(out.read_text())["batches"]["mlp"]
+    assert batches["batched_requests"] == 80
+    assert 1.0 <= batches["mean_rows"] <= 16.0
+    assert "batching: mlp: 80 requests ran in batches of" in capsys.readouterr().out

@@ -1,0 +1,296 @@
+"""Dynamic batching: concurrent requests to one model run as one step.
+
+The data path: a request's feeds, already arrays keyed by graph tensor, join its model's ``Batcher``
+under a key (feed tensors, fetches, pool flag, and each feed's dtype and shape past dimension 0: only
+alike requests can be concatenated). When a batch forms, its members' feeds are concatenated along
+dimension 0, run as one ``Session.arun``, and the outputs are split back by rows.
+
+A batch forms as soon as its queue holds ``max_batch_size`` rows, or a preferred size, and otherwise:
+
+- ``max_queue_delay_us = "auto"`` (the default): at once when fewer than ``max_concurrent_batches`` of
+  the model's batches are running, else when one ends. Requests that arrive while the model computes
+  wait for it, so batches grow with the load and a lone request never waits;
+- a number: when the oldest member has waited that long (Triton's ``max_queue_delay_microseconds``).
+
+Members are taken by priority, then arrival. One whose deadline passed while it waited is answered
+DeadlineExceededError and left out; one whose client went away is dropped (before the step) or its rows
+discarded (after it). The batch runs under the highest member priority and the earliest deadline. If a
+batch fails for another reason, or an output does not have one row per input row, its members run alone,
+so that each gets its own answer and no rows cross between requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from poolserve.proto import config_pb2
+from poolserve.runtime.deadline import Deadline
+from poolserve.runtime.errors import CancelledError, DeadlineExceededError, OpError
+from poolserve.runtime.session import Session
+from poolserve.runtime.types import Array
+
+_batch_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """The step a member ran in: for its trace and the metrics."""
+
+    batch_id: int
+    rows: int  # of the whole batch
+    members: int
+    queued_at: float  # time.monotonic() when the member joined the queue
+    started_at: float  # when the batch step started
+
+
+@dataclass
+class _Member:
+    feeds: list[Array]
+    rows: int
+    deadline: Deadline | None
+    priority: int
+    traced: bool
+    arrived: float
+    future: asyncio.Future[tuple[list[Any], BatchInfo, config_pb2.RunMetadata | None]]
+    seq: int
+
+
+@dataclass
+class _Queue:
+    feed_names: tuple[str, ...]
+    fetches: tuple[str, ...]
+    use_pool: bool
+    members: list[_Member] = field(default_factory=list)
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def rows(self) -> int:
+        return sum(m.rows for m in self.members if not m.future.done())
+
+
+Key = tuple[tuple[str, ...], tuple[str, ...], bool, tuple[tuple[str, tuple[int, ...]], ...]]
+
+
+class Batcher:
+    """One model's batches (see the module docstring). Used from the event loop only."""
+
+    def __init__(
+        self,
+        model: str,
+        session: Session,
+        max_batch_size: int,
+        max_queue_delay_us: int | Literal["auto"] = "auto",
+        preferred_batch_sizes: Sequence[int] = (),
+        max_concurrent_batches: int = 1,
+        observe: Callable[[int, float], None] | None = None,
+    ) -> None:
+        self.model = model
+        self.session = session
+        self.max_batch_size = max_batch_size
+        self.delay = None if max_queue_delay_us == "auto" else max_queue_delay_us / 1e6
+        self.preferred = frozenset(preferred_batch_sizes)
+        self.max_concurrent = max_concurrent_batches
+        self.observe = observe  # (batch rows, a member's queue seconds), for the metrics
+        self.running = 0
+        self._queues: dict[Key, _Queue] = {}
+        self._seq = itertools.count()
+        self._alone: set[Key] = set()  # signatures whose outputs cannot be split by rows
+
+    def batchable(self, feeds: dict[str, Array]) -> int:
+        """The rows of a request that can join a batch, or 0 (it runs alone): every feed an array with
+        the same dimension 0, no more rows than ``max_batch_size``."""
+        rows = -1
+        for value in feeds.values():
+            if not isinstance(value, np.ndarray) or value.ndim == 0:
+                return 0
+            if rows < 0:
+                rows = value.shape[0]
+            elif value.shape[0] != rows:
+                return 0
+        return rows if 0 < rows <= self.max_batch_size else 0
+
+    async def run(
+        self,
+        feeds: dict[str, Array],
+        fetches: list[str],
+        rows: int,
+        use_pool: bool,
+        deadline: Deadline | None,
+        priority: int,
+        traced: bool,
+    ) -> tuple[list[Any], BatchInfo, config_pb2.RunMetadata | None] | None:
+        """Runs a request as a member of a batch: its outputs (in ``fetches`` order), the batch it ran in,
+        and the batch's RunMetadata when traced. None: this signature cannot be batched, run it alone."""
+        names = tuple(sorted(feeds))
+        arrays = [feeds[n] for n in names]
+        key: Key = (names, tuple(fetches), use_pool, tuple((a.dtype.str, a.shape[1:]) for a in arrays))
+        if key in self._alone:
+            return None
+        loop = asyncio.get_running_loop()
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = _Queue(names, tuple(fetches), use_pool)
+        member = _Member(
+            arrays, rows, deadline, priority, traced, time.monotonic(), loop.create_future(), next(self._seq)
+        )
+        queue.members.append(member)
+        self._consider(key, queue)
+        # cancelled (the client went away, or the deadline passed while it waited for a batch): the member
+        # is dropped, or its rows discarded
+        if deadline is None:
+            return await member.future
+        try:
+            return await asyncio.wait_for(member.future, max(0.0, deadline.remaining_ms()) / 1000.0)
+        except TimeoutError:
+            raise deadline.step_error() from None
+
+    # --- forming batches ---------------------------------------------------------------------------------
+
+    def _consider(self, key: Key, queue: _Queue) -> None:
+        rows = queue.rows
+        if rows >= self.max_batch_size or rows in self.preferred:
+            self._flush(key, queue)
+        elif self.delay is None:
+            if self.running < self.max_concurrent:
+                self._flush(key, queue)
+        elif queue.timer is None and queue.members:
+            loop = asyncio.get_running_loop()
+            wait = max(0.0, queue.members[0].arrived + self.delay - time.monotonic())
+            queue.timer = loop.call_later(wait, self._flush, key, queue)
+
+    def _flush(self, key: Key, queue: _Queue) -> None:
+        """Starts one batch of the queue's first members (by priority, then arrival)."""
+        if queue.timer is not None:
+            queue.timer.cancel()
+            queue.timer = None
+        waiting: list[_Member] = []
+        for m in queue.members:
+            if m.future.done():
+                continue
+            if m.deadline is not None and m.deadline.remaining_ms() <= 0:
+                m.future.set_exception(
+                    DeadlineExceededError(
+                        f"Deadline exceeded ({m.deadline.timeout_ms} ms) while waiting to be batched"
+                    )
+                )
+                continue
+            waiting.append(m)
+        waiting.sort(key=lambda m: (-m.priority, m.seq))
+        taken: list[_Member] = []
+        rows = 0
+        for m in waiting:
+            if rows + m.rows > self.max_batch_size:
+                break
+            taken.append(m)
+            rows += m.rows
+        chosen = {id(m) for m in taken}
+        queue.members = [m for m in waiting if id(m) not in chosen]
+        if not queue.members:
+            self._queues.pop(key, None)
+        if not taken:
+            return
+        self.running += 1
+        task = asyncio.ensure_future(self._run_batch(key, queue, taken, rows))
+        task.add_done_callback(self._batch_done)  # also when cancelled before it started
+        abandoned = functools.partial(_drop_if_abandoned, task, taken)
+        for m in taken:
+            m.future.add_done_callback(abandoned)
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        """A batch ended: with ``auto``, the next ones start, the queue with the oldest member first."""
+        self.running -= 1
+        while self.delay is None and self.running < self.max_concurrent:
+            ready = [(q.members[0].seq, k, q) for k, q in self._queues.items() if q.members]
+            if not ready:
+                return
+            _, key, queue = min(ready, key=lambda r: r[0])
+            self._flush(key, queue)
+
+    # --- running them ------------------------------------------------------------------------------------
+
+    async def _run_batch(self, key: Key, queue: _Queue, members: list[_Member], rows: int) -> None:
+        info = BatchInfo(next(_batch_ids), rows, len(members), 0.0, time.monotonic())
+        try:
+            values, metadata = await self._step(queue, members)
+        except asyncio.CancelledError:
+            for m in members:
+                if not m.future.done():
+                    m.future.set_exception(CancelledError("Run call was cancelled"))
+            return
+        except OpError as e:
+            if len(members) > 1 and not isinstance(e, (DeadlineExceededError, CancelledError)):
+                await self._alone_each(queue, members, info)  # each member gets its own answer
+                return
+            for m in members:
+                if not m.future.done():
+                    m.future.set_exception(e)
+            return
+        if len(members) > 1 and not _splittable(values, rows):
+            self._alone.add(key)
+            await self._alone_each(queue, members, info)
+            return
+        start = 0
+        for m in members:
+            end = start + m.rows
+            if not m.future.done():
+                part = values if len(members) == 1 else [v[start:end] for v in values]
+                member_info = BatchInfo(info.batch_id, rows, len(members), m.arrived, info.started_at)
+                m.future.set_result((part, member_info, metadata))
+                if self.observe is not None:
+                    self.observe(rows, info.started_at - m.arrived)
+            start = end
+
+    async def _step(
+        self, queue: _Queue, members: list[_Member]
+    ) -> tuple[list[Any], config_pb2.RunMetadata | None]:
+        if len(members) == 1:
+            feeds = dict(zip(queue.feed_names, members[0].feeds, strict=True))
+        else:
+            feeds = {
+                name: np.concatenate([m.feeds[i] for m in members]) for i, name in enumerate(queue.feed_names)
+            }
+        deadlines = [m.deadline for m in members if m.deadline is not None]
+        deadline = min(deadlines, key=lambda d: d.at) if deadlines else None
+        options = config_pb2.RunOptions()
+        if deadline is not None:
+            options.timeout_in_ms = deadline.timeout_ms
+        options.experimental.use_run_handler_pool = queue.use_pool
+        options.experimental.run_handler_pool_options.priority = max(m.priority for m in members)
+        metadata: config_pb2.RunMetadata | None = None
+        if any(m.traced for m in members):
+            options.trace_level = config_pb2.RunOptions.FULL_TRACE
+            metadata = config_pb2.RunMetadata()
+        values = await self.session.arun(list(queue.fetches), feeds, options, metadata, deadline=deadline)
+        return list(values), metadata
+
+    async def _alone_each(self, queue: _Queue, members: list[_Member], info: BatchInfo) -> None:
+        for m in members:
+            if m.future.done():
+                continue
+            try:
+                values, metadata = await self._step(queue, [m])
+            except OpError as e:
+                if not m.future.done():
+                    m.future.set_exception(e)
+                continue
+            if not m.future.done():
+                alone = BatchInfo(info.batch_id, m.rows, 1, m.arrived, info.started_at)
+                m.future.set_result((values, alone, metadata))
+
+
+def _splittable(values: list[Any], rows: int) -> bool:
+    return all(isinstance(v, np.ndarray) and v.ndim > 0 and v.shape[0] == rows for v in values)
+
+
+def _drop_if_abandoned(task: asyncio.Task[None], members: list[_Member], _: object) -> None:
+    """Every member's client went away before the batch ended: the step is cancelled."""
+    if not task.done() and all(m.future.cancelled() for m in members):
+        task.cancel()

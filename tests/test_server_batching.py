@@ -1,0 +1,186 @@
+"""server/batching.py through InferenceService (real runtime): concurrent requests run as one step, each
+gets exactly its own rows, limits, deadlines, disconnects, traces and metrics, and the start-up checks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from support import add_graph, sleep_op
+
+from poolserve.proto import config_pb2
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.errors import DeadlineExceededError, InvalidArgumentError
+from poolserve.runtime.graph import load_graph_def
+from poolserve.server.config import make_config
+from poolserve.server.service import InferenceService, InferRequest, InferResult
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
+
+
+def slow_add_graph(seconds: float) -> Any:
+    """out = x * 2 + 1 after sleeping ``seconds`` (x float32 [None, 3])."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, 3])
+    slept = sleep_op(b, x, seconds, "batch_sleep")
+    b.identity(b.add(b.mul(slept, b.constant(2.0)), b.constant(1.0)), name="out")
+    return b.graph_def
+
+
+def service(
+    tmp_path: Path, batching: dict[str, Any], graph: Any = None, name: str = "add"
+) -> InferenceService:
+    (tmp_path / f"{name}.pb").write_bytes((graph if graph is not None else add_graph()).SerializeToString())
+    config = make_config({"models": [{"name": name, "path": f"{name}.pb", "batching": batching}]}, tmp_path)
+    rt = InferenceService(config)
+    rt.start()
+    return rt
+
+
+def rows(n: int, start: float) -> np.ndarray:
+    return (np.arange(n * 3, dtype=np.float32).reshape(n, 3) + start).astype(np.float32)
+
+
+async def infer_all(rt: InferenceService, inputs: list[np.ndarray], **kw: Any) -> list[InferResult]:
+    return await asyncio.gather(*(rt.infer(InferRequest("add", {"x": x}, **kw)) for x in inputs))
+
+
+def test_concurrent_requests_run_as_one_step_each_getting_its_own_rows(tmp_path):
+    rt = service(tmp_path, {"max_batch_size": 64})
+    try:
+        inputs = [rows(1 + i % 3, 100.0 * i) for i in range(16)]
+        results = asyncio.run(infer_all(rt, inputs))
+    finally:
+        rt.close()
+    for x, r in zip(inputs, results, strict=True):
+        np.testing.assert_array_equal(r.outputs["out"], x * 2 + 1)  # exactly its rows, no others
+    batches = {r.timings.batch.batch_id: r.timings.batch for r in results if r.timings.batch}
+    assert len(batches) == 2  # the first alone (the model was idle), then all that queued behind it
+    assert sorted(b.members for b in batches.values()) == [1, 15]
+    assert sum(b.rows for b in batches.values()) == sum(len(x) for x in inputs)
+
+
+def test_a_batched_mlp_gives_what_each_request_gets_alone(tmp_path):
+    graph = load_graph_def(FIXTURES / "mlp.pb")
+    rng = np.random.default_rng(0)
+    (tmp_path / "mlp.pb").write_bytes(graph.SerializeToString())
+    config = make_config({"models": [{"name": "mlp", "path": "mlp.pb", "batching": {}}]}, tmp_path)
+    rt = InferenceService(config)
+    rt.start()
+    try:
+        entry = rt.model("mlp")
+        spec = entry.inputs[0]
+        inputs = [rng.standard_normal((1, spec.shape[1])).astype(np.float32) for _ in range(12)]
+
+        async def go() -> list[InferResult]:
+            return await asyncio.gather(*(rt.infer(InferRequest("mlp", {spec.name: x})) for x in inputs))
+
+        results = asyncio.run(go())
+        out = entry.outputs[0].name
+        for x, r in zip(inputs, results, strict=True):
+            alone = entry.session.run(entry.outputs[0].tensor, {spec.tensor: x})
+            np.testing.assert_allclose(r.outputs[out], alone, rtol=1e-5, atol=1e-6)
+        assert max(r.timings.batch.members for r in results) > 1
+    finally:
+        rt.close()
+
+
+def test_max_batch_size_bounds_a_batch_and_a_larger_request_runs_alone(tmp_path):
+    rt = service(tmp_path, {"max_batch_size": 8})
+    try:
+        results = asyncio.run(infer_all(rt, [rows(3, i) for i in range(10)] + [rows(9, 0)]))
+    finally:
+        rt.close()
+    assert all(r.timings.batch.rows <= 8 for r in results[:10])
+    assert results[10].timings.batch is None  # 9 rows > max_batch_size
+    np.testing.assert_array_equal(results[10].outputs["out"], rows(9, 0) * 2 + 1)
+
+
+def test_a_member_whose_deadline_passes_while_queued_is_answered_without_running(tmp_path):
+    rt = service(tmp_path, {}, slow_add_graph(0.4))
+    try:
+
+        async def go() -> tuple[Any, Any, float]:
+            busy = asyncio.ensure_future(rt.infer(InferRequest("add", {"x": rows(1, 0)})))
+            await asyncio.sleep(0.05)  # the first batch runs; the next request queues behind it
+            options = config_pb2.RunOptions(timeout_in_ms=50)
+            t0 = time.monotonic()
+            late = await asyncio.gather(
+                rt.infer(InferRequest("add", {"x": rows(1, 1)}, run_options=options)), return_exceptions=True
+            )
+            waited = time.monotonic() - t0
+            return await busy, late[0], waited
+
+        first, late, waited = asyncio.run(go())
+    finally:
+        rt.close()
+    np.testing.assert_array_equal(first.outputs["out"], rows(1, 0) * 2 + 1)
+    assert isinstance(late, DeadlineExceededError)
+    assert waited < 0.3  # answered at its deadline, not when the running batch ended
+
+
+def test_a_member_whose_client_went_away_is_dropped_and_the_others_answered(tmp_path):
+    rt = service(tmp_path, {}, slow_add_graph(0.2))
+    try:
+
+        async def go() -> list[Any]:
+            busy = asyncio.ensure_future(rt.infer(InferRequest("add", {"x": rows(1, 0)})))
+            await asyncio.sleep(0.05)
+            queued = [asyncio.ensure_future(rt.infer(InferRequest("add", {"x": rows(1, i)}))) for i in (1, 2)]
+            await asyncio.sleep(0.01)
+            queued[0].cancel()  # the disconnect of a queued member
+            return [await busy, *(await asyncio.gather(*queued, return_exceptions=True))]
+
+        busy, gone, kept = asyncio.run(go())
+    finally:
+        rt.close()
+    assert isinstance(gone, asyncio.CancelledError)
+    np.testing.assert_array_equal(kept.outputs["out"], rows(1, 2) * 2 + 1)
+    assert kept.timings.batch.members == 1  # the cancelled member was left out
+
+
+def test_a_traced_member_shows_its_wait_and_the_batch_and_metrics_count_batches(tmp_path):
+    rt = service(tmp_path, {})
+    try:
+        results = asyncio.run(infer_all(rt, [rows(1, i) for i in range(4)], trace=True))
+        exposition = rt.metrics.exposition()[0].decode()
+    finally:
+        rt.close()
+    last = results[-1]
+    names = [e["name"] for e in last.trace["traceEvents"] if e.get("ph") == "X"]
+    assert "wait for batch" in names and "compute" in names
+    assert last.run_metadata is not None and last.run_metadata.step_stats.dev_stats
+    assert 'poolserve_batch_size_count{model="add"} 4.0' in exposition
+
+
+def test_a_fixed_delay_waits_for_company_and_a_preferred_size_does_not(tmp_path):
+    rt = service(tmp_path, {"max_queue_delay_us": 30000, "preferred_batch_sizes": [2]})
+    try:
+
+        async def one() -> float:
+            t0 = time.monotonic()
+            await rt.infer(InferRequest("add", {"x": rows(1, 0)}))
+            return time.monotonic() - t0
+
+        alone = asyncio.run(one())
+        t0 = time.monotonic()
+        pair = asyncio.run(infer_all(rt, [rows(1, 0), rows(1, 1)]))
+        together = time.monotonic() - t0
+    finally:
+        rt.close()
+    assert alone >= 0.03  # waited the delay for company
+    assert pair[0].timings.batch.members == 2 and together < 0.03  # a preferred size goes at once
+
+
+def test_a_model_without_a_batch_dimension_is_refused_at_start_up(tmp_path):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [3])
+    b.identity(x, name="out")
+    with pytest.raises(InvalidArgumentError, match=r"input 'x' has shape \[3\]"):
+        service(tmp_path, {}, b.graph_def)
+    with pytest.raises(ValueError, match="preferred_batch_sizes"):
+        make_config({"models": [{"name": "m", "path": "m.pb", "batching": {"preferred_batch_sizes": [64]}}]})
