@@ -68,6 +68,15 @@ def test_tf2_keras_export_every_signature_matches(tf2: SavedModel) -> None:
     assert "StatefulPartitionedCall" not in ops and {"VarHandleOp", "ReadVariableOp"} <= ops
 
 
+def test_tf2_keras_model_export_at_default_settings() -> None:
+    model = load_saved_model(FIXTURES / "tf2_cnn")
+    try:
+        assert sorted(model.signatures) == ["serve", "serving_default"]
+        check_matches(model, "tf2_cnn")
+    finally:
+        model.close()
+
+
 def test_tf2_signature_specs_come_from_the_signature_def(tf2: SavedModel) -> None:
     sig = tf2.signature("hidden")
     assert [s.name for s in sig.inputs] == ["x"]
@@ -113,7 +122,8 @@ def test_public_api() -> None:
 
 def test_is_saved_model_path(tmp_path: Path) -> None:
     assert is_saved_model_path(TF1) and is_saved_model_path(TF1 / "1")
-    assert not is_saved_model_path(tmp_path) and not is_saved_model_path(TF1 / "1" / "saved_model.pb")
+    assert is_saved_model_path(TF1 / "1" / "saved_model.pb")  # the file stands for its folder
+    assert not is_saved_model_path(tmp_path) and not is_saved_model_path(TF1 / "1" / "variables")
 
 
 # --- errors name the file -----------------------------------------------------------------------------------

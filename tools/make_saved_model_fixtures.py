@@ -9,6 +9,8 @@ Writes, each a SavedModel as TF Serving reads it (``saved_model.pb`` + ``variabl
 - ``tf2_mlp/1``: a Keras MLP exported by ``keras.export.ExportArchive`` with two signatures,
   ``serving_default`` (probabilities) and ``hidden`` (the first layer's activations and the logits):
   StatefulPartitionedCall into the function library, resource variables.
+- ``tf2_cnn/1``: a small Keras CNN (Conv2D, BatchNormalization, DepthwiseConv2D, pooling, Dropout, Dense)
+  saved by ``model.export`` at its default settings (signatures ``serve`` and ``serving_default``).
 - ``tf1_linear/1`` and ``tf1_linear/2``: a ``tf.compat.v1`` graph with VariableV2 variables saved by a
   Saver through ``SavedModelBuilder``; version 2 has other weights, so a test sees which one is served.
 
@@ -83,6 +85,35 @@ def make_tf2_mlp() -> None:
     save_io("tf2_mlp", io)
 
 
+def make_tf2_cnn() -> None:
+    keras.utils.set_random_seed(SEED + 10)
+    inputs = keras.Input((12, 12, 3), name="image")
+    h = layers.Conv2D(8, 3, padding="same")(inputs)
+    h = layers.BatchNormalization()(h)
+    h = layers.ReLU()(h)
+    h = layers.DepthwiseConv2D(3, padding="same")(h)
+    h = layers.MaxPooling2D()(h)
+    h = layers.GlobalAveragePooling2D()(h)
+    h = layers.Dropout(0.2)(h)
+    model = keras.Model(inputs, layers.Dense(4, activation="softmax")(h))
+    rng = np.random.default_rng(SEED + 10)
+    for layer in model.layers:  # non-trivial moving statistics, so inference-mode batch norm shows
+        if isinstance(layer, layers.BatchNormalization):
+            n = layer.get_weights()[0].shape
+            layer.set_weights([rng.uniform(0.5, 1.5, n).astype(np.float32) for _ in range(4)])
+    path = OUT_DIR / "tf2_cnn" / "1"
+    model.export(str(path), verbose=False)
+    loaded = tf.saved_model.load(str(path))
+    x = rng.normal(size=(2, 12, 12, 3)).astype(np.float32)
+    io: dict[str, dict[str, np.ndarray]] = {}
+    for sig in ("serve", "serving_default"):
+        fn = loaded.signatures[sig]
+        (key,) = fn.structured_input_signature[1]
+        out = fn(**{key: tf.constant(x)})
+        io[sig] = {f"in:{key}": x, **{f"out:{k}": v.numpy() for k, v in out.items()}}
+    save_io("tf2_cnn", io)
+
+
 def make_tf1_linear(version: int) -> None:
     v1 = tf.compat.v1
     graph = tf.Graph()
@@ -123,6 +154,7 @@ def main() -> None:
         shutil.rmtree(OUT_DIR)
     OUT_DIR.mkdir(parents=True)
     make_tf2_mlp()
+    make_tf2_cnn()
     make_tf1_linear(1)
     make_tf1_linear(2)
     total = sum(p.stat().st_size for p in OUT_DIR.rglob("*") if p.is_file())
