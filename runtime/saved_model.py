@@ -100,9 +100,14 @@ def _has_saved_model(folder: Path) -> bool:
     return (folder / SAVED_MODEL_PB).is_file() or (folder / SAVED_MODEL_PBTXT).is_file()
 
 
+def _folder(path: Path) -> Path:
+    """A path naming saved_model.pb itself stands for its folder."""
+    return path.parent if path.name in (SAVED_MODEL_PB, SAVED_MODEL_PBTXT) and path.is_file() else path
+
+
 def is_saved_model_path(path: str | Path) -> bool:
-    """A SavedModel folder, or a base path with a numbered version folder holding one."""
-    path = Path(path)
+    """A SavedModel folder (or its saved_model.pb), or a base path with a numbered version folder."""
+    path = _folder(Path(path))
     if not path.is_dir():
         return False
     return _has_saved_model(path) or bool(versions(path))
@@ -119,7 +124,7 @@ def versions(base: Path) -> dict[int, Path]:
 
 def resolve_version(path: str | Path, version: int | None = None) -> tuple[Path, int | None]:
     """(export folder, version) for a SavedModel folder or a base path (``version`` or the highest)."""
-    path = Path(path)
+    path = _folder(Path(path))
     if not path.is_dir():
         raise NotFoundError(f"SavedModel path not found or not a folder: {path}")
     if _has_saved_model(path):

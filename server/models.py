@@ -113,7 +113,8 @@ def load_model(mc: ModelConfig, config: Config) -> ModelEntry:
         proto.inter_op_parallelism_threads = config.runtime.inter_op_threads
     if config.runtime.intra_op_threads and not proto.intra_op_parallelism_threads:
         proto.intra_op_parallelism_threads = config.runtime.intra_op_threads
-    if is_saved_model_path(mc.path):
+    # a folder can only be a SavedModel: say what it lacks rather than "Is a directory"
+    if mc.path.is_dir() or is_saved_model_path(mc.path):
         return _load_saved_model(mc, config, proto)
     try:
         graph = Graph(load_graph_def(mc.path))

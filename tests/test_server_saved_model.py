@@ -68,6 +68,13 @@ def test_config_errors_name_the_model(tmp_path: Path) -> None:
         load(path="tf1_linear", version=3)
     with pytest.raises(NotFoundError, match=r"model 'm': .*no MetaGraphDef with tags \{gpu\}.*\{serve\}"):
         load(path="tf1_linear", tags=["gpu"])
+    with pytest.raises(
+        NotFoundError, match=r"model 'm': .* holds no saved_model\.pb and no numbered version"
+    ):
+        load(path=str(tmp_path))
+    entry = load(path="tf1_linear/1/saved_model.pb")  # the file itself stands for its folder
+    assert entry.version == 1
+    entry.session.close()
 
 
 # --- a server on loopback -------------------------------------------------------------------------------
