@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import poolserve
-from poolserve.proto import saved_model_pb2
+from poolserve.proto import saved_model_pb2, types_pb2
 from poolserve.runtime.errors import (
     DataLossError,
     InvalidArgumentError,
@@ -24,6 +24,7 @@ from poolserve.runtime.saved_model import (
     load_saved_model,
     resolve_version,
 )
+from poolserve.runtime.tensor import from_ndarray
 
 FIXTURES = Path(__file__).parent / "fixtures" / "saved_models"
 TF2 = FIXTURES / "tf2_mlp"
@@ -200,3 +201,34 @@ def test_sliced_restore_is_unimplemented(tmp_path: Path) -> None:
     (path / "saved_model.pb").write_bytes(proto.SerializeToString())
     with pytest.raises(UnimplementedError, match="restoring a slice"):
         load_saved_model(path)
+
+
+def test_tf1_main_op_runs_after_restore_with_asset_paths_fed(tmp_path: Path) -> None:
+    """TF1's legacy_init_op / main_op runs once the variables are restored, with each asset's path fed."""
+    path = copy(TF1 / "1", tmp_path)
+    proto = saved_model_pb2.SavedModel.FromString((path / "saved_model.pb").read_bytes())
+    mg = proto.meta_graphs[0]
+    nodes = mg.graph_def.node
+    nodes.add(name="asset_path", op="Placeholder").attr["dtype"].type = types_pb2.DT_STRING
+    var = nodes.add(name="asset_var", op="VariableV2")
+    var.attr["dtype"].type = types_pb2.DT_STRING
+    var.attr["shape"].shape.SetInParent()
+    nodes.add(name="init_asset", op="Assign", input=["asset_var", "asset_path"]).attr[
+        "T"
+    ].type = types_pb2.DT_STRING
+    zeros = nodes.add(name="zeros", op="Const")
+    zeros.attr["dtype"].type = types_pb2.DT_FLOAT
+    zeros.attr["value"].tensor.CopyFrom(from_ndarray(np.zeros(2, np.float32)))
+    nodes.add(name="init_b", op="Assign", input=["b", "zeros"]).attr["T"].type = types_pb2.DT_FLOAT
+    nodes.add(name="main", op="NoOp", input=["^init_asset", "^init_b"])
+    mg.collection_def["legacy_init_op"].node_list.value.append("main")
+    mg.asset_file_def.add(filename="vocab.txt").tensor_info.name = "asset_path:0"
+    (path / "saved_model.pb").write_bytes(proto.SerializeToString())
+    model = load_saved_model(path)
+    try:
+        assert model.session.run("asset_var:0") == str(path / "assets" / "vocab.txt").encode()
+        inputs, _ = recorded("tf1_linear_v1")["serving_default"]
+        w = model.session.run("w:0")
+        np.testing.assert_allclose(model.run(inputs)["y"], np.tanh(inputs["x"] @ w), atol=1e-6)
+    finally:
+        model.close()
