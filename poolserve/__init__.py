@@ -2,7 +2,7 @@
 
 The public API, in one import::
 
-    from poolserve import Session, load_graph_def, RunOptions, RunMetadata, Timeline
+    from poolserve import Session, load_graph_def, load_saved_model, RunOptions, RunMetadata, Timeline
 
 Everything here keeps its name and meaning across releases; modules below ``poolserve.runtime`` and
 ``poolserve.server`` are the implementation and may change.
@@ -15,6 +15,7 @@ from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import OpError
 from poolserve.runtime.graph import Graph, load_graph_def
 from poolserve.runtime.run_handler import RunHandlerPool, configure_pool, get_pool
+from poolserve.runtime.saved_model import SavedModel, load_saved_model
 from poolserve.runtime.session import (
     InteractiveSession,
     RunFuture,
@@ -39,6 +40,7 @@ __all__ = [
     "RunHandlerPool",
     "RunMetadata",
     "RunOptions",
+    "SavedModel",
     "Session",
     "Timeline",
     "configure_pool",
@@ -46,5 +48,6 @@ __all__ = [
     "get_default_session",
     "get_pool",
     "load_graph_def",
+    "load_saved_model",
     "register_session_factory",
 ]

@@ -109,6 +109,10 @@ class ModelConfig(_Section):
     inputs: dict[str, str] | None = None  # public name -> tensor ("node:port")
     outputs: dict[str, str] | None = None
     session_config: str | None = None  # a ConfigProto in text format
+    # SavedModels only: the MetaGraphDef's tag set, and the signature requests that name none get
+    # (default: serving_default, else the first by name)
+    tags: tuple[str, ...] = ("serve",)
+    signature_name: str | None = None
     batching: BatchingSettings | None = None
 
     @field_validator("name")

@@ -1,12 +1,21 @@
-"""The models a server serves: each a ``Session`` and its ``Signature``, loaded from the config."""
+"""The models a server serves: each a ``Session`` and its ``Signature``s, loaded from the config.
+
+A model's path is a GraphDef (``.pb``/``.pbtxt``: one signature, its Placeholders in and terminal nodes
+out, or the configured aliases) or a SavedModel (a version folder, or a base path whose highest numbered
+version is served, or the configured ``version``): every SignatureDef is served. ``signature`` is the one
+a request gets unless it names another (TF Serving's ``signature_name``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from poolserve.proto import config_pb2
 from poolserve.runtime.errors import InvalidArgumentError, OpError
 from poolserve.runtime.graph import Graph, load_graph_def
+from poolserve.runtime.saved_model import DEFAULT_SIGNATURE, is_saved_model_path, load_saved_model
 from poolserve.runtime.session import Session
 from poolserve.runtime.signature import Signature, TensorSpec
 from poolserve.runtime.types import Array
@@ -16,14 +25,33 @@ from poolserve.server.config import BatchingSettings, Config, ModelConfig
 
 @dataclass
 class ModelEntry:
-    """A loaded model: its session and its public inputs and outputs."""
+    """A loaded model: its session, its signatures by name and the one requests get by default."""
 
     name: str
     version: int
     session: Session
     signature: Signature
     path: str = ""
+    signatures: dict[str, Signature] = field(default_factory=dict)
+    signature_name: str = DEFAULT_SIGNATURE
     batcher: Batcher | None = None
+
+    def __post_init__(self) -> None:
+        if not self.signatures:
+            self.signatures = {self.signature_name: self.signature}
+
+    def for_signature(self, name: str | None) -> ModelEntry:
+        """This model seen through another of its signatures (None: the default one); InvalidArgumentError
+        with TF Serving's message, listing the signatures, when it has no such signature."""
+        if name is None or name == self.signature_name:
+            return self
+        signature = self.signatures.get(name)
+        if signature is None:
+            raise InvalidArgumentError(
+                f'Serving signature name: "{name}" not found in signature def '
+                f"(the model's signatures: {', '.join(sorted(self.signatures))})"
+            )
+        return dataclasses.replace(self, signature=signature, signature_name=name)
 
     @property
     def inputs(self) -> tuple[TensorSpec, ...]:
@@ -81,21 +109,28 @@ def make_entry(
 
 
 def load_model(mc: ModelConfig, config: Config) -> ModelEntry:
-    """Loads a configured model into a Session. Errors name the model."""
-    try:
-        graph = Graph(load_graph_def(mc.path))
-    except OpError as e:
-        raise type(e)(f"model '{mc.name}': {e.message}", e.node_name) from None
+    """Loads a configured model into a Session, with its batcher if it batches. Errors name the model."""
+    entry = _load(mc, config)
+    if mc.batching is not None:
+        entry.batcher = make_batcher(entry, mc.batching)
+    return entry
+
+
+def _load(mc: ModelConfig, config: Config) -> ModelEntry:
     proto = mc.config_proto()
     if config.runtime.inter_op_threads and not proto.inter_op_parallelism_threads:
         proto.inter_op_parallelism_threads = config.runtime.inter_op_threads
     if config.runtime.intra_op_threads and not proto.intra_op_parallelism_threads:
         proto.intra_op_parallelism_threads = config.runtime.intra_op_threads
+    # a folder can only be a SavedModel: say what it lacks rather than "Is a directory"
+    if mc.path.is_dir() or is_saved_model_path(mc.path):
+        return _load_saved_model(mc, config, proto)
+    try:
+        graph = Graph(load_graph_def(mc.path))
+    except OpError as e:
+        raise type(e)(f"model '{mc.name}': {e.message}", e.node_name) from None
     session = Session(graph, proto, memory_limit_bytes=config.runtime.memory_limit_bytes)
-    entry = make_entry(mc.name, mc.version, session, mc.inputs, mc.outputs, str(mc.path))
-    if mc.batching is not None:
-        entry.batcher = make_batcher(entry, mc.batching)
-    return entry
+    return make_entry(mc.name, mc.version, session, mc.inputs, mc.outputs, str(mc.path))
 
 
 def make_batcher(entry: ModelEntry, settings: BatchingSettings) -> Batcher:
@@ -116,6 +151,31 @@ def make_batcher(entry: ModelEntry, settings: BatchingSettings) -> Batcher:
         settings.max_queue_delay_us,
         settings.preferred_batch_sizes,
         settings.max_concurrent_batches,
+    )
+
+
+def _load_saved_model(mc: ModelConfig, config: Config, proto: config_pb2.ConfigProto) -> ModelEntry:
+    # A version set in the config picks that version folder of a base path; otherwise the highest is
+    # served and the folder's number is the model's version (TF Serving's default policy).
+    explicit = mc.version if "version" in mc.model_fields_set else None
+    try:
+        if mc.inputs or mc.outputs:
+            raise InvalidArgumentError(
+                "inputs/outputs aliases apply to GraphDefs; a SavedModel's signatures name its tensors"
+            )
+        saved = load_saved_model(
+            mc.path, mc.tags, proto, version=explicit, memory_limit_bytes=config.runtime.memory_limit_bytes
+        )
+    except OpError as e:
+        raise type(e)(f"model '{mc.name}': {e.message}", e.node_name) from None
+    name = mc.signature_name or saved.default_signature
+    if name not in saved.signatures:
+        saved.close()
+        have = ", ".join(sorted(saved.signatures)) or "(none)"
+        raise InvalidArgumentError(f"model '{mc.name}': no signature '{name}'; its signatures: {have}")
+    version = saved.version if saved.version is not None else mc.version
+    return ModelEntry(
+        mc.name, version, saved.session, saved.signatures[name], str(saved.path), dict(saved.signatures), name
     )
 
 

@@ -102,6 +102,7 @@ class InferRequest:
     use_run_handler_pool: bool | None = None
     request_id: str = ""
     received_at: float = 0.0
+    signature_name: str | None = None  # None: the model's default signature
 
     def __post_init__(self) -> None:
         if not self.request_id:
@@ -302,6 +303,7 @@ class InferenceService:
             raise UnavailableError("The server is shutting down")
         timeout_ms = self.timeout_ms(given)
         deadline = Deadline(timeout_ms, request.received_at) if timeout_ms > 0 else None
+        entry = entry.for_signature(request.signature_name)
         feeds = entry.feeds(request.feeds)
         names = request.fetches or [s.name for s in entry.outputs]
         fetches = entry.fetches(names)

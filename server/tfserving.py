@@ -65,6 +65,7 @@ def decode_predict(body: Any, entry: ModelEntry) -> PredictRequest:
     signature = body.get("signature_name", "")
     if not isinstance(signature, str):
         raise InvalidArgumentError("'signature_name' must be a string")
+    entry = entry.for_signature(signature or None)  # the signature's inputs decode the request
     has_instances, has_inputs = "instances" in body, "inputs" in body
     if has_instances and has_inputs:
         raise InvalidArgumentError("Not allowed to have both 'instances' and 'inputs' keys in the request")
@@ -74,15 +75,7 @@ def decode_predict(body: Any, entry: ModelEntry) -> PredictRequest:
         inputs = _decode_columns(body["inputs"], entry)
     else:
         raise InvalidArgumentError("Missing 'instances' or 'inputs' key in the request")
-    return PredictRequest(inputs, has_instances, signature or DEFAULT_SIGNATURE)
-
-
-def check_signature(name: str, signatures: tuple[str, ...] = (DEFAULT_SIGNATURE,)) -> None:
-    if name not in signatures:
-        raise InvalidArgumentError(
-            f'Serving signature name: "{name}" not found in signature def '
-            f"(the model's signatures: {', '.join(signatures)})"
-        )
+    return PredictRequest(inputs, has_instances, entry.signature_name)
 
 
 def _is_b64(value: Any) -> bool:
@@ -393,15 +386,18 @@ def model_status(service: InferenceService, model: str, version: int | None) -> 
 
 
 def model_metadata(entry: ModelEntry) -> dict[str, Any]:
-    """GET /v1/models/{m}/metadata: the model spec and its one signature, in TF Serving's JSON."""
-    signature = {
-        "inputs": {s.name: _tensor_info(s) for s in entry.inputs},
-        "outputs": {s.name: _tensor_info(s) for s in entry.outputs},
-        "method_name": PREDICT_METHOD,
+    """GET /v1/models/{m}/metadata: the model spec and its signatures, in TF Serving's JSON."""
+    signatures = {
+        name: {
+            "inputs": {s.name: _tensor_info(s) for s in sig.inputs},
+            "outputs": {s.name: _tensor_info(s) for s in sig.outputs},
+            "method_name": PREDICT_METHOD,
+        }
+        for name, sig in entry.signatures.items()
     }
     return {
         "model_spec": {"name": entry.name, "signature_name": "", "version": str(entry.version)},
-        "metadata": {"signature_def": {"signature_def": {DEFAULT_SIGNATURE: signature}}},
+        "metadata": {"signature_def": {"signature_def": signatures}},
     }
 
 
@@ -418,9 +414,7 @@ def _json_response(body: Any) -> Response:
 
 
 def _decode_body(body: bytes, entry: ModelEntry) -> PredictRequest:
-    decoded = decode_predict(parse_json(body), entry)
-    check_signature(decoded.signature_name)
-    return decoded
+    return decode_predict(parse_json(body), entry)
 
 
 async def _predict(service: InferenceService, model: str, version: int | None, request: Request) -> Response:
@@ -432,7 +426,13 @@ async def _predict(service: InferenceService, model: str, version: int | None, r
         decoded = _decode_body(body, entry)
     info = request_info(request.scope)
     result = await service.infer(
-        InferRequest(entry.name, decoded.inputs, version=entry.version, **info._asdict())
+        InferRequest(
+            entry.name,
+            decoded.inputs,
+            version=entry.version,
+            signature_name=decoded.signature_name,
+            **info._asdict(),
+        )
     )
     if sum(np.asarray(v).nbytes for v in result.outputs.values()) >= _OFFLOAD_BYTES:
         content = await asyncio.to_thread(encode_predict, result.outputs, decoded.row_format)

@@ -5,6 +5,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     conv_ops,
     gather_ops,
     image_ops,
+    io_ops,
     math_ops,
     nn_ops,
     slicing_ops,
