@@ -28,9 +28,10 @@ from poolserve.runtime.errors import (
 from poolserve.runtime.signature import TensorSpec
 from poolserve.runtime.types import Array
 from poolserve.server import codec
+from poolserve.server.adapter import Adapter, Encoded, route
 from poolserve.server.models import ModelEntry
 from poolserve.server.routes import Route
-from poolserve.server.service import InferenceService, InferRequest, request_info
+from poolserve.server.service import InferenceService, InferRequest, InferResult
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -353,52 +354,55 @@ def _check_datatypes(entry: ModelEntry, decoded: DecodedRequest) -> None:
             )
 
 
-async def _infer(service: InferenceService, model: str, version: str | None, request: Request) -> Response:
-    entry = service.model(model, codec.parse_version(version))
-    body = await request.body()
-    header_length = request.headers.get(HEADER_LENGTH)
-    length = _parse_header_length(header_length, len(body))
-    json_size = len(body) if length is None else length
-    raw = _raw_input(entry) if length == 0 else None
-    decoded = await codec.sized(json_size, decode_request, body, header_length, raw)
-    _check_datatypes(entry, decoded)
-    params = decoded.parameters
-    trace = _bool_parameter("request", params, "trace")
-    result = await service.infer(
-        InferRequest(
+class KServeAdapter(Adapter[DecodedRequest]):
+    """JSON, or a JSON header and binary tensors; the answer likewise, for the outputs asked in binary."""
+
+    def decode_size(self, request: Request, body: bytes) -> int:
+        length = _parse_header_length(request.headers.get(HEADER_LENGTH), len(body))
+        return len(body) if length is None else length
+
+    def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, DecodedRequest]:
+        header_length = request.headers.get(HEADER_LENGTH)
+        raw = _raw_input(entry) if _parse_header_length(header_length, len(body)) == 0 else None
+        decoded = decode_request(body, header_length, raw)
+        _check_datatypes(entry, decoded)
+        params = decoded.parameters
+        infer = InferRequest(
             model=entry.name,
             version=entry.version,
             feeds=decoded.inputs,
             fetches=[o.name for o in decoded.outputs or ()],
             run_options=_run_options(params),
-            trace=bool(trace),
+            trace=bool(_bool_parameter("request", params, "trace")),
             use_run_handler_pool=_bool_parameter("request", params, "use_run_handler_pool"),
-            **request_info(request.scope)._asdict(),
         )
-    )
-    requested = decoded.outputs or [RequestedOutput(s.name) for s in entry.outputs]
-    outputs = [(o.name, result.outputs[o.name], decoded.output_binary(o)) for o in requested]
-    response_params = {"trace": codec.dumps(result.trace).decode()} if result.trace is not None else None
-    args = (result.model, str(result.version), outputs, decoded.request_id, response_params)
-    json_bytes = sum(np.asarray(v).nbytes for _, v, binary in outputs if not binary)
-    content, length = await codec.sized(json_bytes, encode_response, *args)
-    if length is None:
-        return Response(content, media_type="application/json")
-    return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(length)})
+        if not decoded.outputs:  # every model output
+            decoded.outputs = [RequestedOutput(s.name) for s in entry.outputs]
+        return infer, decoded
+
+    def _outputs(self, result: InferResult, decoded: DecodedRequest) -> list[tuple[str, Array, bool]]:
+        return [(o.name, result.outputs[o.name], decoded.output_binary(o)) for o in decoded.outputs or ()]
+
+    def encode_size(self, result: InferResult, context: DecodedRequest) -> int:
+        return sum(np.asarray(v).nbytes for _, v, binary in self._outputs(result, context) if not binary)
+
+    def encode(self, request: Request, result: InferResult, context: DecodedRequest) -> Encoded:
+        params = {"trace": codec.dumps(result.trace).decode()} if result.trace is not None else None
+        outputs = self._outputs(result, context)
+        content, length = encode_response(
+            result.model, str(result.version), outputs, context.request_id, params
+        )
+        if length is None:
+            return Encoded(content)
+        return Encoded(content, "application/octet-stream", {HEADER_LENGTH: str(length)})
 
 
 def inference_routes(service: InferenceService) -> list[Route]:
     """The infer routes, as plain Starlette routes (see ``server.app``)."""
-
-    async def latest(request: Request) -> Response:
-        return await _infer(service, request.path_params["model"], None, request)
-
-    async def version(request: Request) -> Response:
-        return await _infer(service, request.path_params["model"], request.path_params["version"], request)
-
+    adapter = KServeAdapter()
     return [
-        Route("/v2/models/{model}/infer", latest, methods=["POST"]),
-        Route("/v2/models/{model}/versions/{version}/infer", version, methods=["POST"]),
+        route("/v2/models/{model}/infer", adapter, service),
+        route("/v2/models/{model}/versions/{version}/infer", adapter, service),
     ]
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Request
 from google.protobuf import json_format, message
 
 from poolserve.proto import config_pb2, serving_pb2
@@ -25,9 +25,10 @@ from poolserve.runtime.signature import TensorSpec
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
 from poolserve.runtime.types import Array
 from poolserve.server import codec
+from poolserve.server.adapter import Adapter, Encoded, route
 from poolserve.server.models import ModelEntry
 from poolserve.server.routes import Route
-from poolserve.server.service import InferenceService, InferRequest, InferResult, request_info
+from poolserve.server.service import InferenceService, InferRequest, InferResult
 
 PROTOBUF = "application/x-protobuf"
 _FIELDS = ("feeds", "fetches", "targets", "run_options", "trace", "use_run_handler_pool")
@@ -223,43 +224,32 @@ def model_info(entry: ModelEntry) -> dict[str, Any]:
 _JSON_TYPES = ("application/json", "", "application/x-www-form-urlencoded", "text/plain")
 
 
-async def _run(service: InferenceService, request: Request, model: str, version: str | None) -> Response:
-    entry = service.model(model, codec.parse_version(version))
-    body = await request.body()
-    content_type = request.headers.get("content-type", "application/json")
-    protobuf = _is_protobuf(content_type)
-    if protobuf:
-        infer = await codec.sized(len(body), decode_protobuf, body, entry, entry.version)
-    elif content_type.split(";")[0].strip().lower() in _JSON_TYPES:
-        infer = await codec.sized(len(body), decode_json, body, entry, entry.version)
-    else:
+class NativeAdapter(Adapter[bool]):
+    """JSON or protobuf in; the answer in protobuf when the request was, or accepts it (the context)."""
+
+    def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, bool]:
+        content_type = request.headers.get("content-type", "application/json")
+        if _is_protobuf(content_type):
+            return decode_protobuf(body, entry, entry.version), True
+        if content_type.split(";")[0].strip().lower() in _JSON_TYPES:
+            protobuf = _is_protobuf(request.headers.get("accept", ""))
+            return decode_json(body, entry, entry.version), protobuf
         raise InvalidArgumentError(
             f"Unsupported Content-Type '{content_type}': use application/json or {PROTOBUF}"
         )
-    infer.request_id, infer.received_at = request_info(request.scope)
-    result = await service.infer(infer)
-    size = _nbytes(result)
-    if protobuf or _is_protobuf(request.headers.get("accept", "")):
-        return Response(await codec.sized(size, encode_protobuf, result), media_type=PROTOBUF)
-    return Response(await codec.sized(size, encode_json, result), media_type="application/json")
 
-
-def _nbytes(result: InferResult) -> int:
-    return sum(np.asarray(v).nbytes for v in result.outputs.values() if v is not None)
+    def encode(self, request: Request, result: InferResult, context: bool) -> Encoded:
+        if context:
+            return Encoded(encode_protobuf(result), PROTOBUF)
+        return Encoded(encode_json(result))
 
 
 def inference_routes(service: InferenceService) -> list[Route]:
     """The run routes, as plain Starlette routes (see ``server.app``)."""
-
-    async def latest(request: Request) -> Response:
-        return await _run(service, request, request.path_params["model"], None)
-
-    async def version(request: Request) -> Response:
-        return await _run(service, request, request.path_params["model"], request.path_params["version"])
-
+    adapter = NativeAdapter()
     return [
-        Route("/v1/models/{model}:run", latest, methods=["POST"]),
-        Route("/v1/models/{model}/versions/{version}:run", version, methods=["POST"]),
+        route("/v1/models/{model}:run", adapter, service),
+        route("/v1/models/{model}/versions/{version}:run", adapter, service),
     ]
 
 

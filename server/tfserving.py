@@ -21,9 +21,10 @@ from poolserve.runtime.errors import InvalidArgumentError, NotFoundError
 from poolserve.runtime.signature import TensorSpec
 from poolserve.runtime.types import Array
 from poolserve.server import codec
+from poolserve.server.adapter import Adapter, Encoded, route
 from poolserve.server.models import ModelEntry
 from poolserve.server.routes import Route
-from poolserve.server.service import InferenceService, InferRequest, request_info
+from poolserve.server.service import InferenceService, InferRequest, InferResult
 
 DEFAULT_SIGNATURE = "serving_default"
 STABLE_LABEL = "stable"
@@ -259,45 +260,30 @@ def _json_response(body: Any) -> Response:
     return Response(codec.dumps(body), media_type="application/json")
 
 
-def _decode_body(body: bytes, entry: ModelEntry) -> PredictRequest:
-    decoded = decode_predict(codec.loads(body), entry)
-    check_signature(decoded.signature_name)
-    return decoded
+class TFServingAdapter(Adapter[bool]):
+    """TF Serving's JSON; the answer in the request's format (the context: row format or not)."""
 
+    def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, bool]:
+        decoded = decode_predict(codec.loads(body), entry)
+        check_signature(decoded.signature_name)
+        return InferRequest(entry.name, decoded.inputs, version=entry.version), decoded.row_format
 
-async def _predict(service: InferenceService, model: str, version: int | None, request: Request) -> Response:
-    entry = service.model(model, version)
-    body = await request.body()
-    decoded = await codec.sized(len(body), _decode_body, body, entry)
-    info = request_info(request.scope)
-    result = await service.infer(
-        InferRequest(entry.name, decoded.inputs, version=entry.version, **info._asdict())
-    )
-    size = sum(np.asarray(v).nbytes for v in result.outputs.values())
-    content = await codec.sized(size, encode_predict, result.outputs, decoded.row_format)
-    return Response(content, media_type="application/json")
+    def encode(self, request: Request, result: InferResult, context: bool) -> Encoded:
+        return Encoded(encode_predict(result.outputs, context))
 
 
 def inference_routes(service: InferenceService) -> list[Route]:
     """The predict routes, as plain Starlette routes (see ``server.app``)."""
-
-    async def latest(request: Request) -> Response:
-        return await _predict(service, request.path_params["model"], None, request)
-
-    async def version(request: Request) -> Response:
-        return await _predict(
-            service, request.path_params["model"], _version(request.path_params["version"]), request
-        )
-
-    async def label(request: Request) -> Response:
-        return await _predict(
-            service, request.path_params["model"], _label(request.path_params["label"]), request
-        )
-
+    adapter = TFServingAdapter()
     return [
-        Route("/v1/models/{model}:predict", latest, methods=["POST"]),
-        Route("/v1/models/{model}/versions/{version}:predict", version, methods=["POST"]),
-        Route("/v1/models/{model}/labels/{label}:predict", label, methods=["POST"]),
+        route("/v1/models/{model}:predict", adapter, service),
+        route("/v1/models/{model}/versions/{version}:predict", adapter, service),
+        route(
+            "/v1/models/{model}/labels/{label}:predict",
+            adapter,
+            service,
+            lambda r: _label(r.path_params["label"]),
+        ),
     ]
 
 

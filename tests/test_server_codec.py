@@ -279,3 +279,26 @@ async def test_versions_follow_one_rule(client: httpx.AsyncClient, version: str,
     answers = await three_ways(client, "n", [1], version)
     assert [r.status_code for r in answers] == [status] * 3
     assert len({r.json()["error"] for r in answers}) == 1
+
+
+@pytest.mark.anyio
+async def test_big_bodies_and_answers_leave_the_event_loop_in_every_protocol(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offloaded: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counting(fn: Any, *args: Any) -> Any:
+        offloaded.append(f"{type(fn.__self__).__name__}.{fn.__name__}")
+        return await to_thread(fn, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    n = list(range(120_000))  # ~800 KB of JSON, 480 KB of int32 out
+    answers = await three_ways(client, "n", n)
+    assert [r.status_code for r in answers] == [200, 200, 200]
+    assert answers[2].json()["outputs"][-1] == n[-1]
+    assert offloaded == [
+        f"{adapter}.{step}"
+        for adapter in ("NativeAdapter", "KServeAdapter", "TFServingAdapter")
+        for step in ("decode", "encode")
+    ]
