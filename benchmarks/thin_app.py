@@ -1,7 +1,7 @@
 """The thinnest FastAPI endpoint for the example MLP: what ``bench_http`` measures poolserve against.
 
 It decodes the same TF Serving JSON and does the same math in straight numpy, with the weights read from
-the same GraphDef. Run: ``python -m benchmarks.thin_app PORT``.
+the same GraphDef. Run: ``python -m benchmarks.thin_app PORT [MODEL.pb]`` (the example MLP by default).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from poolserve.runtime.tensor import to_ndarray
 MODEL = Path(__file__).resolve().parent.parent / "configs" / "models" / "mlp.pb"
 
 
-def weights() -> dict[str, Any]:
-    return {n.name: to_ndarray(n.attr["value"].tensor) for n in load_graph_def(MODEL).node if n.op == "Const"}
+def weights(model: Path = MODEL) -> dict[str, Any]:
+    return {n.name: to_ndarray(n.attr["value"].tensor) for n in load_graph_def(model).node if n.op == "Const"}
 
 
-def make_app() -> FastAPI:
-    w = weights()
+def make_app(model: Path = MODEL) -> FastAPI:
+    w = weights(model)
     w1, b1 = w["dense/MatMul/ReadVariableOp"], w["dense/BiasAdd/ReadVariableOp"]
     w2, b2 = w["dense_1/MatMul/ReadVariableOp"], w["dense_1/BiasAdd/ReadVariableOp"]
     app = FastAPI()
@@ -48,4 +48,5 @@ def make_app() -> FastAPI:
 
 
 if __name__ == "__main__":
-    uvicorn.run(make_app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+    model = Path(sys.argv[2]) if len(sys.argv) > 2 else MODEL
+    uvicorn.run(make_app(model), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")

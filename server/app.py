@@ -10,7 +10,6 @@ logged 500, and records metrics and the trace's last span.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -28,7 +27,7 @@ from poolserve.runtime.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
-from poolserve.server import errors, kserve, native, sessions, tfserving
+from poolserve.server import codec, errors, kserve, native, sessions, tfserving
 from poolserve.server.config import Config
 from poolserve.server.errors import REQUEST_ID_HEADER
 from poolserve.server.service import InferenceService, RequestInfo, attach_info, new_request_id
@@ -221,9 +220,7 @@ def _pool_state(service: InferenceService) -> dict[str, Any]:
 
 
 def _json(body: Any, status: int = 200) -> Response:
-    return Response(
-        json.dumps(body, separators=(",", ":")), status_code=status, media_type="application/json"
-    )
+    return Response(codec.dumps(body), status_code=status, media_type="application/json")
 
 
 def operations_router(service: InferenceService) -> APIRouter:
@@ -253,10 +250,7 @@ def operations_router(service: InferenceService) -> APIRouter:
     async def put_pool(request: Request) -> dict[str, Any]:
         service.check_admin(request.headers)
         # read the body ourselves: a bare `curl -d` sends it form-encoded, and it is still JSON
-        try:
-            data = json.loads(await request.body())
-        except ValueError as e:
-            raise InvalidArgumentError(f"malformed JSON: {e}") from None
+        data = codec.loads(await request.body())
         try:
             setting = PoolSetting.model_validate(data)
         except ValidationError as e:

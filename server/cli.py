@@ -72,6 +72,7 @@ def serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         timeout_graceful_shutdown=max(1, round(config.server.drain_seconds)),
         lifespan="on",
+        # loop and http stay "auto": uvloop and httptools (installed with uvicorn[standard]) when present
     )
     server = _Server(uv_config, [service])
     signal.signal(signal.SIGTERM, _exit_zero)

@@ -8,11 +8,8 @@ bytes. Responses use the same layout for the outputs asked for in binary.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
-import json
 import math
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,47 +21,23 @@ from poolserve.proto import config_pb2
 from poolserve.runtime import dtypes
 from poolserve.runtime.errors import (
     InvalidArgumentError,
-    NotFoundError,
     OpError,
     UnavailableError,
     UnimplementedError,
 )
 from poolserve.runtime.signature import TensorSpec
 from poolserve.runtime.types import Array
+from poolserve.server import codec
+from poolserve.server.adapter import Adapter, Encoded, route
 from poolserve.server.models import ModelEntry
 from poolserve.server.routes import Route
-from poolserve.server.service import InferenceService, InferRequest, request_info
+from poolserve.server.service import InferenceService, InferRequest, InferResult
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
-# KServe datatype -> numpy dtype (BYTES: object arrays of ``bytes``, as the service holds DT_STRING).
-DATATYPES: dict[str, np.dtype[Any]] = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype(np.uint8),
-    "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32),
-    "UINT64": np.dtype(np.uint64),
-    "INT8": np.dtype(np.int8),
-    "INT16": np.dtype(np.int16),
-    "INT32": np.dtype(np.int32),
-    "INT64": np.dtype(np.int64),
-    "FP16": np.dtype(np.float16),
-    "FP32": np.dtype(np.float32),
-    "FP64": np.dtype(np.float64),
-    "BYTES": np.dtype(object),
-}
-_NAMES: dict[np.dtype[Any], str] = {dt: name for name, dt in DATATYPES.items()}
-
-# numpy kinds of parsed JSON data that BOOL and the FP types accept (empty data is accepted for every type).
-_JSON_KINDS = {"b": "b", "f": "iuf"}
-_KIND_NAMES = {
-    "b": "booleans",
-    "i": "integers",
-    "u": "integers",
-    "f": "floating-point numbers",
-    "U": "strings",
-}
-_U32 = struct.Struct("<I")
+# KServe datatype -> numpy dtype (the codec's table)
+DATATYPES = codec.KSERVE_DATATYPES
+datatype_of = codec.kserve_datatype
 
 
 @dataclass
@@ -99,16 +72,6 @@ class RawInput:
     shape: tuple[int, ...]
 
 
-def datatype_of(dtype: np.dtype[Any]) -> str:
-    """The KServe datatype of a numpy dtype (``bytes``/``str``/object arrays are BYTES)."""
-    if dtype.kind in "SUO":
-        return "BYTES"
-    name = _NAMES.get(dtype.newbyteorder("=") if dtype.byteorder not in "=|" else dtype)
-    if name is None:
-        raise UnimplementedError(f"dtype {dtype} has no KServe v2 datatype")
-    return name
-
-
 def _check_shape(where: str, shape: Any) -> tuple[int, ...]:
     if not isinstance(shape, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
@@ -124,120 +87,6 @@ def _check_datatype(where: str, datatype: Any) -> np.dtype[Any]:
             f"{where}: unknown datatype {datatype!r}; expected one of {', '.join(DATATYPES)}"
         )
     return dtype
-
-
-def _json_array(where: str, data: Any, datatype: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Array:
-    """JSON data (flat or nested, row-major) -> an array of ``shape``, without a Python loop over numbers."""
-    count = math.prod(shape)
-    if dtype.kind == "O":
-        return _json_bytes(where, data, shape, count)
-    try:
-        parsed = np.asarray(data)
-    except ValueError:
-        raise InvalidArgumentError(f"{where}: 'data' is not a rectangular nested list") from None
-    if parsed.size != count:
-        raise InvalidArgumentError(
-            f"{where}: shape {list(shape)} needs {count} elements but 'data' holds {parsed.size}"
-        )
-    if count == 0:
-        return np.empty(shape, dtype)
-    if dtype.kind in "iu":
-        return _json_integers(where, parsed, data, datatype, dtype).reshape(shape)
-    if parsed.dtype.kind not in _JSON_KINDS[dtype.kind]:
-        wanted = "booleans" if dtype.kind == "b" else "numbers"
-        raise InvalidArgumentError(f"{where}: {datatype} data must hold {wanted}, got {_describe(parsed)}")
-    with np.errstate(over="ignore"):  # a float64 beyond FP32/FP16's range becomes inf, as a cast does
-        return parsed.astype(dtype, copy=False).reshape(shape)
-
-
-def _json_integers(where: str, parsed: Array, data: Any, datatype: str, dtype: np.dtype[Any]) -> Array:
-    exact = None
-    if parsed.dtype.kind in "fO":
-        # numpy makes floats or objects of ints beyond int64 mixed with other ints: look at the ints
-        exact = np.asarray(data, dtype=object).ravel()
-        if not all(type(v) is int for v in exact):
-            raise InvalidArgumentError(
-                f"{where}: {datatype} data must hold integers, got {_describe(parsed)}"
-            )
-        low, high = min(exact), max(exact)
-    elif parsed.dtype.kind in "iu":
-        if parsed.dtype == dtype:
-            return parsed
-        low, high = int(parsed.min()), int(parsed.max())
-    else:
-        raise InvalidArgumentError(f"{where}: {datatype} data must hold integers, got {_describe(parsed)}")
-    info = np.iinfo(dtype)
-    if low < info.min or high > info.max:
-        raise InvalidArgumentError(
-            f"{where}: value {low if low < info.min else high} is out of range for {datatype}"
-        )
-    return np.array(exact.tolist(), dtype) if exact is not None else parsed.astype(dtype)
-
-
-def _describe(parsed: Array) -> str:
-    return _KIND_NAMES.get(parsed.dtype.kind, "values of mixed or non-numeric types")
-
-
-def _json_bytes(where: str, data: Any, shape: tuple[int, ...], count: int) -> Array:
-    flat: list[Any] = []
-    _flatten(data, flat)
-    if len(flat) != count:
-        raise InvalidArgumentError(
-            f"{where}: shape {list(shape)} needs {count} elements but 'data' holds {len(flat)}"
-        )
-    out = np.empty(count, dtype=object)
-    for i, item in enumerate(flat):
-        if not isinstance(item, str):
-            raise InvalidArgumentError(f"{where}: BYTES data must hold strings, got {item!r}")
-        out[i] = item.encode("utf-8")
-    return out.reshape(shape)
-
-
-def _flatten(data: Any, out: list[Any]) -> None:
-    if isinstance(data, list):
-        for item in data:
-            _flatten(item, out)
-    else:
-        out.append(data)
-
-
-def _binary_array(where: str, buf: memoryview, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Array:
-    """Raw little-endian bytes -> an array of ``shape``; a zero-copy view of the body where possible."""
-    count = math.prod(shape)
-    if dtype.kind == "O":
-        return _binary_bytes(where, buf, shape, count)
-    expected = count * dtype.itemsize
-    if len(buf) != expected:
-        raise InvalidArgumentError(
-            f"{where}: binary_data_size is {len(buf)} bytes but shape {list(shape)} of "
-            f"{_NAMES[dtype]} needs {expected}"
-        )
-    if dtype.kind == "b":  # any non-zero byte is true; a bool view of other bytes is not a valid bool
-        return np.frombuffer(buf, np.uint8).astype(np.bool_).reshape(shape)
-    return np.frombuffer(buf, dtype.newbyteorder("<")).reshape(shape)
-
-
-def _binary_bytes(where: str, buf: memoryview, shape: tuple[int, ...], count: int) -> Array:
-    out = np.empty(count, dtype=object)
-    pos, end = 0, len(buf)
-    for i in range(count):
-        if pos + 4 > end:
-            raise InvalidArgumentError(
-                f"{where}: binary BYTES data ends after {i} of the {count} elements shape {list(shape)} needs"
-            )
-        (length,) = _U32.unpack_from(buf, pos)
-        pos += 4
-        if pos + length > end:
-            raise InvalidArgumentError(
-                f"{where}: BYTES element {i} claims {length} bytes but only {end - pos} remain"
-            )
-        out[i] = bytes(buf[pos : pos + length])
-        pos += length
-    if pos != end:
-        raise InvalidArgumentError(
-            f"{where}: binary_data_size is {end} bytes but the {count} BYTES elements use {pos}"
-        )
-    return out.reshape(shape)
 
 
 def _parse_header_length(value: str | None, body_size: int) -> int | None:
@@ -279,10 +128,7 @@ def decode_request(
     if length == 0:
         return _decode_raw(body, raw)
     view = memoryview(body)
-    try:
-        request = json.loads(body if length is None else bytes(view[:length]))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InvalidArgumentError(f"the request body is not valid JSON: {e}") from None
+    request = codec.loads(body if length is None else view[:length])
     if not isinstance(request, dict):
         raise InvalidArgumentError("the infer request must be a JSON object")
 
@@ -327,10 +173,10 @@ def decode_request(
                     f"{where}: binary_data_size {size} goes past the end of the body "
                     f"({len(body) - offset} bytes of binary data remain)"
                 )
-            inputs[name] = _binary_array(where, view[offset : offset + size], dtype, shape)
+            inputs[name] = codec.from_binary(where, view[offset : offset + size], dtype, shape)
             offset += size
         elif "data" in item:
-            inputs[name] = _json_array(where, item["data"], item["datatype"], dtype, shape)
+            inputs[name] = codec.from_json(where, item["data"], dtype, shape)
         else:
             raise InvalidArgumentError(f"{where} has neither 'data' nor parameters.binary_data_size")
         datatypes[name] = item["datatype"]
@@ -386,7 +232,7 @@ def _decode_raw(body: bytes, raw: RawInput | None) -> DecodedRequest:
                 f"cannot be {len(body)} bytes"
             )
         shape = tuple(len(body) // known if d == -1 else d for d in shape)
-    array = _binary_array(f"input '{raw.name}'", memoryview(body), dtype, shape)
+    array = codec.from_binary(f"input '{raw.name}'", memoryview(body), dtype, shape)
     return DecodedRequest(
         inputs={raw.name: array}, datatypes={raw.name: raw.datatype}, outputs=None, binary_output=True
     )
@@ -412,64 +258,37 @@ def encode_response(
     chunks: list[bytes] = []
     for name, value, binary in outputs:
         array = np.asarray(value)
-        datatype = datatype_of(array.dtype)
-        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+        entry: dict[str, Any] = {
+            "name": name,
+            "datatype": datatype_of(array.dtype),
+            "shape": list(array.shape),
+        }
+        where = f"output '{name}'"
         if binary:
-            chunk = _to_bytes(name, array, datatype)
+            chunk = codec.to_binary(where, array)
             entry["parameters"] = {"binary_data_size": len(chunk)}
             chunks.append(chunk)
         else:
-            entry["data"] = _to_json(name, array, datatype)
+            try:
+                entry["data"] = codec.to_json(where, array, flat=True, strings="text")
+            except InvalidArgumentError as e:
+                if "not UTF-8" not in e.message:
+                    raise
+                raise InvalidArgumentError(
+                    f"{e.message}; ask for it with parameters.binary_data=true"
+                ) from None
         entries.append(entry)
     response["outputs"] = entries
-    header = json.dumps(response, separators=(",", ":")).encode()
+    header = codec.dumps(response)
     if not chunks:
         return header, None
     return b"".join([header, *chunks]), len(header)
-
-
-def _to_bytes(name: str, array: Array, datatype: str) -> bytes:
-    if datatype == "BYTES":
-        parts: list[bytes] = []
-        for item in array.ravel():
-            data = _as_bytes(name, item)
-            parts.append(_U32.pack(len(data)))
-            parts.append(data)
-        return b"".join(parts)
-    if array.dtype.byteorder == ">":
-        array = array.astype(array.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(array).tobytes()
-
-
-def _to_json(name: str, array: Array, datatype: str) -> list[Any]:
-    if datatype != "BYTES":
-        flat: list[Any] = array.ravel().tolist()
-        return flat
-    out: list[Any] = []
-    for item in array.ravel():
-        try:
-            out.append(_as_bytes(name, item).decode("utf-8"))
-        except UnicodeDecodeError:
-            raise InvalidArgumentError(
-                f"output '{name}' holds bytes that are not UTF-8; ask for it with parameters.binary_data=true"
-            ) from None
-    return out
-
-
-def _as_bytes(name: str, item: Any) -> bytes:
-    if isinstance(item, bytes):
-        return item
-    if isinstance(item, str):
-        return item.encode("utf-8")
-    raise InvalidArgumentError(f"output '{name}' holds a {type(item).__name__}, not bytes")
 
 
 # --- the routes -----------------------------------------------------------------------------------------
 
 PLATFORM = "tensorflow_graphdef"
 EXTENSIONS = ["binary_tensor_data"]
-# JSON texts and JSON outputs from this size on are decoded/encoded off the event loop
-_OFFLOAD_BYTES = 256 * 1024
 
 
 def _server_version() -> str:
@@ -491,15 +310,6 @@ def _tensor_metadata(spec: TensorSpec) -> dict[str, Any]:
     # an unknown rank cannot be written as a KServe shape: [-1] is the closest (any 1-d length)
     shape = list(spec.shape) if spec.shape is not None else [-1]
     return {"name": spec.name, "datatype": kserve_datatype(spec.dtype), "shape": shape}
-
-
-def _version(model: str, version: str | None) -> int | None:
-    if version is None:
-        return None
-    try:
-        return int(version)
-    except ValueError:
-        raise NotFoundError(f"Model '{model}' has no version '{version}' (versions are integers)") from None
 
 
 def _raw_input(entry: ModelEntry) -> RawInput | None:
@@ -544,57 +354,55 @@ def _check_datatypes(entry: ModelEntry, decoded: DecodedRequest) -> None:
             )
 
 
-async def _infer(service: InferenceService, model: str, version: str | None, request: Request) -> Response:
-    entry = service.model(model, _version(model, version))
-    body = await request.body()
-    header_length = request.headers.get(HEADER_LENGTH)
-    length = _parse_header_length(header_length, len(body))
-    json_size = len(body) if length is None else length
-    raw = _raw_input(entry) if length == 0 else None
-    if json_size >= _OFFLOAD_BYTES:  # parsing a big JSON text would hold up the event loop
-        decoded = await asyncio.to_thread(decode_request, body, header_length, raw)
-    else:
+class KServeAdapter(Adapter[DecodedRequest]):
+    """JSON, or a JSON header and binary tensors; the answer likewise, for the outputs asked in binary."""
+
+    def decode_size(self, request: Request, body: bytes) -> int:
+        length = _parse_header_length(request.headers.get(HEADER_LENGTH), len(body))
+        return len(body) if length is None else length
+
+    def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, DecodedRequest]:
+        header_length = request.headers.get(HEADER_LENGTH)
+        raw = _raw_input(entry) if _parse_header_length(header_length, len(body)) == 0 else None
         decoded = decode_request(body, header_length, raw)
-    _check_datatypes(entry, decoded)
-    params = decoded.parameters
-    trace = _bool_parameter("request", params, "trace")
-    result = await service.infer(
-        InferRequest(
+        _check_datatypes(entry, decoded)
+        params = decoded.parameters
+        infer = InferRequest(
             model=entry.name,
             version=entry.version,
             feeds=decoded.inputs,
             fetches=[o.name for o in decoded.outputs or ()],
             run_options=_run_options(params),
-            trace=bool(trace),
+            trace=bool(_bool_parameter("request", params, "trace")),
             use_run_handler_pool=_bool_parameter("request", params, "use_run_handler_pool"),
-            **request_info(request.scope)._asdict(),
         )
-    )
-    requested = decoded.outputs or [RequestedOutput(s.name) for s in entry.outputs]
-    outputs = [(o.name, result.outputs[o.name], decoded.output_binary(o)) for o in requested]
-    response_params = {"trace": json.dumps(result.trace)} if result.trace is not None else None
-    args = (result.model, str(result.version), outputs, decoded.request_id, response_params)
-    if sum(np.asarray(v).nbytes for _, v, binary in outputs if not binary) >= _OFFLOAD_BYTES:
-        content, length = await asyncio.to_thread(encode_response, *args)
-    else:
-        content, length = encode_response(*args)
-    if length is None:
-        return Response(content, media_type="application/json")
-    return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(length)})
+        if not decoded.outputs:  # every model output
+            decoded.outputs = [RequestedOutput(s.name) for s in entry.outputs]
+        return infer, decoded
+
+    def _outputs(self, result: InferResult, decoded: DecodedRequest) -> list[tuple[str, Array, bool]]:
+        return [(o.name, result.outputs[o.name], decoded.output_binary(o)) for o in decoded.outputs or ()]
+
+    def encode_size(self, result: InferResult, context: DecodedRequest) -> int:
+        return sum(np.asarray(v).nbytes for _, v, binary in self._outputs(result, context) if not binary)
+
+    def encode(self, request: Request, result: InferResult, context: DecodedRequest) -> Encoded:
+        params = {"trace": codec.dumps(result.trace).decode()} if result.trace is not None else None
+        outputs = self._outputs(result, context)
+        content, length = encode_response(
+            result.model, str(result.version), outputs, context.request_id, params
+        )
+        if length is None:
+            return Encoded(content)
+        return Encoded(content, "application/octet-stream", {HEADER_LENGTH: str(length)})
 
 
 def inference_routes(service: InferenceService) -> list[Route]:
     """The infer routes, as plain Starlette routes (see ``server.app``)."""
-
-    async def latest(request: Request) -> Response:
-        return await _infer(service, request.path_params["model"], None, request)
-
-    async def version(request: Request) -> Response:
-        return await _infer(service, request.path_params["model"], request.path_params["version"], request)
-
+    adapter = KServeAdapter()
     return [
-        Route("/v2/models/{model}/infer", latest, methods=["POST"]),
-        Route("/v2/models/{model}/versions/{version}/infer", version, methods=["POST"]),
+        route("/v2/models/{model}/infer", adapter, service),
+        route("/v2/models/{model}/versions/{version}/infer", adapter, service),
     ]
 
 
@@ -620,7 +428,7 @@ def router(service: InferenceService) -> APIRouter:
         )
 
     def model_metadata(model: str, version: str | None) -> dict[str, Any]:
-        entry = service.model(model, _version(model, version))
+        entry = service.model(model, codec.parse_version(version))
         return {
             "name": entry.name,
             "versions": [str(v) for v in sorted(service.models[entry.name])],
@@ -638,7 +446,7 @@ def router(service: InferenceService) -> APIRouter:
         return model_metadata(model, version)
 
     def model_ready(model: str, version: str | None) -> Response:
-        service.model(model, _version(model, version))
+        service.model(model, codec.parse_version(version))
         if not service.ready or service.draining:
             raise UnavailableError(f"Model '{model}' is not ready: the server is not serving")
         return Response(status_code=200)

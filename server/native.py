@@ -11,64 +11,35 @@ lists (the input's dtype). Strings are str (UTF-8) or ``{"b64": ...}``. The answ
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Request
 from google.protobuf import json_format, message
 
-from poolserve.proto import config_pb2, serving_pb2, types_pb2
+from poolserve.proto import config_pb2, serving_pb2
 from poolserve.runtime import dtypes
-from poolserve.runtime.errors import InvalidArgumentError, OpError
+from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.signature import TensorSpec
-from poolserve.runtime.tensor import as_array, from_ndarray, to_ndarray
+from poolserve.runtime.tensor import from_ndarray, to_ndarray
 from poolserve.runtime.types import Array
+from poolserve.server import codec
+from poolserve.server.adapter import Adapter, Encoded, route
 from poolserve.server.models import ModelEntry
 from poolserve.server.routes import Route
-from poolserve.server.service import InferenceService, InferRequest, InferResult, request_info
-
-# one encoder for every answer: json.dumps with non-default arguments builds a new one per call
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
+from poolserve.server.service import InferenceService, InferRequest, InferResult
 
 PROTOBUF = "application/x-protobuf"
 _FIELDS = ("feeds", "fetches", "targets", "run_options", "trace", "use_run_handler_pool")
 _TRACE_MODES = ("none", "response")
 
 
-def _dtype_names() -> dict[str, int]:
-    names: dict[str, int] = {}
-    for code in types_pb2.DataType.values():
-        if code in (types_pb2.DT_INVALID, types_pb2.DT_RESOURCE) or code >= 100:
-            continue
-        try:
-            dtypes.as_numpy_dtype(code)
-        except OpError:
-            continue
-        names[dtypes.name(code)] = code
-    names.update(float=types_pb2.DT_FLOAT, double=types_pb2.DT_DOUBLE, half=types_pb2.DT_HALF)
-    return names
-
-
-# TensorFlow's dtype names ("float32", "string", ...) plus the aliases tf.as_dtype takes
-DTYPES = _dtype_names()
-
-
 # --- decoding -------------------------------------------------------------------------------------------
 
 
-def _json_error(e: ValueError) -> InvalidArgumentError:
-    return InvalidArgumentError(f"malformed JSON: {e}")
-
-
 def parse_body(body: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise _json_error(e) from None
+    data = codec.loads(body)
     if not isinstance(data, dict):
         raise InvalidArgumentError("The request body must be a JSON object")
     unknown = sorted(set(data) - set(_FIELDS))
@@ -77,70 +48,6 @@ def parse_body(body: bytes) -> dict[str, Any]:
             f"Unknown field(s) in the request: {', '.join(unknown)}; expected: {', '.join(_FIELDS)}"
         )
     return data
-
-
-def _strings(where: str, data: Any) -> Any:
-    """Nested str / {"b64"} / bytes -> the same nesting of bytes."""
-    if isinstance(data, list):
-        return [_strings(where, d) for d in data]
-    if isinstance(data, str):
-        return data.encode("utf-8")
-    if isinstance(data, dict) and set(data) == {"b64"} and isinstance(data["b64"], str):
-        try:
-            return base64.b64decode(data["b64"], validate=True)
-        except binascii.Error as e:
-            raise InvalidArgumentError(f"{where}: invalid base64 in {{'b64': ...}}: {e}") from None
-    raise InvalidArgumentError(f"{where}: a string tensor holds str or {{'b64': ...}} values, got {data!r}")
-
-
-def _nested_shape(data: Any) -> tuple[int, ...]:
-    shape: list[int] = []
-    while isinstance(data, list):
-        shape.append(len(data))
-        if not data:
-            break
-        data = data[0]
-    return tuple(shape)
-
-
-def _array(where: str, data: Any, code: int) -> Array:
-    """JSON data (nested lists or a scalar) as an array of the DataType ``code``, refusing lossy casts."""
-    if code == types_pb2.DT_STRING:
-        value = _strings(where, data)
-        shape = _nested_shape(value)
-        out = np.empty(shape, dtype=object)
-        try:
-            out[...] = value
-        except ValueError:
-            raise InvalidArgumentError(f"{where}: ragged nested lists (rows of different lengths)") from None
-        return out
-    want = dtypes.as_numpy_dtype(code)
-    try:
-        parsed = np.asarray(data)
-    except ValueError:
-        raise InvalidArgumentError(f"{where}: ragged nested lists (rows of different lengths)") from None
-    kind = parsed.dtype.kind
-    if parsed.size == 0:
-        return np.zeros(parsed.shape, dtype=want)
-    if kind not in "biuf":
-        raise InvalidArgumentError(
-            f"{where}: expected numbers for dtype {dtypes.name(code)}, got {data!r}"[:300]
-        )
-    if want.kind == "c":
-        if parsed.shape[-1:] != (2,):
-            raise InvalidArgumentError(f"{where}: complex values are [real, imag] pairs")
-        return (parsed[..., 0] + 1j * parsed[..., 1]).astype(want)
-    if want.kind == "b":
-        if kind != "b":
-            raise InvalidArgumentError(f"{where}: expected true/false for dtype bool")
-        return parsed
-    if want.kind in "iu":
-        if kind == "f":
-            raise InvalidArgumentError(f"{where}: expected integers for dtype {dtypes.name(code)}")
-        info = np.iinfo(want)
-        if kind in "iu" and (parsed.min() < info.min or parsed.max() > info.max):
-            raise InvalidArgumentError(f"{where}: a value is out of range for dtype {dtypes.name(code)}")
-    return parsed.astype(want)
 
 
 def decode_tensor(where: str, value: Any, spec: TensorSpec | None) -> Array:
@@ -153,43 +60,27 @@ def decode_tensor(where: str, value: Any, spec: TensorSpec | None) -> Array:
             )
         name = value.get("dtype")
         if name is None:
-            if spec is None or not spec.dtype:
+            dtype = codec.spec_dtype(spec.dtype) if spec is not None else None
+            if dtype is None:
                 raise InvalidArgumentError(f"{where}: give a dtype (the input's dtype is unknown)")
-            code = spec.dtype
-        elif not isinstance(name, str) or name not in DTYPES:
+        elif not isinstance(name, str) or name not in codec.TF_DTYPES:
             raise InvalidArgumentError(
-                f"{where}: unknown dtype {name!r}; use one of: {', '.join(sorted(DTYPES))}"
+                f"{where}: unknown dtype {name!r}; use one of: {', '.join(sorted(codec.TF_DTYPES))}"
             )
         else:
-            code = DTYPES[name]
-        arr = _array(where, value["data"], code)
+            dtype = codec.TF_DTYPES[name]
         shape = value.get("shape")
-        if shape is None:
-            return arr
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        if shape is not None and (
+            not isinstance(shape, list)
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+        ):
             raise InvalidArgumentError(
                 f"{where}: shape must be a list of non-negative integers, got {shape!r}"
             )
-        count = int(np.prod(shape, dtype=np.int64))
-        if arr.size != count:
-            raise InvalidArgumentError(f"{where}: data has {arr.size} values but shape {shape} needs {count}")
-        return arr.reshape(shape)
-    if isinstance(value, dict) and set(value) != {"b64"}:
+        return codec.from_json(where, value["data"], dtype, None if shape is None else tuple(shape))
+    if isinstance(value, dict) and not codec.is_b64(value):
         raise InvalidArgumentError(f"{where}: a tensor is nested lists or {{'dtype', 'shape', 'data'}}")
-    code = spec.dtype if spec is not None and spec.dtype else 0
-    if not code:
-        # no dtype known: numpy's reading of the JSON (float64 / int64 / bool / strings)
-        try:
-            return as_array(_strings(where, value) if _has_text(value) else value)
-        except (ValueError, OpError) as e:
-            raise InvalidArgumentError(f"{where}: {e}") from None
-    return _array(where, value, code)
-
-
-def _has_text(value: Any) -> bool:
-    while isinstance(value, list) and value:
-        value = value[0]
-    return isinstance(value, (str, dict))
+    return codec.from_json(where, value, codec.spec_dtype(spec.dtype) if spec is not None else None)
 
 
 def _run_options(raw: Any) -> tuple[config_pb2.RunOptions | None, bool | None]:
@@ -228,7 +119,7 @@ def decode_json(body: bytes, entry: ModelEntry, version: int | None) -> InferReq
     feeds = {}
     for name, value in feeds_raw.items():
         spec = entry.input_spec(name)
-        feeds[name] = decode_tensor(f"feed '{name}'", value, spec)
+        feeds[name] = decode_tensor(f"input '{name}'", value, spec)
     trace = data.get("trace", "none")
     if trace not in _TRACE_MODES:
         raise InvalidArgumentError(f"trace must be one of {', '.join(_TRACE_MODES)}, got {trace!r}")
@@ -259,7 +150,7 @@ def decode_protobuf(body: bytes, entry: ModelEntry, version: int | None) -> Infe
     feeds = {}
     for name, proto in msg.feeds.items():
         entry.input_spec(name)
-        feeds[name] = to_ndarray(proto, f"feed '{name}'")
+        feeds[name] = to_ndarray(proto, f"input '{name}'")
     return InferRequest(
         model=entry.name,
         version=version,
@@ -275,28 +166,10 @@ def decode_protobuf(body: bytes, entry: ModelEntry, version: int | None) -> Infe
 # --- encoding -------------------------------------------------------------------------------------------
 
 
-def _string_json(value: bytes) -> Any:
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"b64": base64.b64encode(value).decode("ascii")}
-
-
 def encode_tensor(name: str, value: Any) -> dict[str, Any]:
     arr = np.asarray(value)
-    try:
-        code = dtypes.from_numpy(arr.dtype)
-    except OpError:
-        raise InvalidArgumentError(f"Output '{name}' has dtype {arr.dtype}, which has no JSON form") from None
-    flat = arr.reshape(-1)
-    data: list[Any]
-    if code == types_pb2.DT_STRING:
-        data = [_string_json(bytes(v)) for v in flat]
-    elif arr.dtype.kind == "c":
-        data = np.stack([flat.real, flat.imag], axis=-1).tolist()
-    else:
-        data = flat.tolist()
-    return {"dtype": dtypes.name(code), "shape": list(arr.shape), "data": data}
+    data = codec.to_json(f"Output '{name}'", arr, flat=True)
+    return {"dtype": codec.dtype_name(arr.dtype), "shape": list(arr.shape), "data": data}
 
 
 def encode_json(result: InferResult) -> bytes:
@@ -308,7 +181,7 @@ def encode_json(result: InferResult) -> bytes:
         body["run_metadata"] = json_format.MessageToDict(result.run_metadata)
     if result.trace is not None:
         body["trace"] = result.trace
-    return _ENCODER.encode(body).encode("utf-8")
+    return codec.dumps(body)
 
 
 def encode_protobuf(result: InferResult) -> bytes:
@@ -319,20 +192,12 @@ def encode_protobuf(result: InferResult) -> bytes:
     if result.run_metadata is not None:
         msg.run_metadata.CopyFrom(result.run_metadata)
     if result.trace is not None:
-        msg.trace_json = json.dumps(result.trace, separators=(",", ":"))
+        msg.trace_json = codec.dumps(result.trace).decode()
     return msg.SerializeToString()
 
 
 def _is_protobuf(content_type: str) -> bool:
     return content_type.split(";")[0].strip().lower() in (PROTOBUF, "application/protobuf")
-
-
-def _version(raw: str | None) -> int | None:
-    if raw is None:
-        return None
-    if not raw.isdigit():
-        raise InvalidArgumentError(f"The model version must be a positive integer, got '{raw}'")
-    return int(raw)
 
 
 def model_info(entry: ModelEntry) -> dict[str, Any]:
@@ -359,38 +224,32 @@ def model_info(entry: ModelEntry) -> dict[str, Any]:
 _JSON_TYPES = ("application/json", "", "application/x-www-form-urlencoded", "text/plain")
 
 
-async def _run(service: InferenceService, request: Request, model: str, version: str | None) -> Response:
-    entry = service.model(model, _version(version))
-    body = await request.body()
-    content_type = request.headers.get("content-type", "application/json")
-    protobuf = _is_protobuf(content_type)
-    if protobuf:
-        infer = decode_protobuf(body, entry, entry.version)
-    elif content_type.split(";")[0].strip().lower() in _JSON_TYPES:
-        infer = decode_json(body, entry, entry.version)
-    else:
+class NativeAdapter(Adapter[bool]):
+    """JSON or protobuf in; the answer in protobuf when the request was, or accepts it (the context)."""
+
+    def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, bool]:
+        content_type = request.headers.get("content-type", "application/json")
+        if _is_protobuf(content_type):
+            return decode_protobuf(body, entry, entry.version), True
+        if content_type.split(";")[0].strip().lower() in _JSON_TYPES:
+            protobuf = _is_protobuf(request.headers.get("accept", ""))
+            return decode_json(body, entry, entry.version), protobuf
         raise InvalidArgumentError(
             f"Unsupported Content-Type '{content_type}': use application/json or {PROTOBUF}"
         )
-    infer.request_id, infer.received_at = request_info(request.scope)
-    result = await service.infer(infer)
-    if protobuf or _is_protobuf(request.headers.get("accept", "")):
-        return Response(encode_protobuf(result), media_type=PROTOBUF)
-    return Response(encode_json(result), media_type="application/json")
+
+    def encode(self, request: Request, result: InferResult, context: bool) -> Encoded:
+        if context:
+            return Encoded(encode_protobuf(result), PROTOBUF)
+        return Encoded(encode_json(result))
 
 
 def inference_routes(service: InferenceService) -> list[Route]:
     """The run routes, as plain Starlette routes (see ``server.app``)."""
-
-    async def latest(request: Request) -> Response:
-        return await _run(service, request, request.path_params["model"], None)
-
-    async def version(request: Request) -> Response:
-        return await _run(service, request, request.path_params["model"], request.path_params["version"])
-
+    adapter = NativeAdapter()
     return [
-        Route("/v1/models/{model}:run", latest, methods=["POST"]),
-        Route("/v1/models/{model}/versions/{version}:run", version, methods=["POST"]),
+        route("/v1/models/{model}:run", adapter, service),
+        route("/v1/models/{model}/versions/{version}:run", adapter, service),
     ]
 
 

@@ -97,8 +97,8 @@ def input_body(**fields) -> bytes:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (b"{not json", "not valid JSON"),
-        (b"\xff\xfe", "not valid JSON"),
+        (b"{not json", "malformed JSON"),
+        (b"\xff\xfe", "malformed JSON"),
         (b"[1, 2]", "must be a JSON object"),
         (b"{}", "'inputs' must be a non-empty list"),
         (b'{"inputs": []}', "'inputs' must be a non-empty list"),
@@ -115,31 +115,43 @@ def input_body(**fields) -> bytes:
         ),
         (input_body(datatype=None), "unknown datatype None"),
         (input_body(data=None), "input 'x' has neither 'data' nor parameters.binary_data_size"),
-        (input_body(shape=[3]), r"input 'x': shape \[3\] needs 3 elements but 'data' holds 2"),
-        (input_body(shape=[2, 2], data=[[1, 2], [3]]), "'data' is not a rectangular nested list"),
-        (input_body(datatype="INT32", data=[1.5, 2]), "INT32 data must hold integers, got floating-point"),
-        (input_body(datatype="FP32", data=["1", "2"]), "FP32 data must hold numbers, got strings"),
-        (input_body(datatype="FP32", data=[True, False]), "FP32 data must hold numbers, got booleans"),
-        (input_body(datatype="BOOL", data=[1, 0]), "BOOL data must hold booleans, got integers"),
-        (input_body(datatype="INT32", data=[1, None]), "got values of mixed or non-numeric types"),
-        (input_body(datatype="UINT8", data=[1, 256]), "value 256 is out of range for UINT8"),
-        (input_body(datatype="UINT32", data=[-1, 2]), "value -1 is out of range for UINT32"),
+        (input_body(shape=[3]), r"input 'x': shape \[3\] needs 3 values but the data holds 2"),
+        (input_body(shape=[2, 2], data=[[1, 2], [3]]), "input 'x': ragged nested lists"),
+        (
+            input_body(datatype="INT32", data=[1.5, 2]),
+            "expected integers for dtype int32, got a fractional or non-finite number",
+        ),
+        (input_body(datatype="FP32", data=["1", "2"]), "expected numbers for dtype float32, got text"),
+        (
+            input_body(datatype="FP32", data=[True, False]),
+            "expected numbers for dtype float32, got true/false",
+        ),
+        (input_body(datatype="BOOL", data=[1, 0]), "expected true/false for dtype bool, got numbers"),
+        (
+            input_body(datatype="INT32", data=[1, None]),
+            "expected integers for dtype int32, got a mix of types",
+        ),
+        (input_body(datatype="UINT8", data=[1, 256]), "value 256 is out of range for dtype uint8"),
+        (input_body(datatype="UINT32", data=[-1, 2]), "value -1 is out of range for dtype uint32"),
         (
             input_body(datatype="INT64", data=[1, 2**64]),
-            "value 18446744073709551616 is out of range for INT64",
+            "value 18446744073709551616 is out of range for dtype int64",
         ),
         (
             input_body(datatype="INT64", data=[-1, 2**63]),
-            "value 9223372036854775808 is out of range for INT64",
+            "value 9223372036854775808 is out of range for dtype int64",
         ),
-        (input_body(datatype="UINT64", data=[-1, 2**63]), "value -1 is out of range for UINT64"),
+        (input_body(datatype="UINT64", data=[-1, 2**63]), "value -1 is out of range for dtype uint64"),
         (
             input_body(datatype="UINT64", data=[2**64, 1.5]),
-            "UINT64 data must hold integers, got values of mixed",
+            "expected integers for dtype uint64, got a fractional",
         ),
-        (input_body(datatype="INT8", data=[True, False]), "INT8 data must hold integers, got booleans"),
-        (input_body(datatype="BYTES", data=["a", 2]), "BYTES data must hold strings, got 2"),
-        (input_body(datatype="BYTES", data=["a"]), "needs 2 elements but 'data' holds 1"),
+        (input_body(datatype="INT8", data=[True, False]), "expected integers for dtype int8, got true/false"),
+        (
+            input_body(datatype="BYTES", data=["a", 2]),
+            "expected text or .*b64.* for dtype string, got a number",
+        ),
+        (input_body(datatype="BYTES", data=["a"]), "needs 2 values but the data holds 1"),
         (input_body(parameters=[]), "input 'x': 'parameters' must be a JSON object"),
         (
             input_body(data=None, parameters={"binary_data_size": 8}),
@@ -299,7 +311,7 @@ def binary_input(size: int, shape=(2,), datatype="FP32") -> dict:
         (
             binary_input(4),
             b"\0" * 4,
-            r"input 'x': binary_data_size is 4 bytes but shape \[2\] of FP32 needs 8",
+            r"input 'x': binary_data_size is 4 bytes but shape \[2\] of float32 needs 8",
         ),
         (binary_input(8), b"\0" * 4, "binary_data_size 8 goes past the end of the body"),
         (
@@ -323,7 +335,7 @@ def binary_input(size: int, shape=(2,), datatype="FP32") -> dict:
         (
             binary_input(12, shape=(1,), datatype="BYTES"),
             bytes_elements(b"ab") + b"zzzzzz",
-            "binary_data_size is 12 bytes but the 1 BYTES elements use 6",
+            "binary_data_size is 12 bytes but the 1 string elements use 6",
         ),
     ],
 )

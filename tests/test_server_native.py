@@ -140,7 +140,7 @@ async def test_run_versions_path_and_aliases(client: httpx.AsyncClient) -> None:
     r = await client.post("/v1/models/aliased/versions/2:run", json={"feeds": {"in": [[1, 1, 1]]}})
     assert "has no version 2" in error_of(r, 404)
     r = await client.post("/v1/models/aliased/versions/x:run", json={"feeds": {}})
-    assert "positive integer" in error_of(r, 400)
+    assert "The model version must be an integer, got 'x'" in error_of(r, 400)
 
 
 async def test_run_targets_only(client: httpx.AsyncClient) -> None:
@@ -192,7 +192,7 @@ async def test_list_models(client: httpx.AsyncClient) -> None:
         (
             b'{"feeds": {"x": {"dtype": "float32", "shape": [2, 3], "data": [1,2,3]}}}',
             400,
-            "data has 3 values but shape [2, 3] needs 6",
+            "input 'x': shape [2, 3] needs 6 values but the data holds 3",
         ),
         (b'{"feeds": {"x": [[1, 2], [3]]}}', 400, "ragged"),
         (b'{"feeds": {"x": [["a", "b", "c"]]}}', 400, "expected numbers for dtype float32"),

@@ -220,3 +220,43 @@ def test_start_sets_the_gil_switch_interval(model_dir: Path) -> None:
     finally:
         sys.setswitchinterval(before)
     assert load_config(None).runtime.gil_switch_interval_ms == 5.0  # CPython's own default
+
+
+def _blas_threads() -> int:
+    from threadpoolctl import threadpool_info
+
+    return max((lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"), default=0)
+
+
+def test_steps_without_the_pool_share_the_cores_between_their_blas_threads(model_dir: Path) -> None:
+    """Two steps the pool does not run, at once: each kernel gets half the cores, so they never put more
+    BLAS threads than cores to work; the process's own number is back when they end."""
+    from poolserve.runtime.threadpool import KernelThreads, default_num_threads
+
+    if KernelThreads.pinned:
+        pytest.skip("an earlier test in this process set intra_op_parallelism_threads")
+    default = _blas_threads()
+    if default < 2:
+        pytest.skip("numpy's BLAS runs one thread here")
+    config = make_config(
+        {"run_handler_pool": {"enabled": False}, "models": [{"name": "slow", "path": "slow.pb"}]}, model_dir
+    )
+    rt = InferenceService(config)
+    rt.start()
+    seen: list[int] = []
+
+    async def main() -> None:
+        feeds = {"dims": np.array([256, 256], np.int32)}
+        tasks = [asyncio.ensure_future(rt.infer(InferRequest("slow", dict(feeds)))) for _ in range(2)]
+        await asyncio.sleep(0)  # both steps start
+        while not all(t.done() for t in tasks):
+            seen.append(_blas_threads())
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*tasks)
+
+    try:
+        asyncio.run(main())
+    finally:
+        rt.close()
+    assert seen and seen[0] == max(1, default_num_threads() // 2)
+    assert _blas_threads() == default

@@ -1,0 +1,124 @@
+"""Native ``:run`` against the thin FastAPI app, on a 784-input MLP (a ~65 KB JSON body, batch 4).
+
+    python -m benchmarks.bench_native [--clients 1 8] [--rounds 4] [--seconds 5] [--json out.json]
+
+The MLP (784 -> Dense 256 relu -> Dense 10 softmax, Keras' node names) is built with ``GraphBuilder``
+into a temporary folder and served by ``poolserve serve`` with a config naming only that model (no other
+settings), and by ``benchmarks.thin_app`` (stdlib JSON, the same math inline in numpy). Each client count
+runs its rounds alternating between the two servers, so drift of the machine hits both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from benchmarks.bench_http import closed_loop, free_port, start, summary
+from poolserve.runtime.builder import GraphBuilder
+
+INPUTS, HIDDEN, CLASSES, BATCH = 784, 256, 10, 4
+
+
+def build_mlp(path: Path, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+
+    def glorot(n_in: int, n_out: int) -> np.ndarray:
+        limit = math.sqrt(6.0 / (n_in + n_out))
+        return rng.uniform(-limit, limit, size=(n_in, n_out)).astype(np.float32)
+
+    b = GraphBuilder()
+    x = b.placeholder("input", np.float32, (None, INPUTS))
+    with b.scope("dense"):
+        h = b.matmul(x, b.constant(glorot(INPUTS, HIDDEN), name="MatMul/ReadVariableOp"))
+        h = b.bias_add(h, b.constant(np.zeros(HIDDEN, np.float32), name="BiasAdd/ReadVariableOp"))
+        h = b.relu(h)
+    with b.scope("dense_1"):
+        y = b.matmul(h, b.constant(glorot(HIDDEN, CLASSES), name="MatMul/ReadVariableOp"))
+        y = b.bias_add(y, b.constant(np.zeros(CLASSES, np.float32), name="BiasAdd/ReadVariableOp"))
+        y = b.softmax(y)
+    b.identity(y, name="probabilities")
+    path.write_bytes(b.graph_def.SerializeToString())
+
+
+def bench(clients: list[int], rounds: int, seconds: float, folder: Path) -> dict[str, Any]:
+    model = folder / "mlp784.pb"
+    build_mlp(model)
+    config = folder / "mlp784.toml"
+    config.write_text(f'[[models]]\nname = "mlp"\npath = "{model}"\n')
+    p_port, t_port = free_port(), free_port()
+    serve = ["-m", "poolserve.server.cli", "serve", "--config", str(config), "--log-level", "warning"]
+    poolserve = start([*serve, "--port", str(p_port)], p_port)
+    thin = start(["-m", "benchmarks.thin_app", str(t_port), str(model)], t_port)
+    try:
+        # float32 values written as Python floats (~20 characters each), as a Keras client's are
+        x = np.random.default_rng(1).standard_normal((BATCH, INPUTS)).astype(np.float32).astype(float)
+        bodies = {
+            "poolserve": json.dumps({"feeds": {"input": x.tolist()}}).encode(),
+            "thin_fastapi": json.dumps({"instances": x.tolist()}).encode(),
+        }
+        urls = {
+            "poolserve": f"http://127.0.0.1:{p_port}/v1/models/mlp:run",
+            "thin_fastapi": f"http://127.0.0.1:{t_port}/v1/models/mlp:predict",
+        }
+        headers = {"content-type": "application/json"}
+        a = httpx.post(urls["poolserve"], content=bodies["poolserve"], headers=headers).json()
+        b = httpx.post(urls["thin_fastapi"], content=bodies["thin_fastapi"], headers=headers).json()
+        got = np.asarray(a["outputs"]["probabilities"]["data"]).reshape(BATCH, CLASSES)
+        np.testing.assert_allclose(got, b["predictions"], rtol=1e-4, atol=1e-6)  # the same math
+        out: dict[str, Any] = {"body_bytes": len(bodies["poolserve"])}
+        for n in clients:
+            lat: dict[str, list[float]] = {k: [] for k in urls}
+            for r in range(rounds):
+                for name in urls if r % 2 == 0 else reversed(list(urls)):
+                    lat[name] += asyncio.run(closed_loop(urls[name], bodies[name], headers, n, seconds))
+            res: dict[str, Any] = {k: summary(v, seconds * rounds) for k, v in lat.items()}
+            res["ratio"] = res["poolserve"]["throughput_rps"] / res["thin_fastapi"]["throughput_rps"]
+            out[f"clients_{n}"] = res
+        return out
+    finally:
+        for proc in (poolserve, thin):
+            proc.terminate()
+            proc.wait(10)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("POOLSERVE_TRACES__SAMPLE_RATE", "0")
+    with tempfile.TemporaryDirectory() as tmp:
+        result = bench(args.clients, args.rounds, args.seconds, Path(tmp))
+    print(f"native :run, 784-input MLP, batch {BATCH}, {result['body_bytes']} byte body")
+    for n in args.clients:
+        res = result[f"clients_{n}"]
+        print(f" {n} client(s), {args.rounds} x {args.seconds:g} s rounds")
+        for name in ("poolserve", "thin_fastapi"):
+            r = res[name]
+            tput, p50, p99 = r["throughput_rps"], r["p50_ms"], r["p99_ms"]
+            print(f"  {name:13} {tput:8.1f} req/s  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms")
+        print(f"  poolserve / thin FastAPI throughput: {res['ratio']:.2f}x")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps({"native_mlp784": result, "config": vars(args) | {"json": str(args.json)}}, indent=2)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The one interface every protocol adapter implements, and the one path a request takes through it.
+
+An adapter (native, KServe v2, TF Serving) owns its envelope only: ``decode`` turns a body into an
+``InferRequest`` (tensors through ``server.codec``) plus whatever its answer needs, ``encode`` turns the
+``InferResult`` into its answer. ``serve`` does the rest the same way for all: find the model, read the
+body, decode it (in a thread when big), await the service, encode (in a thread when big).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import numpy as np
+from starlette.requests import Request
+from starlette.responses import Response
+
+from poolserve.server import codec
+from poolserve.server.models import ModelEntry
+from poolserve.server.routes import Route
+from poolserve.server.service import InferenceService, InferRequest, InferResult, request_info
+
+C = TypeVar("C")  # what an adapter keeps from a request for its answer
+
+
+@dataclass
+class Encoded:
+    content: bytes
+    media_type: str = "application/json"
+    headers: dict[str, str] | None = None
+
+
+class Adapter(ABC, Generic[C]):
+    """A protocol's envelope. ``decode`` and ``encode`` may run in a worker thread: they only compute."""
+
+    @abstractmethod
+    def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, C]: ...
+
+    @abstractmethod
+    def encode(self, request: Request, result: InferResult, context: C) -> Encoded: ...
+
+    def decode_size(self, request: Request, body: bytes) -> int:
+        """The bytes ``decode`` parses (a binary tensor's bytes cost no parsing)."""
+        return len(body)
+
+    def encode_size(self, result: InferResult, context: C) -> int:
+        """The bytes of output ``encode`` writes as text."""
+        return sum(np.asarray(v).nbytes for v in result.outputs.values() if v is not None)
+
+
+async def serve(
+    adapter: Adapter[C], service: InferenceService, request: Request, version: int | None
+) -> Response:
+    entry = service.model(request.path_params["model"], version)
+    body = await request.body()
+    infer, context = await codec.sized(
+        adapter.decode_size(request, body), adapter.decode, request, body, entry
+    )
+    infer.request_id, infer.received_at = request_info(request.scope)
+    result = await service.infer(infer)
+    out = await codec.sized(adapter.encode_size(result, context), adapter.encode, request, result, context)
+    return Response(out.content, media_type=out.media_type, headers=out.headers)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def route(
+    path: str,
+    adapter: Adapter[C],
+    service: InferenceService,
+    version: Callable[[Request], int | None] = lambda r: codec.parse_version(r.path_params.get("version")),
+) -> Route:
+    """A POST route serving ``adapter``; ``version`` reads the version from the path (digits by default)."""
+
+    async def handle(request: Request) -> Response:
+        return await serve(adapter, service, request, version(request))
+
+    return Route(path, handle, methods=["POST"])

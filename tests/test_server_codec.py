@@ -1,0 +1,304 @@
+"""server.codec, the one tensor codec of the three protocols: its rules, and that the same mistake gets
+the same status and message, naming the input, through native, KServe v2 and TF Serving."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+import pytest
+from fastapi import FastAPI
+
+from poolserve.proto import types_pb2
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.signature import TensorSpec
+from poolserve.server import codec, native, tfserving
+from poolserve.server.app import create_app
+from poolserve.server.config import make_config
+
+# --- decoding JSON values -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "dtype", "expected"),
+    [
+        ([1.0, -2.0], np.int32, np.array([1, -2], np.int32)),  # integral floats are integers
+        ([[1, 2.5]], np.float32, np.array([[1, 2.5]], np.float32)),
+        ([0, 2**64 - 1, 3], np.uint64, np.array([0, 2**64 - 1, 3], np.uint64)),
+        ([-(2**63), 2**63 - 1], np.int64, np.array([-(2**63), 2**63 - 1], np.int64)),
+        ([[1, 2], [3, 4]], np.complex64, np.array([1 + 2j, 3 + 4j], np.complex64)),
+        ([[], []], np.int8, np.zeros((2, 0), np.int8)),
+        (True, np.bool_, np.array(True)),
+    ],
+)
+def test_from_json_casts_to_the_dtype(data: Any, dtype: Any, expected: Any) -> None:
+    arr = codec.from_json("input 'x'", data, np.dtype(dtype))
+    assert arr.dtype == expected.dtype
+    np.testing.assert_array_equal(arr, expected)
+
+
+@pytest.mark.parametrize(
+    ("data", "dtype"),
+    [
+        ([1.5, 2], np.float32),
+        ([1, 2], np.int64),
+        ([True, False], np.bool_),
+        (["a", {"b64": base64.b64encode(b"\xff").decode()}], object),
+    ],
+)
+def test_an_untyped_input_is_read_the_same_by_every_adapter(data: Any, dtype: Any) -> None:
+    """No dtype in the signature: JSON's own types, floats as float32 (native read float64 before)."""
+    untyped = TensorSpec("x", "x:0", types_pb2.DT_INVALID, None)
+    arrays = [
+        codec.from_json("input 'x'", data, None),
+        native.decode_tensor("input 'x'", data, untyped),
+        tfserving.to_array(data, types_pb2.DT_INVALID, "input 'x'"),
+    ]
+    for arr in arrays:
+        assert arr.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(arr, arrays[0])
+
+
+@pytest.mark.parametrize(
+    ("data", "dtype", "message"),
+    [
+        ([1.5], np.int32, "expected integers for dtype int32, got a fractional or non-finite number"),
+        ([float("inf")], np.int64, "got a fractional or non-finite number"),
+        ([128], np.int8, r"value 128 is out of range for dtype int8 \[-128, 127\]"),
+        ([-1, 2**63], np.int64, "value 9223372036854775808 is out of range for dtype int64"),
+        ([1, 0], np.bool_, "expected true/false for dtype bool, got numbers"),
+        (["1"], np.float32, "expected numbers for dtype float32, got text"),
+        ([[1], [2, 3]], np.float32, "ragged nested lists"),
+        ([["a"], ["b", "c"]], object, "ragged nested lists"),
+        ([{"b64": "!!"}], object, "invalid base64"),
+        ([{"b64": "AA=="}], np.float32, "base64 is for string inputs"),
+        ([1, None], np.int32, "got a mix of types"),
+        ([1, 2, 3], np.complex64, r"complex values are \[real, imag\] pairs"),
+    ],
+)
+def test_from_json_refuses_naming_the_input(data: Any, dtype: Any, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"^input 'x': .*{message}"):
+        codec.from_json("input 'x'", data, np.dtype(dtype))
+
+
+def test_from_json_with_a_shape() -> None:
+    arr = codec.from_json("input 'x'", [1, 2, 3, 4, 5, 6], np.dtype(np.float32), (2, 3))
+    assert arr.shape == (2, 3)
+    with pytest.raises(InvalidArgumentError, match=r"shape \[4\] needs 4 values but the data holds 6"):
+        codec.from_json("input 'x'", [[1, 2, 3], [4, 5, 6]], np.dtype(np.float32), (4,))
+
+
+# --- JSON text ------------------------------------------------------------------------------------------
+
+
+def test_loads_reads_nan_and_infinity_and_refuses_malformed_text() -> None:
+    value = codec.loads(b'{"a": [NaN, Infinity, -Infinity, 1]}')
+    assert np.isnan(value["a"][0]) and value["a"][1:] == [np.inf, -np.inf, 1]
+    with pytest.raises(InvalidArgumentError, match="^malformed JSON: "):
+        codec.loads(b"{oops")
+
+
+@pytest.mark.parametrize(
+    "arr",
+    [
+        np.linspace(0, 1, 7, dtype=np.float32),
+        np.arange(12, dtype=np.float64).reshape(3, 4)[:, ::2],  # not contiguous
+        np.arange(4, dtype=">i4"),  # big-endian
+        np.array([0.5, 1.25], np.float16),
+        np.array(3.5, np.float32),  # 0-d
+        np.array([[True, False]]),
+        np.array([2**64 - 1], np.uint64),
+    ],
+)
+def test_numbers_are_written_without_tolist_and_read_back_exactly(arr: np.ndarray) -> None:
+    value = codec.to_json("output 'y'", arr)
+    assert not isinstance(value, list)  # the array (or numpy scalar) itself goes to orjson
+    back = np.asarray(json.loads(codec.dumps({"y": value}))["y"], dtype=arr.dtype)
+    np.testing.assert_array_equal(back, arr)
+
+
+def test_nan_and_infinity_are_written_as_python_and_tf_serving_read_them() -> None:
+    text = codec.dumps({"y": codec.to_json("output 'y'", np.array([np.nan, np.inf, 1], np.float32))})
+    assert text == b'{"y":[NaN,Infinity,1.0]}'
+
+
+def test_complex_and_strings() -> None:
+    pairs = codec.to_json("output 'c'", np.array([1 + 2j], np.complex64))
+    assert orjson.loads(codec.dumps(pairs)) == [[1.0, 2.0]]
+    strings = np.array([[b"ok", b"\xff"]], dtype=object)
+    assert codec.to_json("output 's'", strings) == [["ok", {"b64": "/w=="}]]
+    assert codec.to_json("output 's'", strings, flat=True, strings="b64") == [
+        {"b64": "b2s="},
+        {"b64": "/w=="},
+    ]
+    with pytest.raises(InvalidArgumentError, match="^output 's' holds bytes that are not UTF-8"):
+        codec.to_json("output 's'", strings, strings="text")
+    with pytest.raises(UnimplementedError, match="output 'd' has dtype datetime64"):
+        codec.to_json("output 'd'", np.array(["2020-01-01"], dtype="datetime64[D]"))
+
+
+# --- binary tensors -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "arr",
+    [
+        np.arange(6, dtype=np.float32).reshape(2, 3),
+        np.array([True, False, True]),
+        np.arange(3, dtype=">i8"),
+        np.array([b"a", b"", "\u00e9".encode()], dtype=object),
+    ],
+)
+def test_binary_round_trip(arr: np.ndarray) -> None:
+    raw = codec.to_binary("output 'y'", arr)
+    dtype = np.dtype(object) if arr.dtype == object else arr.dtype.newbyteorder("=")
+    back = codec.from_binary("input 'y'", memoryview(raw), dtype, arr.shape)
+    assert back.tolist() == arr.tolist()
+
+
+def test_from_binary_checks_the_size() -> None:
+    with pytest.raises(
+        InvalidArgumentError, match=r"^input 'x': binary_data_size is 4 bytes but shape \[2\]"
+    ):
+        codec.from_binary("input 'x'", memoryview(b"\0" * 4), np.dtype(np.float32), (2,))
+
+
+# --- versions and the event loop ------------------------------------------------------------------------
+
+
+def test_parse_version() -> None:
+    assert codec.parse_version(None) is None
+    assert codec.parse_version("0") == 0 and codec.parse_version("12") == 12
+    for bad in ("one", "-1", "1.0", "\u0661"):  # the last: an Arabic-Indic digit
+        with pytest.raises(InvalidArgumentError, match=f"must be an integer, got '{bad}'"):
+            codec.parse_version(bad)
+
+
+def test_big_bodies_are_handled_off_the_event_loop() -> None:
+    async def main() -> tuple[int, int, int]:
+        small = await codec.sized(codec.OFFLOAD_BYTES - 1, threading.get_ident)
+        big = await codec.sized(codec.OFFLOAD_BYTES, threading.get_ident)
+        return threading.get_ident(), small, big
+
+    loop_thread, small, big = asyncio.run(main())
+    assert small == loop_thread and big != loop_thread
+
+
+# --- the same mistake through every protocol -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    root: Path = tmp_path_factory.mktemp("codec_models")
+    b = GraphBuilder()
+    b.identity(b.placeholder("n", np.int32, (None,)), name="m")
+    (root / "ints.pb").write_bytes(b.graph_def.SerializeToString())
+    b = GraphBuilder()
+    b.op("Identity", [b.placeholder("s", np.object_, (None,))], {"T": np.object_}, name="echo")
+    (root / "strings.pb").write_bytes(b.graph_def.SerializeToString())
+    return [
+        {"name": "ints", "path": str(root / "ints.pb")},
+        {"name": "strings", "path": str(root / "strings.pb")},
+    ]
+
+
+@pytest.fixture
+async def client(models: list[dict[str, Any]]) -> AsyncIterator[httpx.AsyncClient]:
+    app: FastAPI = create_app(make_config({"models": models}))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+        yield c
+    app.state.service.close()
+
+
+DATATYPES = {"n": "INT32", "s": "BYTES"}
+MODELS = {"n": "ints", "s": "strings"}
+
+
+async def three_ways(
+    client: httpx.AsyncClient, name: str, data: Any, version: str | None = None
+) -> list[httpx.Response]:
+    """The same tensor sent through native :run, KServe infer and TF Serving :predict."""
+    model = MODELS[name]
+    v1 = f"/v1/models/{model}" + (f"/versions/{version}" if version else "")
+    v2 = f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
+    try:
+        shape = list(np.shape(data))
+    except ValueError:  # ragged: the codec says so before it looks at the shape
+        shape = [len(data)]
+    kserve = {"name": name, "datatype": DATATYPES[name], "shape": shape, "data": data}
+    return [
+        await client.post(f"{v1}:run", json={"feeds": {name: data}}),
+        await client.post(f"{v2}/infer", json={"inputs": [kserve]}),
+        await client.post(f"{v1}:predict", json={"inputs": {name: data}}),
+    ]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("name", "data", "fragment"),
+    [
+        ("n", [1.5, 2], "expected integers for dtype int32, got a fractional or non-finite number"),
+        ("n", [2**40, 1], "value 1099511627776 is out of range for dtype int32"),
+        ("n", ["1", "2"], "expected integers for dtype int32, got text"),
+        ("n", [[1], [2, 3]], "ragged nested lists"),
+        ("n", [True, False], "expected integers for dtype int32, got true/false"),
+        ("s", [{"b64": "!!"}], "invalid base64"),
+    ],
+)
+async def test_the_same_mistake_gets_the_same_answer(
+    client: httpx.AsyncClient, name: str, data: Any, fragment: str
+) -> None:
+    answers = await three_ways(client, name, data)
+    assert [r.status_code for r in answers] == [400, 400, 400], [r.text for r in answers]
+    messages = {r.json()["error"] for r in answers}
+    assert len(messages) == 1, messages
+    (message,) = messages
+    assert message.startswith(f"input '{name}': ") and fragment in message
+
+
+@pytest.mark.anyio
+async def test_integral_floats_are_integers_everywhere(client: httpx.AsyncClient) -> None:
+    native_r, kserve_r, tfs_r = await three_ways(client, "n", [1.0, -2.0])
+    assert native_r.json()["outputs"]["m"] == {"dtype": "int32", "shape": [2], "data": [1, -2]}
+    assert kserve_r.json()["outputs"][0]["data"] == [1, -2]
+    assert tfs_r.json() == {"outputs": [1, -2]}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("version", "status"), [("one", 400), ("1.0", 400), ("0", 404), ("7", 404)])
+async def test_versions_follow_one_rule(client: httpx.AsyncClient, version: str, status: int) -> None:
+    answers = await three_ways(client, "n", [1], version)
+    assert [r.status_code for r in answers] == [status] * 3
+    assert len({r.json()["error"] for r in answers}) == 1
+
+
+@pytest.mark.anyio
+async def test_big_bodies_and_answers_leave_the_event_loop_in_every_protocol(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offloaded: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counting(fn: Any, *args: Any) -> Any:
+        offloaded.append(f"{type(fn.__self__).__name__}.{fn.__name__}")
+        return await to_thread(fn, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    n = list(range(120_000))  # ~800 KB of JSON, 480 KB of int32 out
+    answers = await three_ways(client, "n", n)
+    assert [r.status_code for r in answers] == [200, 200, 200]
+    assert answers[2].json()["outputs"][-1] == n[-1]
+    assert offloaded == [
+        f"{adapter}.{step}"
+        for adapter in ("NativeAdapter", "KServeAdapter", "TFServingAdapter")
+        for step in ("decode", "encode")
+    ]
