@@ -23,7 +23,7 @@ import numpy as np
 
 from poolserve.proto import config_pb2, graph_pb2
 from poolserve.runtime import aio
-from poolserve.runtime.deadline import Deadline, deadline_timer
+from poolserve.runtime.deadline import Deadline, deadline_timer, watch_cancellation
 from poolserve.runtime.debug import debug_wrapper, watch_summary
 from poolserve.runtime.errors import (
     InvalidArgumentError,
@@ -501,6 +501,7 @@ class Session:
             trace=trace,
             memory_limit=self._memory_limit,
         )
+        watch_cancellation(step)
         with self._lock:
             if self._closed:
                 if handler is not None:
@@ -810,6 +811,7 @@ class Session:
             event.set()
 
         step = Step(plan, feed_values, self._resources, self._pools[0], done, memory_limit=self._memory_limit)
+        watch_cancellation(step)
         with self._lock:
             self._active.add(step)
         try:
