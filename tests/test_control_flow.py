@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from poolserve import RunOptions, Session, load_graph_def
+from poolserve import RunOptions, Session, load_graph_def, load_saved_model
 from poolserve.proto import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, op_def_pb2, types_pb2
 from poolserve.runtime.errors import DeadlineExceededError, InvalidArgumentError
 from poolserve.runtime.functions import inline_functions
@@ -56,6 +56,17 @@ def test_fixtures_cover_both_branches_and_loop_counts() -> None:
     loops = cases("while")
     assert [int(loops[c][1]["Identity:0"]) for c in ("zero", "one", "many")] == [0, 1, 300]
     np.testing.assert_array_equal(loops["zero"][1]["Identity_1:0"], loops["zero"][0]["x:0"])
+
+
+def test_saved_model_with_if_and_while_reading_variables() -> None:
+    model = load_saved_model(FIXTURES / "loop_model")
+    ops = {n.op for n in model.session.graph.nodes.values()}
+    assert {"If", "While"} <= ops and "StatefulPartitionedCall" not in ops
+    for case, (ins, outs) in cases("loop_model").items():
+        got = model.run(ins)
+        for key, want in outs.items():
+            np.testing.assert_allclose(got[key], want, atol=1e-4, err_msg=f"{case} {key}")
+    model.close()
 
 
 @pytest.mark.parametrize("pool", [None, -1])
