@@ -4,6 +4,7 @@ TensorFlow (``tools/make_control_flow_fixtures.py``): TF's outputs, loops stoppe
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 
 from poolserve import RunOptions, Session, load_graph_def, load_saved_model
 from poolserve.proto import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, op_def_pb2, types_pb2
-from poolserve.runtime.errors import DeadlineExceededError, InvalidArgumentError
+from poolserve.runtime.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
 from poolserve.runtime.functions import inline_functions
 from poolserve.runtime.graph import Graph
 from poolserve.runtime.kernels.functional_ops import truthy
@@ -101,6 +102,27 @@ def test_deadline_stops_a_loop_in_arun() -> None:
         while sess.steps_running and time.monotonic() < deadline:
             time.sleep(0.01)
         assert sess.steps_running == 0
+
+
+def test_closing_the_session_stops_a_loop() -> None:
+    sess = Session(load_graph_def(FIXTURES / "while.pb"))
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            sess.run("Identity_1:0", {"x:0": np.ones((1, 4), np.float32), "n:0": np.int32(2**30)})
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 5.0
+    while not sess.steps_running and time.monotonic() < deadline:
+        time.sleep(0.005)
+    sess.close()
+    thread.join(5.0)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], CancelledError)
 
 
 def test_missing_function_names_the_node() -> None:
@@ -247,3 +269,35 @@ def test_a_call_left_in_the_graph_runs_as_inlined() -> None:
     for a, b in zip(direct, inlined, strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(direct[0], 2 * x)
+
+
+def test_a_failure_inside_a_branch_names_the_inner_node_then_the_caller() -> None:
+    graph_def = _if_graph(types_pb2.DT_BOOL)
+    neg = graph_def.library.function[0]
+    neg.node_def.append(_node("chk", "CheckNumerics", ["n:y:0"], T=attr_value_pb2.AttrValue(type=F)))
+    neg.ret["out"] = "chk:output:0"
+    with Session(graph_def) as sess:
+        np.testing.assert_array_equal(sess.run("if:0", {"c:0": True, "x:0": np.float32([1.0])}), [-1.0])
+        with pytest.raises(InvalidArgumentError) as info:
+            sess.run("if:0", {"c:0": True, "x:0": np.float32([np.nan])})
+    assert info.value.node_name == "neg/chk"
+    assert info.value.message.endswith("[[{{node neg/chk}}]]\n\t [[{{node if}}]]")
+
+
+def test_a_function_calling_itself_is_an_error_not_a_hang() -> None:
+    graph_def = _if_graph(types_pb2.DT_BOOL)
+    t = attr_value_pb2.AttrValue(type=F)
+    graph_def.library.function[0].node_def.append(
+        _node(
+            "again",
+            "If",
+            ["a", "a"],
+            Tin=_types(F),
+            Tout=_types(F),
+            then_branch=_func("neg"),
+            else_branch=_func("neg"),
+            Tcond=t,
+        )
+    )
+    with pytest.raises(InvalidArgumentError, match="function 'neg' calls itself"):
+        Graph(graph_def)

@@ -41,7 +41,8 @@ class FunctionBody:
         self.num_args = num_args
         self.num_results = num_results
 
-    def run(self, ctx: OpContext, args: list[Any]) -> list[Any]:
+    def run(self, ctx: OpContext, args: list[Any], caller: str) -> list[Any]:
+        """The function's results for ``args``; a failure inside names the inner node, then ``caller``."""
         # Imported here: the executor imports the graph, which imports the kernels.
         from poolserve.runtime.executor import Step
 
@@ -51,8 +52,11 @@ class FunctionBody:
         step.start(inline=True)
         if not finished:  # CallerThread runs every node before start returns
             raise InternalError(f"function '{self.name}' did not finish on its caller's thread")
-        if step.status is not None:
-            raise step.status
+        error = step.status
+        if error is not None:
+            # TensorFlow lists the frames of a failure inside functions: the inner node, then its callers
+            error.message += f"\n\t [[{{{{node {caller}}}}}]]"
+            raise error
         return step.fetched()
 
 
@@ -158,11 +162,12 @@ def if_op(node: Node) -> Compute:
     for body, what in ((then_body, "then_branch"), (else_body, "else_branch")):
         _check_args(node, body, num_args, what)
     cast = _caster(node, "Tout", then_body.num_results, "then_branch")
+    name = node.name
     _caster(node, "Tout", else_body.num_results, "else_branch")
 
     def compute(ctx: OpContext, inputs: list[Any]) -> list[Any]:
         body = then_body if truthy(inputs[0]) else else_body
-        return cast(body.run(ctx, inputs[1:])) if body.num_results else []
+        return cast(body.run(ctx, inputs[1:], name))
 
     return compute
 
@@ -189,6 +194,7 @@ def while_op(node: Node) -> Compute:
             node.name,
         )
     cast = _caster(node, "T", body.num_results, "body")
+    name = node.name
     # parallel_iterations only bounds TensorFlow's pipelining of iterations; these run one after another
 
     def compute(ctx: OpContext, inputs: list[Any]) -> list[Any]:
@@ -196,10 +202,10 @@ def while_op(node: Node) -> Compute:
         while True:
             if ctx.cancelled():
                 raise CancelledError(f"While loop '{node.name}' was cancelled between iterations", node.name)
-            (go,) = cond.run(ctx, values)
+            (go,) = cond.run(ctx, values, name)
             if not truthy(go):
                 return cast(values)
-            values = body.run(ctx, values)
+            values = body.run(ctx, values, name)
 
     return compute
 
@@ -216,8 +222,9 @@ def call_op(node: Node) -> Compute:
     body = instantiate(node, "f")
     _check_args(node, body, len(node.inputs), "function")
     cast = _caster(node, "Tout", body.num_results, "function")
+    name = node.name
 
     def compute(ctx: OpContext, inputs: list[Any]) -> list[Any]:
-        return cast(body.run(ctx, inputs))
+        return cast(body.run(ctx, inputs, name))
 
     return compute
