@@ -301,3 +301,16 @@ def test_a_function_calling_itself_is_an_error_not_a_hang() -> None:
     )
     with pytest.raises(InvalidArgumentError, match="function 'neg' calls itself"):
         Graph(graph_def)
+
+
+def test_extend_keeps_the_function_library() -> None:
+    with Session(load_graph_def(FIXTURES / "cond.pb")) as sess:
+        library = sess.graph.library
+        extra = graph_pb2.GraphDef()
+        extra.node.append(
+            _node("double", "AddV2", ["Identity", "Identity"], T=attr_value_pb2.AttrValue(type=F))
+        )
+        sess.extend(extra)
+        assert sess.graph.library is library  # compiled branches are reused
+        x = np.ones((1, 4), np.float32)
+        np.testing.assert_allclose(sess.run("double:0", {"x:0": x, "t:0": np.float32(0.0)}), 4 * x)
