@@ -189,7 +189,7 @@ def while_op(node: Node) -> Compute:
     _check_args(node, body, count, "body")
     if cond.num_results != 1:
         raise InvalidArgumentError(
-            f"Node '{node.name}' (op 'While'): cond '{cond.name}' must return one tensor, not "
+            f"Node '{node.name}' (op '{node.op}'): cond '{cond.name}' must return one tensor, not "
             f"{cond.num_results}",
             node.name,
         )
@@ -198,14 +198,15 @@ def while_op(node: Node) -> Compute:
     # parallel_iterations only bounds TensorFlow's pipelining of iterations; these run one after another
 
     def compute(ctx: OpContext, inputs: list[Any]) -> list[Any]:
-        values = inputs
+        values = cast(inputs)
         while True:
             if ctx.cancelled():
                 raise CancelledError(f"While loop '{node.name}' was cancelled between iterations", node.name)
             (go,) = cond.run(ctx, values, name)
             if not truthy(go):
-                return cast(values)
-            values = body.run(ctx, values, name)
+                return values
+            # the declared types every iteration: a kernel's dtype drift must not compound in the loop
+            values = cast(body.run(ctx, values, name))
 
     return compute
 
