@@ -16,9 +16,12 @@ import math
 import threading
 import time
 import weakref
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from poolserve.runtime.errors import DeadlineExceededError, OpError
+
+if TYPE_CHECKING:
+    from poolserve.runtime.executor import Step
 
 log = logging.getLogger("poolserve")
 
@@ -110,4 +113,19 @@ class DeadlineTimer:
 
 deadline_timer = DeadlineTimer()
 
-__all__ = ["Deadline", "DeadlineTimer", "deadline_timer"]
+
+def watch_cancellation(step: Step) -> None:
+    """Lets the step's kernels see it cancelled (``OpContext.cancelled``), so a While stops between
+    iterations when the deadline passes or the session closes. Weakly: a step must not keep itself alive
+    through its own context (the deadline thread and the event loop's timers rely on ended steps being
+    freed at once)."""
+    ref = weakref.ref(step)
+
+    def cancelled() -> bool:
+        s = ref()
+        return s is None or s.status is not None
+
+    step.ctx.cancelled = cancelled
+
+
+__all__ = ["Deadline", "DeadlineTimer", "deadline_timer", "watch_cancellation"]

@@ -14,17 +14,24 @@ into the function's nodes under ``<call node>/``:
 - the call's control inputs reach the body through ``<call>/input_control_node``, a NoOp every
   input-less body node waits on.
 
-Calls inside the inlined bodies are inlined in turn. Functional control flow (If, While) is not inlined.
+Calls inside the inlined bodies are inlined in turn. Functional control flow (If, While) is not inlined:
+its kernels (``kernels/functional_ops.py``) run the branch and loop functions, each compiled once from
+``FunctionLibrary.function_graph``: the same inlining, applied to one call of the function fed by
+Placeholders.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from poolserve.proto import function_pb2, graph_pb2, node_def_pb2, op_def_pb2, types_pb2
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 
 CALL_OPS = frozenset({"StatefulPartitionedCall", "PartitionedCall"})
+# Ops that run functions of the library at run time: a graph keeping one of them keeps its library
+FUNCTIONAL_OPS = frozenset({"If", "StatelessIf", "While", "StatelessWhile"})
 # Nesting deeper than this is taken for recursion (TensorFlow graphs cannot recurse without While).
 MAX_DEPTH = 64
 # Output arg names of common multi-output ops, used when a graph comes without its ops' OpDefs
@@ -71,8 +78,15 @@ def called_function(nd: node_def_pb2.NodeDef, library: Mapping[str, function_pb2
 
 
 class _Inliner:
-    def __init__(self, graph_def: graph_pb2.GraphDef, op_defs: Mapping[str, op_def_pb2.OpDef]) -> None:
-        self.library = {f.signature.name: f for f in graph_def.library.function}
+    def __init__(
+        self,
+        graph_def: graph_pb2.GraphDef,
+        op_defs: Mapping[str, op_def_pb2.OpDef],
+        library: Mapping[str, function_pb2.FunctionDef] | None = None,
+    ) -> None:
+        self.library = (
+            library if library is not None else {f.signature.name: f for f in graph_def.library.function}
+        )
         self.op_defs = op_defs
         self.names = {nd.name for nd in graph_def.node}
 
@@ -192,11 +206,14 @@ class _Inliner:
 
 
 def inline_functions(
-    graph_def: graph_pb2.GraphDef, op_defs: Mapping[str, op_def_pb2.OpDef] | None = None
+    graph_def: graph_pb2.GraphDef,
+    op_defs: Mapping[str, op_def_pb2.OpDef] | None = None,
+    library: Mapping[str, function_pb2.FunctionDef] | None = None,
 ) -> graph_pb2.GraphDef:
     """A copy of ``graph_def`` with every function call replaced by the function's body (nested calls too).
-    ``op_defs`` (op name -> OpDef, e.g. a SavedModel's stripped_op_list) resolve functions' output refs."""
-    inliner = _Inliner(graph_def, op_defs or {})
+    ``op_defs`` (op name -> OpDef, e.g. a SavedModel's stripped_op_list) resolve functions' output refs;
+    ``library`` stands for the graph's own FunctionDefLibrary."""
+    inliner = _Inliner(graph_def, op_defs or {}, library)
     out = graph_pb2.GraphDef()
     out.versions.CopyFrom(graph_def.versions)
     stack: list[tuple[node_def_pb2.NodeDef, int]] = [(nd, 0) for nd in reversed(graph_def.node)]
@@ -231,4 +248,64 @@ def prune_graph_def(graph_def: graph_pb2.GraphDef, keep: Iterable[str]) -> graph
     return out
 
 
-__all__ = ["CALL_OPS", "add_default_attrs", "called_function", "inline_functions", "prune_graph_def"]
+def uses_functions(graph_def: graph_pb2.GraphDef) -> bool:
+    """Whether some node runs a library function at run time (functional control flow)."""
+    return any(nd.op in FUNCTIONAL_OPS for nd in graph_def.node)
+
+
+class FunctionLibrary:
+    """A graph's functions, for the kernels that run them (TF's ``FunctionLibraryRuntime``): the FunctionDefs
+    by name, the OpDefs their output refs need, and the kernels' compiled bodies, made once per function."""
+
+    def __init__(
+        self,
+        library: function_pb2.FunctionDefLibrary,
+        op_defs: Mapping[str, op_def_pb2.OpDef] | None = None,
+    ) -> None:
+        self.functions = {f.signature.name: f for f in library.function}
+        self.op_defs = dict(op_defs or {})
+        # function name -> what the kernels compiled from it (their business, hence Any)
+        self.compiled: dict[str, Any] = {}
+        # held while compiling: a body that calls functions compiles them too, on the same thread
+        self.lock = threading.RLock()
+        self.compiling: set[str] = set()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.functions
+
+    def function_graph(self, name: str) -> tuple[graph_pb2.GraphDef, list[str], int]:
+        """A graph computing function ``name``: one Placeholder per input arg (named as the arg), the body's
+        nodes under ``<name>/`` and ``<name>`` itself, an IdentityN of the results (a NoOp without results)
+        that waits for the function's side effects. Returns (graph, the args' node names, number of
+        results). Calls inside the body are inlined as ``inline_functions`` inlines them."""
+        fdef = self.functions[name]
+        sig = fdef.signature
+        graph_def = graph_pb2.GraphDef()
+        call = node_def_pb2.NodeDef(name=name, op="PartitionedCall")
+        call.attr["f"].func.name = name
+        for arg in list(sig.input_arg) + list(sig.output_arg):
+            if not arg.type:
+                raise UnimplementedError(
+                    f"function '{name}': arg '{arg.name}' has no fixed type (a polymorphic function); only "
+                    "traced (concrete) functions run"
+                )
+        for arg in sig.input_arg:
+            ph = graph_def.node.add(name=arg.name, op="Placeholder")
+            ph.attr["dtype"].type = arg.type
+            call.input.append(arg.name)
+        call.attr["Tout"].list.type.extend(a.type for a in sig.output_arg)
+        graph_def.node.append(call)
+        graph = inline_functions(graph_def, self.op_defs, self.functions)
+        return graph, [a.name for a in sig.input_arg], len(sig.output_arg)
+
+
+__all__ = [
+    "CALL_OPS",
+    "FUNCTIONAL_OPS",
+    "FunctionLibrary",
+    "add_default_attrs",
+    "called_function",
+    "inline_functions",
+    "prune_graph_def",
+    "uses_functions",
+]

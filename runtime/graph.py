@@ -17,6 +17,7 @@ from google.protobuf import message, text_format
 from poolserve.proto import graph_pb2
 from poolserve.runtime import dtypes, kernels
 from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, OpError
+from poolserve.runtime.functions import FunctionLibrary
 from poolserve.runtime.kernels.registry import Compute, KernelDef
 from poolserve.runtime.node import Node, parse_tensor_name
 from poolserve.runtime.tensor import as_array
@@ -46,17 +47,25 @@ def load_graph_def(path: str | Path) -> graph_pb2.GraphDef:
 
 
 class Graph:
-    """A validated graph. Nodes keep GraphDef order; ``order`` is a topological order of them."""
+    """A validated graph. Nodes keep GraphDef order; ``order`` is a topological order of them.
 
-    def __init__(self, graph_def: graph_pb2.GraphDef) -> None:
+    ``library``: the functions its If/While nodes run; by default the GraphDef's own library (a function's
+    body graph shares its caller's, and a SavedModel's adds the OpDefs of its stripped_op_list).
+    """
+
+    def __init__(self, graph_def: graph_pb2.GraphDef, library: FunctionLibrary | None = None) -> None:
         self.graph_def = graph_def
+        if library is None and graph_def.library.function:
+            library = FunctionLibrary(graph_def.library)
+        self.library = library
         self.nodes: dict[str, Node] = {}
         for i, nd in enumerate(graph_def.node):
             if not nd.name:
                 raise InvalidArgumentError(f"Node #{i} (op '{nd.op}') has no name")
             if nd.name in self.nodes:
                 raise InvalidArgumentError(f"Duplicate node name in graph: '{nd.name}'", nd.name)
-            self.nodes[nd.name] = Node(nd, i)
+            node = self.nodes[nd.name] = Node(nd, i)
+            node.library = library
 
         self.kernel_defs: dict[str, KernelDef] = {}
         self.num_outputs: dict[str, int] = {}

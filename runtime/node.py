@@ -6,13 +6,16 @@ read its attrs without checking them itself.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 from poolserve.proto import attr_value_pb2, node_def_pb2
 from poolserve.runtime import dtypes
 from poolserve.runtime.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from poolserve.runtime.functions import FunctionLibrary
 
 _REQUIRED: Final = object()
 
@@ -77,7 +80,7 @@ def decode_attr(value: attr_value_pb2.AttrValue) -> Any:
 class Node:
     """A NodeDef with its inputs parsed: data inputs as (node, port), control inputs by name."""
 
-    __slots__ = ("attrs", "control_inputs", "device", "index", "inputs", "name", "node_def", "op")
+    __slots__ = ("attrs", "control_inputs", "device", "index", "inputs", "library", "name", "node_def", "op")
 
     def __init__(self, node_def: node_def_pb2.NodeDef, index: int = 0) -> None:
         self.node_def = node_def
@@ -100,6 +103,9 @@ class Node:
         self.inputs: tuple[tuple[str, int], ...] = tuple(data)
         self.control_inputs: tuple[str, ...] = tuple(control)
         self.attrs = node_def.attr
+        # the functions of the node's graph, which kernels of If, While and calls run (TF's
+        # OpKernelConstruction::function_library); set by Graph before kernels are bound
+        self.library: FunctionLibrary | None = None
 
     def __repr__(self) -> str:
         return f"Node({self.name!r}, op={self.op!r})"

@@ -6,7 +6,7 @@ of numbered version folders (the highest is served, as TF Serving's default poli
 1. reads the ``SavedModel`` proto and picks the MetaGraphDef whose tag set is ``tags``;
 2. puts back the attrs saved without their default values, keeps only what the signatures, the restore op
    and the init op need (the saver's SaveV2 and friends need no kernel), and inlines the function calls of
-   TF2 exports (``runtime.functions``);
+   TF2 exports (``runtime.functions``); the library stays when If/While nodes run functions from it;
 3. makes a ``Session`` and runs the saver's restore op with the checkpoint prefix fed to its filename
    tensor (``RestoreV2`` reads the tensor bundle; VariableV2 and resource variables get their values),
    then the init op (TF2's ``__saved_model_init_op``, TF1's main op or legacy init op), asset paths fed;
@@ -25,7 +25,13 @@ from google.protobuf import message, text_format
 
 from poolserve.proto import config_pb2, graph_pb2, meta_graph_pb2, saved_model_pb2, saver_pb2
 from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, OpError, UnimplementedError
-from poolserve.runtime.functions import add_default_attrs, inline_functions, prune_graph_def
+from poolserve.runtime.functions import (
+    FunctionLibrary,
+    add_default_attrs,
+    inline_functions,
+    prune_graph_def,
+    uses_functions,
+)
 from poolserve.runtime.graph import Graph
 from poolserve.runtime.node import parse_tensor_name
 from poolserve.runtime.run_handler import RunHandlerPool
@@ -227,15 +233,19 @@ def _asset_feeds(mg: meta_graph_pb2.MetaGraphDef, export_dir: Path) -> dict[str,
     return feeds
 
 
-def _prepare_graph(mg: meta_graph_pb2.MetaGraphDef, keep: Sequence[str]) -> graph_pb2.GraphDef:
+def _prepare_graph(mg: meta_graph_pb2.MetaGraphDef, keep: Sequence[str]) -> Graph:
     graph_def = graph_pb2.GraphDef()
     graph_def.CopyFrom(mg.graph_def)
     op_defs = {op.name: op for op in mg.meta_info_def.stripped_op_list.op}
     add_default_attrs(graph_def, op_defs)
+    library = graph_def.library
     graph_def = inline_functions(prune_graph_def(graph_def, keep), op_defs)
     graph_def = prune_graph_def(graph_def, keep)
-    graph_def.ClearField("library")  # every call is inlined; nothing refers to the library any more
-    return graph_def
+    if not uses_functions(graph_def):
+        return Graph(graph_def)  # every call is inlined: the graph needs no library
+    # If/While run their branch and loop functions from the library; the OpDefs resolve their output refs
+    graph_def.library.CopyFrom(library)
+    return Graph(graph_def, FunctionLibrary(library, op_defs))
 
 
 def _scalar_string(text: str) -> Array:
@@ -275,7 +285,7 @@ def load_saved_model(
             keep += [saver.restore_op_name, saver.filename_tensor_name]
         if init_op is not None:
             keep.append(init_op)
-        graph = Graph(_prepare_graph(mg, keep))
+        graph = _prepare_graph(mg, keep)
         session = Session(
             graph, config, memory_limit_bytes=memory_limit_bytes, run_handler_pool=run_handler_pool
         )

@@ -23,7 +23,7 @@ import numpy as np
 
 from poolserve.proto import config_pb2, graph_pb2
 from poolserve.runtime import aio
-from poolserve.runtime.deadline import Deadline, deadline_timer
+from poolserve.runtime.deadline import Deadline, deadline_timer, watch_cancellation
 from poolserve.runtime.debug import debug_wrapper, watch_summary
 from poolserve.runtime.errors import (
     InvalidArgumentError,
@@ -32,6 +32,7 @@ from poolserve.runtime.errors import (
 )
 from poolserve.runtime.executor import DEVICE, ConstantFolder, Plan, Step, StepTrace
 from poolserve.runtime.fetches import FetchMapper, is_op_name
+from poolserve.runtime.functions import FunctionLibrary
 from poolserve.runtime.graph import Graph, prepare_feed
 from poolserve.runtime.kernels.registry import ResourceContainer
 from poolserve.runtime.kernels.state_ops import UninitializedValue
@@ -252,7 +253,10 @@ class Session:
             merged.library.MergeFrom(graph_def.library)
         if graph_def.HasField("versions") and not merged.HasField("versions"):
             merged.versions.CopyFrom(graph_def.versions)
-        graph = Graph(merged)
+        library = self._graph.library  # compiled functions are kept; a SavedModel's OpDefs too
+        if library is not None and graph_def.library.function:
+            library = FunctionLibrary(merged.library, library.op_defs)
+        graph = Graph(merged, library)
         with self._lock:
             folder = self._folder.extended(graph)
             self._graph, self._folder, self._plans, self._signatures = graph, folder, {}, {}
@@ -501,6 +505,7 @@ class Session:
             trace=trace,
             memory_limit=self._memory_limit,
         )
+        watch_cancellation(step)
         with self._lock:
             if self._closed:
                 if handler is not None:
@@ -810,6 +815,7 @@ class Session:
             event.set()
 
         step = Step(plan, feed_values, self._resources, self._pools[0], done, memory_limit=self._memory_limit)
+        watch_cancellation(step)
         with self._lock:
             self._active.add(step)
         try:

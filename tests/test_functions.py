@@ -7,7 +7,13 @@ import pytest
 
 from poolserve.proto import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, op_def_pb2, types_pb2
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
-from poolserve.runtime.functions import add_default_attrs, inline_functions, prune_graph_def
+from poolserve.runtime.functions import (
+    FunctionLibrary,
+    add_default_attrs,
+    inline_functions,
+    prune_graph_def,
+    uses_functions,
+)
 from poolserve.runtime.graph import Graph
 from poolserve.runtime.session import Session
 from poolserve.runtime.tensor import from_ndarray
@@ -151,3 +157,25 @@ def test_default_attrs_and_pruning() -> None:
     assert g.library.function[0].node_def[2].attr["fancy"].b
     pruned = prune_graph_def(g, ["outer:1"])
     assert [n.name for n in pruned.node] == ["x", "gate", "outer"]
+
+
+def test_function_graph_is_one_inlined_call_fed_by_placeholders() -> None:
+    g = graph()
+    library = FunctionLibrary(g.library)
+    body, args, results = library.function_graph("outer_fn")
+    assert (args, results) == (["a"], 2)
+    names = {n.name: n for n in body.node}
+    assert names["a"].op == "Placeholder" and names["a"].attr["dtype"].type == F
+    assert names["outer_fn"].op == "IdentityN"
+    assert list(names["outer_fn/mul"].input) == ["a", "outer_fn/two:0"]
+    assert "outer_fn/inner/add" in names  # the call inside the body is inlined
+    with Session(Graph(body, library)) as sess:
+        out = sess.run(["outer_fn:0", "outer_fn:1"], {"a:0": np.float32([1.0])})
+    np.testing.assert_allclose(out, [[2.0], [2.0]])
+    g.library.function[0].signature.input_arg[0].type = 0
+    g.library.function[0].signature.input_arg[0].type_attr = "T"
+    with pytest.raises(UnimplementedError, match="arg 'a' has no fixed type"):
+        FunctionLibrary(g.library).function_graph("outer_fn")
+    assert not uses_functions(g)
+    g.node.add(name="loop", op="StatelessWhile")
+    assert uses_functions(g)

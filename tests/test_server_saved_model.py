@@ -33,6 +33,18 @@ def load(**model: Any) -> Any:
 # --- loading from the config ----------------------------------------------------------------------------
 
 
+def test_a_saved_model_with_control_flow_loads_from_the_config() -> None:
+    config = make_config(
+        {"models": [{"name": "loop", "path": "loop_model"}]}, FIXTURES.parent / "control_flow"
+    )
+    entry = load_model(config.models[0], config)
+    try:
+        assert entry.version == 1
+        assert [s.name for s in entry.inputs] == ["n", "x"] and [s.name for s in entry.outputs] == ["y", "z"]
+    finally:
+        entry.session.close()
+
+
 def test_base_path_serves_the_highest_version_as_its_version() -> None:
     entry = load(path="tf1_linear")
     try:

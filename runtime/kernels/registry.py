@@ -18,14 +18,21 @@ Compute = Callable[["OpContext", list[Any]], Sequence[Any]]
 Factory = Callable[[Node], Compute]
 
 
-class OpContext:
-    """What a running kernel may see of its step: the session's resources and the step id."""
+def _never() -> bool:
+    return False
 
-    __slots__ = ("resources", "step_id")
+
+class OpContext:
+    """What a running kernel may see of its step: the session's resources, the step id, and whether the
+    step was cancelled (a deadline, a closed session): ``cancelled()`` lets a kernel that loops (While)
+    stop between iterations. The session sets it on the steps it starts; other steps are never cancelled."""
+
+    __slots__ = ("cancelled", "resources", "step_id")
 
     def __init__(self, resources: ResourceContainer | None = None, step_id: int = 0) -> None:
         self.resources = resources if resources is not None else ResourceContainer()
         self.step_id = step_id
+        self.cancelled: Callable[[], bool] = _never
 
 
 class ResourceContainer:
