@@ -164,15 +164,20 @@ class RunHandler:
             self.helper.waiting = True
 
     def begin(
-        self, seconds: float, learn: Callable[[float], None] | None = None, kind: object = None
+        self,
+        seconds: float,
+        learn: Callable[[float], None] | None = None,
+        kind: object = None,
+        wait: bool = True,
     ) -> bool:
         """``expect`` and ``attach_caller`` in one: for a synchronous caller, which calls ``help()`` after
         starting its step. True: a slot was free and nobody waits for one, so the caller holds it now and
         runs the step's first nodes itself, with no hand-off (as a pool thread runs a closure); its
-        ``help()`` then gives the slot back. False: the caller waits in ``help()`` for the pool."""
+        ``help()`` then gives the slot back. False: the caller waits in ``help()`` for the pool; or, with
+        ``wait=False`` (an event loop, which must not block), the pool's threads run the step."""
         self.learn = learn
         self.short = 0.0 < seconds < SHORT_STEP_S
-        return self._pool._begin(self, seconds, kind)
+        return self._pool._begin(self, seconds, kind, wait)
 
     def help(self) -> None:
         """Runs this handler's closures on the calling thread, as slots are granted, until released."""
@@ -411,7 +416,7 @@ class RunHandlerPool:
         self._keys.insert(i, h.key)
         self._active.insert(i, h)
 
-    def _begin(self, h: RunHandler, seconds: float, kind: object) -> bool:
+    def _begin(self, h: RunHandler, seconds: float, kind: object, wait: bool) -> bool:
         me = _Worker()
         with self._lock:
             h.helper = me
@@ -419,7 +424,10 @@ class RunHandlerPool:
                 return False
             self._place(h, seconds, kind)
             if self._queued or not self._slots:
-                me.waiting = True
+                if wait:
+                    me.waiting = True
+                else:
+                    h.helper = None
                 return False
             self._slots -= 1
             h.running += 1

@@ -250,3 +250,33 @@ def test_concurrent_aruns_on_one_loop_each_get_their_own_result():
         feeds, results = asyncio.run(main())
     for f, r in zip(feeds, results, strict=True):
         np.testing.assert_array_equal(r, f * 3)
+
+
+def test_arun_runs_a_short_step_on_the_loop_and_a_long_one_on_a_thread():
+    from poolserve.runtime.run_handler import RunHandlerPool
+    from poolserve.runtime.session import INLINE_STEP_S
+
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [2])
+    y = b.op("Neg", [x], {"T": np.float32}, name="y")
+    pool = RunHandlerPool(num_threads=2)
+    feed = {x: np.ones(2, np.float32)}
+
+    async def threads_of(session: Session, use_pool: bool) -> set[int]:
+        options = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE)
+        options.experimental.use_run_handler_pool = use_pool
+        for _ in range(3):  # the plan learns its cost
+            await session.arun(y, feed, options)
+        metadata = config_pb2.RunMetadata()
+        await session.arun(y, feed, options, metadata)
+        return {n.thread_id for d in metadata.step_stats.dev_stats for n in d.node_stats}
+
+    loop_thread = threading.get_ident() & 0x7FFFFFFF
+    with Session(b.graph_def, run_handler_pool=pool) as s:
+        for use_pool in (True, False):
+            assert asyncio.run(threads_of(s, use_pool)) == {loop_thread}
+        assert pool.stats().running_closures == 0  # the slot the loop took was given back
+        plan = next(iter(s._plans.values()))
+        plan.cpu = 10 * INLINE_STEP_S  # as if the step were long
+        for use_pool in (True, False):
+            assert loop_thread not in asyncio.run(threads_of(s, use_pool))
