@@ -3,6 +3,7 @@
 from poolserve.runtime.kernels import (  # noqa: F401
     array_ops,
     conv_ops,
+    fused_ops,
     gather_ops,
     image_ops,
     math_ops,
