@@ -19,6 +19,7 @@ from poolserve.runtime.kernels._common import (
     _PLAN_CACHE_SIZE,
     _attrs_of,
     _dims,
+    _matmul,
     _reduce_taps,
     _taps,
     _widen,
@@ -162,7 +163,7 @@ def _conv2d(
                 xp, (n, kh, kw, c, oh, ow), (s0, s2 * dh, s3 * dw, s1, s2 * sh, s3 * sw), writeable=False
             )
             cols = patches.reshape(n, kh * kw * c, oh * ow)
-        return np.matmul(w.reshape(kh * kw * c, o).T, cols).reshape(n, o, oh, ow)
+        return _matmul(w.reshape(kh * kw * c, o).T, cols).reshape(n, o, oh, ow)
     n, c = x.shape[0], x.shape[3]
     rows = n * oh * ow
     if pointwise:
@@ -175,7 +176,7 @@ def _conv2d(
         )
         cols = patches.reshape(rows, kh * kw * c)
     if groups == 1:
-        y = cols @ w.reshape(kh * kw * cf, o)
+        y = _matmul(cols, w.reshape(kh * kw * cf, o))
     else:
         og = o // groups
         gcols = (
@@ -237,9 +238,29 @@ def depthwise_conv2d(node: Node) -> Compute:
     return compute
 
 
+# From this many output channels on, an NHWC depthwise convolution is one einsum over a strided view of
+# all taps instead of a multiply-add per tap. Measured on MobileNetV2's shapes, 3x3, one image, interleaved:
+# 24x24x144 0.37 ms against 0.65 ms, 6x6x576 0.08 against 0.18; but 48x48x16 0.81 against 0.53 and
+# 48x48x32 1.93 against 1.44 (the einsum's inner loop over channels is too short); 48x48x48 about even.
+_EINSUM_DEPTHWISE_CHANNELS = 64
+
+
 def _depthwise(xp: Any, w: Any, win: _Window, oh: int, ow: int) -> Any:
     """Multiply-accumulate over the kernel taps; the result is [N, OH, OW, C(, M)] or [N, C(, M), OH, OW]."""
     kh, kw, c, m = w.shape
+    if not win.nchw and c * m >= _EINSUM_DEPTHWISE_CHANNELS:
+        # one pass over a strided patch view, no temporaries
+        n = xp.shape[0]
+        s0, s1, s2, s3 = xp.strides
+        patches = as_strided(
+            xp,
+            (n, oh, ow, kh, kw, c),
+            (s0, s1 * win.sh, s2 * win.sw, s1 * win.dh, s2 * win.dw, s3),
+            writeable=False,
+        )
+        if m == 1:
+            return np.einsum("nhwijc,ijc->nhwc", patches, w.reshape(kh, kw, c))
+        return np.einsum("nhwijc,ijcm->nhwcm", patches, w)
     # The weights of one tap, shaped to broadcast against the input window (with a multiplier axis if m > 1).
     if win.nchw:
         wts = w.reshape(kh, kw, c, m, 1, 1) if m > 1 else w.reshape(kh, kw, c, 1, 1)

@@ -17,6 +17,7 @@ from poolserve.runtime.kernels._common import (
     _PLAN_CACHE_SIZE,
     _attrs_of,
     _dims,
+    _matmul,
     _reduce_taps,
     _widen,
 )
@@ -44,7 +45,7 @@ def matmul(node: Node) -> Compute:
             raise _size_incompatible(a, b)
         if a.dtype == _F16:
             return (np.matmul(a.T if ta else a, b.T if tb else b, dtype=_F32).astype(_F16),)
-        return (np.matmul(a.T if ta else a, b.T if tb else b),)
+        return (_matmul(a.T if ta else a, b.T if tb else b),)
 
     return compute
 
@@ -78,7 +79,7 @@ def batch_matmul(node: Node) -> Compute:
             y = _adjoint(y)
         if x.dtype == _F16:
             return (np.matmul(x, y, dtype=_F32).astype(_F16),)
-        return (np.matmul(x, y),)
+        return (_matmul(x, y),)
 
     return compute
 
@@ -240,7 +241,7 @@ def _run_einsum_plan(plan: _EinsumPlan, a: Any, b: Any) -> Any:
         if perm is not None:
             x = x.transpose(perm)
         operands.append(x.reshape(shape))
-    r = np.matmul(operands[0], operands[1]).reshape(plan.shape_r)
+    r = _matmul(operands[0], operands[1]).reshape(plan.shape_r)
     return r if plan.perm_r is None else r.transpose(plan.perm_r)
 
 
