@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.kernels import nn_ops
 from poolserve.runtime.kernels.conv_ops import conv2d, depthwise_conv2d
 from poolserve.runtime.kernels.math_ops import _blockwise, _erfc64, _erfc_cheb, _sigmoid
 from poolserve.runtime.kernels.nn_ops import matmul
@@ -30,12 +31,11 @@ _SQRT_2_OVER_PI = 0.7978845608028654
 
 
 def _relu(y: Any, alpha: float) -> Any:
-    return np.maximum(y, 0, out=y)
+    return nn_ops._relu(y, out=y)
 
 
 def _relu6(y: Any, alpha: float) -> Any:
-    np.maximum(y, 0, out=y)
-    return np.minimum(y, 6, out=y)
+    return nn_ops._relu6(y, out=y)
 
 
 def _elu(y: Any, alpha: float) -> Any:
