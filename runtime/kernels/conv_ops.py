@@ -239,10 +239,11 @@ def depthwise_conv2d(node: Node) -> Compute:
 
 
 # From this many output channels on, an NHWC depthwise convolution is one einsum over a strided view of
-# all taps instead of a multiply-add per tap. Measured on MobileNetV2's shapes, 3x3, one image, interleaved:
-# 24x24x144 0.37 ms against 0.65 ms, 6x6x576 0.08 against 0.18; but 48x48x16 0.81 against 0.53 and
-# 48x48x32 1.93 against 1.44 (the einsum's inner loop over channels is too short); 48x48x48 about even.
-_EINSUM_DEPTHWISE_CHANNELS = 64
+# all taps; below, a multiply-add per tap. Measured on MobileNetV2's 3x3 shapes, one image, interleaved:
+# 24x24x144 0.37 ms against 0.65 ms, 6x6x576 0.08 against 0.18, 24x24x48 stride 2 0.14 against 0.19,
+# 24x24x48 stride 1 0.24 against 0.23 (taps over whole rows); but 48x48x16 0.81 against 0.29 (the
+# einsum's inner loop over 16 channels is too short).
+_EINSUM_DEPTHWISE_CHANNELS = 48
 
 
 def _depthwise(xp: Any, w: Any, win: _Window, oh: int, ow: int) -> Any:
@@ -267,11 +268,12 @@ def _depthwise(xp: Any, w: Any, win: _Window, oh: int, ow: int) -> Any:
         n = xp.shape[0]
         row_acc = np.zeros((n, oh, ow * c), np.result_type(xp, w))
         row_tmp = np.empty_like(row_acc)
+        row_w = np.tile(w[:, :, :, 0], (1, 1, ow))  # one call: np.tile costs ~15 us a call
         for i in range(kh):
             rows = _taps(i * win.dh, oh, win.sh)
             for j in range(kw):
                 v = xp[:, rows, j : j + ow, :].reshape(n, oh, ow * c)
-                row_acc += np.multiply(v, np.tile(w[i, j, :, 0], ow), out=row_tmp)
+                row_acc += np.multiply(v, row_w[i, j], out=row_tmp)
         return row_acc.reshape(n, oh, ow, c)
     # The weights of one tap, shaped to broadcast against the input window (with a multiplier axis if m > 1).
     if win.nchw:
