@@ -11,8 +11,8 @@ It reads the plan (its executed nodes, their consumers, the folded constants) an
   ``_FusedDepthwiseConv2dNative`` or ``_FusedMatMul`` with TensorFlow's attrs (``fused_ops``, ``num_args``,
   ``epsilon``, ``leakyrelu_alpha``). As in TensorFlow, the fused node takes the name of the last node it
   replaces, so its consumers, fetches and traces keep their names.
-- *Identity removal* (the dependency optimizer): executed Identity/StopGradient/Snapshot nodes pass their
-  input straight to their consumers.
+- *Identity and NoOp removal* (the dependency optimizer): executed Identity/StopGradient/Snapshot nodes
+  pass their input straight to their consumers; a NoOp that only waits for constants is dropped.
 
 A node is only absorbed when nothing else needs its output: not fetched, not fed, not a target, not
 named by a control input, consumed once. GELU is recognised by its value, not its spelling: a closed group
@@ -20,7 +20,7 @@ of elementwise ops on one tensor whose output matches GELU on a probe of 241 poi
 
 ``ConfigProto.graph_options.rewrite_options`` switches it as TensorFlow does: ``disable_meta_optimizer``
 turns all of it off, ``arithmetic_optimization: OFF`` the folding, ``remapping: OFF`` the fusion,
-``dependency_optimization: OFF`` the Identity removal.
+``dependency_optimization: OFF`` the Identity and NoOp removal.
 """
 
 from __future__ import annotations
@@ -101,10 +101,14 @@ class _Rewriter:
         self.nodes: dict[str, Node] = {pn.name: pn.node for pn in plan.nodes}
         self.position = {pn.name: pn.index for pn in plan.nodes}
         self.uses: dict[TensorId, list[str]] = defaultdict(list)
+        self.control_users: dict[str, list[str]] = defaultdict(list)
+        self.targets = set(plan.targets)
         pinned = set(plan.targets)
         for pn in plan.nodes:
             for t in pn.node.inputs:
                 self.uses[t].append(pn.name)
+            for c in pn.node.control_inputs:
+                self.control_users[c].append(pn.name)
             pinned.update(pn.node.control_inputs)
         self.pinned = pinned
         self.fetched = set(plan.fetches)
@@ -164,12 +168,32 @@ class _Rewriter:
     def run(self) -> list[node_def_pb2.NodeDef]:
         if self.which.identities:
             for pn in self.plan.nodes:
+                self.skip_noop(self.node(pn.name))
+            for pn in self.plan.nodes:
                 self.skip_identity(self.node(pn.name))
         if self.which.fold or self.which.fuse:
             for pn in self.plan.nodes:
                 if pn.op in _PRODUCTS and pn.name not in self.absorbed:
                     self.fold_chain(self.node(pn.name))
         return list(self.out.values())
+
+    def skip_noop(self, node: Node) -> None:
+        """Drops a NoOp that only waits for constants (Keras's, on its variable reads): what depends on it
+        has nothing left to wait for. It would otherwise run every step, and as a cheap root it sends the
+        step's first expensive node to the pool instead of the caller's thread."""
+        if node.op != "NoOp" or node.inputs or node.name in self.targets or node.name in self.fetched_nodes:
+            return
+        if any(c in self.nodes for c in node.control_inputs):
+            return  # it orders executed work
+        for user in self.control_users.pop(node.name, []):
+            nd = node_def_pb2.NodeDef()
+            nd.CopyFrom(self.node(user).node_def)
+            kept = [s for s in nd.input if s != f"^{node.name}"]
+            del nd.input[:]
+            nd.input.extend(kept)
+            self.out[user] = nd
+            self.nodes[user] = Node(nd)
+        self.absorbed.add(node.name)
 
     def skip_identity(self, node: Node) -> None:
         if node.op not in _IDENTITIES or len(node.inputs) != 1 or node.control_inputs:

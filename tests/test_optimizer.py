@@ -332,3 +332,22 @@ def test_fused_conv_with_batch_norm_args_runs_as_tensorflow_writes_it() -> None:
             conv[0, i, j] = np.einsum("hwc,hwco->o", xv[0, i : i + 3, j : j + 3], wv)
     want = np.maximum((conv - mean) * scale / np.sqrt(var + 0.01) + offset, 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_noop_waiting_for_constants_is_dropped_but_one_ordering_work_stays() -> None:
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None, 2))
+    w = b.identity(b.constant(np.ones((2, 2), np.float32), name="w_resource"), name="w_read")
+    waits_for_constants = b.no_op("NoOp", control_inputs=[w])
+    y = b.matmul(x, w, name="mm")
+    orders_work = b.no_op("after_mm", control_inputs=[y])
+    out = b.op(
+        "Identity", [y], {"T": np.float32}, name="out", control_inputs=[waits_for_constants, orders_work]
+    )
+    feeds = {x: np.ones((1, 2), np.float32)}
+    (got,), md = run(b.graph_def, [out], feeds)
+    assert got.tolist() == [[2.0, 2.0]]
+    assert {ns.node_name for d in md.step_stats.dev_stats for ns in d.node_stats} == {"mm", "after_mm", "out"}
+    off = config(dependency_optimization=config_pb2.RewriterConfig.OFF)
+    (_,), md = run(b.graph_def, [out], feeds, off)
+    assert "NoOp" in {ns.node_name for d in md.step_stats.dev_stats for ns in d.node_stats}
