@@ -5,7 +5,8 @@ It reads the plan (its executed nodes, their consumers, the folded constants) an
 - *Weight folding* (Grappler's arithmetic optimizer): multiplications and additions by per-channel
   constants after a Conv2D, DepthwiseConv2dNative or MatMul (the batch-norm arithmetic Keras leaves in a
   frozen graph: ``Mul``, ``AddV2``, ``Sub``, and ``FusedBatchNorm`` with ``is_training=false``) become the
-  product's scaled weights and a bias. Folding is done in float64 and rounded once.
+  product's scaled weights and a bias. Folding is done in float64 and rounded once. A zero Pad before a
+  VALID convolution becomes its explicit padding.
 - *Fusion* (the remapper): the bias and one following activation (Relu, Relu6, Elu, LeakyRelu, Tanh,
   Sigmoid; GELU in its erf and tanh forms after a MatMul) join the product as ``_FusedConv2D``,
   ``_FusedDepthwiseConv2dNative`` or ``_FusedMatMul`` with TensorFlow's attrs (``fused_ops``, ``num_args``,
@@ -171,6 +172,10 @@ class _Rewriter:
                 self.skip_noop(self.node(pn.name))
             for pn in self.plan.nodes:
                 self.skip_identity(self.node(pn.name))
+        if self.which.fold:
+            for pn in self.plan.nodes:
+                if pn.op == "Pad":
+                    self.fold_pad(self.node(pn.name))
         if self.which.fold or self.which.fuse:
             for pn in self.plan.nodes:
                 if pn.op in _PRODUCTS and pn.name not in self.absorbed:
@@ -215,6 +220,40 @@ class _Rewriter:
         if name in self.uses.get(src, []):
             self.uses[src].remove(name)
         self.absorbed.add(name)
+
+    def fold_pad(self, pad: Node) -> None:
+        """A zero Pad of height and width before a VALID convolution becomes the convolution's explicit
+        padding (Keras's ZeroPadding2D before a strided convolution): one copy and one node less."""
+        paddings = self.const(pad.inputs[1]) if len(pad.inputs) == 2 and not pad.control_inputs else None
+        if (
+            not isinstance(paddings, np.ndarray)
+            or paddings.shape != (4, 2)
+            or paddings[0].any()
+            or paddings[3].any()
+            or (paddings < 0).any()
+        ):
+            return
+        user = self.sole_consumer(pad.name)
+        if user is None:
+            return
+        conv = self.node(user)
+        if (
+            conv.op not in ("Conv2D", "DepthwiseConv2dNative")
+            or conv.inputs[0] != (pad.name, 0)
+            or conv.attr_str("padding", "") != "VALID"
+            or conv.attr_str("data_format", "NHWC") != "NHWC"
+        ):
+            return
+        nd = node_def_pb2.NodeDef()
+        nd.CopyFrom(conv.node_def)
+        nd.input[0] = _tensor(pad.inputs[0])
+        nd.attr["padding"].s = b"EXPLICIT"
+        nd.attr["explicit_paddings"].CopyFrom(attr_value([int(v) for v in paddings.reshape(-1)]))
+        self.out[user] = nd
+        self.nodes[user] = Node(nd)
+        self.uses[pad.inputs[0]].append(user)
+        self.uses[pad.inputs[0]].remove(pad.name)
+        self.absorbed.add(pad.name)
 
     def fold_chain(self, base: Node) -> None:
         """Folds what follows ``base`` (a Conv2D, DepthwiseConv2dNative or MatMul) into it."""
