@@ -351,3 +351,31 @@ def test_noop_waiting_for_constants_is_dropped_but_one_ordering_work_stays() -> 
     off = config(dependency_optimization=config_pb2.RewriterConfig.OFF)
     (_,), md = run(b.graph_def, [out], feeds, off)
     assert "NoOp" in {ns.node_name for d in md.step_stats.dev_stats for ns in d.node_stats}
+
+
+@pytest.mark.parametrize("case", ["float16", "nchw", "full_tensor_scale", "scale_before_product"])
+def test_what_is_not_per_channel_arithmetic_on_a_product_is_left_alone(case: str) -> None:
+    rng = np.random.default_rng(5)
+    dtype = np.float16 if case == "float16" else np.float32
+    b = GraphBuilder()
+    shape = (None, 3, 4, 4) if case == "nchw" else (None, 4, 4, 3)
+    x = b.placeholder("x", dtype, shape)
+    w = b.constant(rng.standard_normal((3, 3, 3, 2)).astype(dtype), name="w")
+    conv_in = x
+    if case == "scale_before_product":
+        conv_in = b.mul(x, b.constant(np.full(3, 2, dtype), name="pre"), name="pre_mul")
+    y = b.conv2d(conv_in, w, data_format="NCHW" if case == "nchw" else "NHWC", name="conv")
+    scale = rng.uniform(0.5, 2, (1, 4, 4, 2) if case == "full_tensor_scale" else (2,)).astype(dtype)
+    if case == "nchw":
+        scale = scale.reshape(2, 1, 1)
+    y = b.mul(y, b.constant(scale, name="s"), name="mul")
+    out = b.unary("Relu", y, name="act")
+    feeds = {x: rng.standard_normal((2, *shape[1:])).astype(dtype)}
+    (got,), md = run(b.graph_def, [out], feeds)
+    (want,), _ = run(b.graph_def, [out], feeds, OFF)
+    np.testing.assert_allclose(got, want, rtol=1e-3 if case == "float16" else 1e-5, atol=1e-3)
+    names = {ns.node_name for d in md.step_stats.dev_stats for ns in d.node_stats}
+    if case == "scale_before_product":
+        assert "pre_mul" in names and ops(md)["_FusedConv2D"] == 1  # only what follows the product folds
+    else:
+        assert {"conv", "mul", "act"} <= names and not any(op.startswith("_Fused") for op in ops(md))
