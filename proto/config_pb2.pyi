@@ -45,8 +45,34 @@ class OptimizerOptions(_message.Message):
     cpu_global_jit: bool
     def __init__(self, do_common_subexpression_elimination: _Optional[bool] = ..., do_constant_folding: _Optional[bool] = ..., max_folded_constant_in_bytes: _Optional[int] = ..., do_function_inlining: _Optional[bool] = ..., opt_level: _Optional[_Union[OptimizerOptions.Level, str]] = ..., global_jit_level: _Optional[_Union[OptimizerOptions.GlobalJitLevel, str]] = ..., cpu_global_jit: _Optional[bool] = ...) -> None: ...
 
+class RewriterConfig(_message.Message):
+    __slots__ = ("arithmetic_optimization", "dependency_optimization", "remapping", "disable_meta_optimizer")
+    class Toggle(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        DEFAULT: _ClassVar[RewriterConfig.Toggle]
+        ON: _ClassVar[RewriterConfig.Toggle]
+        OFF: _ClassVar[RewriterConfig.Toggle]
+        AGGRESSIVE: _ClassVar[RewriterConfig.Toggle]
+        EXPERIMENTAL_MLIR: _ClassVar[RewriterConfig.Toggle]
+        EXPERIMENTAL_BOTH: _ClassVar[RewriterConfig.Toggle]
+    DEFAULT: RewriterConfig.Toggle
+    ON: RewriterConfig.Toggle
+    OFF: RewriterConfig.Toggle
+    AGGRESSIVE: RewriterConfig.Toggle
+    EXPERIMENTAL_MLIR: RewriterConfig.Toggle
+    EXPERIMENTAL_BOTH: RewriterConfig.Toggle
+    ARITHMETIC_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCY_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
+    REMAPPING_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_META_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    arithmetic_optimization: RewriterConfig.Toggle
+    dependency_optimization: RewriterConfig.Toggle
+    remapping: RewriterConfig.Toggle
+    disable_meta_optimizer: bool
+    def __init__(self, arithmetic_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., dependency_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., remapping: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., disable_meta_optimizer: _Optional[bool] = ...) -> None: ...
+
 class GraphOptions(_message.Message):
-    __slots__ = ("enable_recv_scheduling", "optimizer_options", "build_cost_model", "build_cost_model_after", "infer_shapes", "place_pruned_graph", "enable_bfloat16_sendrecv", "timeline_step")
+    __slots__ = ("enable_recv_scheduling", "optimizer_options", "build_cost_model", "build_cost_model_after", "infer_shapes", "place_pruned_graph", "enable_bfloat16_sendrecv", "timeline_step", "rewrite_options")
     ENABLE_RECV_SCHEDULING_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     BUILD_COST_MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +81,7 @@ class GraphOptions(_message.Message):
     PLACE_PRUNED_GRAPH_FIELD_NUMBER: _ClassVar[int]
     ENABLE_BFLOAT16_SENDRECV_FIELD_NUMBER: _ClassVar[int]
     TIMELINE_STEP_FIELD_NUMBER: _ClassVar[int]
+    REWRITE_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     enable_recv_scheduling: bool
     optimizer_options: OptimizerOptions
     build_cost_model: int
@@ -63,7 +90,8 @@ class GraphOptions(_message.Message):
     place_pruned_graph: bool
     enable_bfloat16_sendrecv: bool
     timeline_step: int
-    def __init__(self, enable_recv_scheduling: _Optional[bool] = ..., optimizer_options: _Optional[_Union[OptimizerOptions, _Mapping]] = ..., build_cost_model: _Optional[int] = ..., build_cost_model_after: _Optional[int] = ..., infer_shapes: _Optional[bool] = ..., place_pruned_graph: _Optional[bool] = ..., enable_bfloat16_sendrecv: _Optional[bool] = ..., timeline_step: _Optional[int] = ...) -> None: ...
+    rewrite_options: RewriterConfig
+    def __init__(self, enable_recv_scheduling: _Optional[bool] = ..., optimizer_options: _Optional[_Union[OptimizerOptions, _Mapping]] = ..., build_cost_model: _Optional[int] = ..., build_cost_model_after: _Optional[int] = ..., infer_shapes: _Optional[bool] = ..., place_pruned_graph: _Optional[bool] = ..., enable_bfloat16_sendrecv: _Optional[bool] = ..., timeline_step: _Optional[int] = ..., rewrite_options: _Optional[_Union[RewriterConfig, _Mapping]] = ...) -> None: ...
 
 class ThreadPoolOptionProto(_message.Message):
     __slots__ = ("num_threads", "global_name")

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from google.protobuf import message, text_format
 
-from poolserve.proto import graph_pb2
+from poolserve.proto import graph_pb2, node_def_pb2
 from poolserve.runtime import dtypes, kernels
 from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, OpError
 from poolserve.runtime.functions import FunctionLibrary
@@ -84,6 +84,40 @@ class Graph:
     @classmethod
     def load(cls, path: str | Path) -> Graph:
         return cls(load_graph_def(path))
+
+    def rewritten(self, node_defs: Iterable[node_def_pb2.NodeDef]) -> Graph:
+        """This graph with nodes replaced (same name) or added (new name), as the graph optimizer makes them.
+
+        Untouched nodes keep their parsed form and bound kernel; only the given nodes are checked and bound,
+        then the whole graph is ordered again (a cycle is an error, as on load).
+        """
+        changed = {nd.name: nd for nd in node_defs}
+        graph_def = graph_pb2.GraphDef()
+        graph_def.versions.CopyFrom(self.graph_def.versions)
+        graph_def.library.CopyFrom(self.graph_def.library)
+        kept = [nd for nd in self.graph_def.node if nd.name not in changed]
+        graph_def.node.extend(kept)
+        graph_def.node.extend(changed.values())
+        new = object.__new__(Graph)
+        new.graph_def = graph_def
+        new.library = self.library
+        new.nodes = {name: node for name, node in self.nodes.items() if name not in changed}
+        new.kernel_defs = {name: k for name, k in self.kernel_defs.items() if name not in changed}
+        new.num_outputs = {name: n for name, n in self.num_outputs.items() if name not in changed}
+        new.kernels = {name: k for name, k in self.kernels.items() if name not in changed}
+        for i, nd in enumerate(graph_def.node[len(kept) :], start=len(kept)):
+            node = Node(nd, i)
+            node.library = self.library
+            new.nodes[nd.name] = node
+            new.kernel_defs[nd.name] = kernels.lookup(node)
+            new.num_outputs[nd.name] = new.kernel_defs[nd.name].outputs(node)
+        new._check_inputs()
+        new.order = new._topological_order()
+        new.position = {node.name: i for i, node in enumerate(new.order)}
+        new._feed_specs = {}
+        for name in changed:
+            new.kernels[name] = new._bind(new.nodes[name])
+        return new
 
     def _bind(self, node: Node) -> Compute:
         try:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.proto import config_pb2, graph_pb2
-from poolserve.runtime import aio
+from poolserve.runtime import aio, optimizer
 from poolserve.runtime.deadline import Deadline, deadline_timer, watch_cancellation
 from poolserve.runtime.debug import debug_wrapper, watch_summary
 from poolserve.runtime.errors import (
@@ -298,6 +298,9 @@ class Session:
                     folder=self._folder,
                     wrap=wrap,
                 )
+                rewrites = optimizer.passes(self._config)
+                if rewrites is not None and wrap is None:  # debug watches see the graph as written
+                    plan = optimizer.optimize(plan, self._folder, rewrites)
                 self._plans[sorted_key] = plan
             self._plans[key] = plan
         return plan

@@ -35,6 +35,9 @@ def expected_y(x):
 
 
 X = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+# Grappler's rewrites off: mm and y stay two nodes instead of one _FusedMatMul (tests/test_optimizer.py)
+PLAIN = config_pb2.ConfigProto()
+PLAIN.graph_options.rewrite_options.disable_meta_optimizer = True
 
 
 # --- fetches and feeds -----------------------------------------------------------------------------------
@@ -186,10 +189,11 @@ def traced_nodes(s, fetch, feeds):
 
 def test_constant_subgraphs_are_folded_once():
     b, x, y = mlp_graph()
-    with Session(b.graph_def) as s:
+    with Session(b.graph_def, PLAIN) as s:
         names, _ = traced_nodes(s, y, {x: X})
     assert names == {"mm", "y"}  # w2 = w * two was folded; Consts are never executed
     off = config_pb2.ConfigProto()
+    off.CopyFrom(PLAIN)
     off.graph_options.optimizer_options.opt_level = config_pb2.OptimizerOptions.L0
     with Session(b.graph_def, off) as s:
         names, _ = traced_nodes(s, y, {x: X})
@@ -287,7 +291,7 @@ def test_global_pool_cannot_be_resized():
 
 def test_trace_fills_step_stats_and_cost_graph():
     b, x, y = mlp_graph()
-    with Session(b.graph_def) as s:
+    with Session(b.graph_def, PLAIN) as s:
         md = config_pb2.RunMetadata()
         s.run(y, {x: X}, run_metadata=md)
         assert not md.HasField("step_stats")  # NO_TRACE records nothing
@@ -318,14 +322,20 @@ def test_trace_fills_step_stats_and_cost_graph():
 
 def test_output_partition_graphs():
     b, x, y = mlp_graph()
-    with Session(b.graph_def) as s:
+    options = config_pb2.RunOptions(output_partition_graphs=True)
+    with Session(b.graph_def, PLAIN) as s:
         md = config_pb2.RunMetadata()
-        s.run(y, {x: X}, options=config_pb2.RunOptions(output_partition_graphs=True), run_metadata=md)
+        s.run(y, {x: X}, options=options, run_metadata=md)
     (g,) = md.partition_graphs
     ops = {n.name: n.op for n in g.node}
     assert ops["mm"] == "MatMul" and ops["y"] == "AddV2"
     assert ops["w2"] == "Const"  # folded
     assert "x" not in ops  # fed
+    with Session(b.graph_def) as s:  # the graph optimizer on: the graph that ran is the rewritten one
+        md = config_pb2.RunMetadata()
+        s.run(y, {x: X}, options=options, run_metadata=md)
+    ops = {n.name: n.op for n in md.partition_graphs[0].node}
+    assert ops == {"y": "_FusedMatMul", "w2": "Const", "bias": "Const"}
 
 
 def big_graph():
@@ -542,7 +552,7 @@ def test_arun_answers_at_the_deadline_while_one_long_kernel_runs():
 
 def test_cost_estimates_are_learned_from_measured_times():
     b, x, y = mlp_graph()
-    with Session(b.graph_def) as s:
+    with Session(b.graph_def, PLAIN) as s:
         s.run(y, {x: X})
         (plan,) = set(s._plans.values())
         mm = next(pn for pn in plan.nodes if pn.name == "mm")

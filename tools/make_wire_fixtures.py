@@ -10,7 +10,7 @@ paths of those undeclared fields):
 
 - ``run_options.bin``: a RunOptions with every field set;
 - ``config_proto.bin``: a ConfigProto with thread pools, timeouts, optimizer options and fields poolserve
-  does not declare (gpu_options, graph_options.rewrite_options, experimental.coordination_config);
+  does not declare (gpu_options, experimental.coordination_config) and rewrite_options (declared in part);
 - ``run_metadata.bin``: a RunMetadata with step stats, a cost graph, partition and function graphs;
 - ``graph_def.bin``: a GraphDef made by ``tf.Graph`` (Placeholder + Const + AddV2, a library function) with
   debug_info and a node's experimental_type (both undeclared).
@@ -299,7 +299,7 @@ def main() -> None:
         "run_options": (run_options(), []),
         "config_proto": (
             config_proto(),
-            ["gpu_options", "graph_options.rewrite_options", "experimental.coordination_config"],
+            ["gpu_options", "experimental.coordination_config"],
         ),
         "run_metadata": (
             run_metadata(graph),

@@ -4,6 +4,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     array_ops,
     conv_ops,
     functional_ops,
+    fused_ops,
     gather_ops,
     image_ops,
     io_ops,

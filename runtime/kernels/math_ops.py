@@ -416,7 +416,10 @@ _Q32 = (
     6.311063620419951e-05,
 )
 _HIGH_WORD = np.uint64(0xFFFFFFFF00000000)
-_BLOCK = 1 << 16
+# 8192 float64 values (64 KiB) a block: each of erfc's ~30 passes then stays in the core's cache. Measured on
+# BERT-tiny's GELU input ([1, 128, 512] float32), interleaved: Erfc 3.47 ms with 65536-value blocks, 2.19
+# with 16384, 2.02 with 8192; Erf 1.78, 1.28, 1.13 ms. Inside the BERT-tiny step: 2.5 -> 2.15 ms a node.
+_BLOCK = 1 << 13
 
 
 def _poly(t: Any, coeffs: Sequence[float]) -> Any:

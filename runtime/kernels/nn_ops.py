@@ -17,6 +17,7 @@ from poolserve.runtime.kernels._common import (
     _PLAN_CACHE_SIZE,
     _attrs_of,
     _dims,
+    _matmul,
     _reduce_taps,
     _widen,
 )
@@ -44,7 +45,7 @@ def matmul(node: Node) -> Compute:
             raise _size_incompatible(a, b)
         if a.dtype == _F16:
             return (np.matmul(a.T if ta else a, b.T if tb else b, dtype=_F32).astype(_F16),)
-        return (np.matmul(a.T if ta else a, b.T if tb else b),)
+        return (_matmul(a.T if ta else a, b.T if tb else b),)
 
     return compute
 
@@ -78,7 +79,7 @@ def batch_matmul(node: Node) -> Compute:
             y = _adjoint(y)
         if x.dtype == _F16:
             return (np.matmul(x, y, dtype=_F32).astype(_F16),)
-        return (np.matmul(x, y),)
+        return (_matmul(x, y),)
 
     return compute
 
@@ -240,7 +241,7 @@ def _run_einsum_plan(plan: _EinsumPlan, a: Any, b: Any) -> Any:
         if perm is not None:
             x = x.transpose(perm)
         operands.append(x.reshape(shape))
-    r = np.matmul(operands[0], operands[1]).reshape(plan.shape_r)
+    r = _matmul(operands[0], operands[1]).reshape(plan.shape_r)
     return r if plan.perm_r is None else r.transpose(plan.perm_r)
 
 
@@ -330,9 +331,17 @@ def _activation(fn: Any) -> Any:
     return factory
 
 
-def _relu6(x: Any) -> Any:
-    y = np.maximum(x, 0)
-    return np.minimum(y, 6, out=y)
+# np.clip, not np.maximum/np.minimum: numpy 2.4's float maximum takes 1.2 ns an element against clip's
+# 0.3 ns ([2304, 48] float32: 131 us against 31 us for both bounds), with the same NaN propagation; and
+# like TensorFlow's max(x, 0), clip keeps -0.0.
+def _relu(x: Any, out: Any = None) -> Any:
+    if x.dtype.kind == "f":
+        return np.clip(x, 0, np.inf, out=out)
+    return np.maximum(x, 0, out=out)
+
+
+def _relu6(x: Any, out: Any = None) -> Any:
+    return np.clip(x, 0, 6, out=out)
 
 
 def _elu(x: Any) -> Any:
@@ -356,7 +365,7 @@ def _softsign(x: Any) -> Any:
     return x / (np.abs(x) + 1)
 
 
-kernel("Relu")(_activation(lambda x: np.maximum(x, 0)))
+kernel("Relu")(_activation(_relu))
 kernel("Relu6")(_activation(_relu6))
 kernel("Elu")(_activation(_elu))
 kernel("Selu")(_activation(_selu))

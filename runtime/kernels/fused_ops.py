@@ -1,0 +1,166 @@
+"""TensorFlow's fused kernels: ``_FusedConv2D``, ``_FusedDepthwiseConv2dNative`` and ``_FusedMatMul``.
+
+Grappler's remapper (and poolserve's ``runtime/optimizer.py``) writes them in place of a convolution or
+matrix product followed by a bias and an activation. The attrs are TensorFlow's: ``fused_ops`` lists what
+follows the product (``["BiasAdd"]``, ``["BiasAdd", "Relu6"]``, ``["FusedBatchNorm", "Relu"]``, for
+``_FusedMatMul`` also ``"GeluExact"``/``"GeluApproximate"``), ``num_args`` counts the inputs after the
+filter (1 bias, or FusedBatchNorm's scale, offset, mean and variance), ``epsilon`` is FusedBatchNorm's and
+``leakyrelu_alpha`` LeakyRelu's. The product's kernel is the plain op's; bias and activation are applied in
+place to its fresh output, so a fused node allocates one tensor where the unfused chain allocated three.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.kernels import nn_ops
+from poolserve.runtime.kernels.conv_ops import conv2d, depthwise_conv2d
+from poolserve.runtime.kernels.math_ops import _blockwise, _erfc64, _erfc_cheb, _sigmoid
+from poolserve.runtime.kernels.nn_ops import matmul
+from poolserve.runtime.kernels.registry import Compute, Factory, OpContext, kernel
+from poolserve.runtime.node import Node
+
+Activation = Callable[[Any, float], Any]
+
+_SQRT_HALF = 0.7071067811865476
+_SQRT_2_OVER_PI = 0.7978845608028654
+
+
+def _relu(y: Any, alpha: float) -> Any:
+    return nn_ops._relu(y, out=y)
+
+
+def _relu6(y: Any, alpha: float) -> Any:
+    return nn_ops._relu6(y, out=y)
+
+
+def _elu(y: Any, alpha: float) -> Any:
+    neg = np.minimum(y, 0)
+    np.expm1(neg, out=neg)  # expm1(0) = 0 where y > 0
+    np.maximum(y, 0, out=y)
+    y += neg
+    return y
+
+
+def _leaky_relu(y: Any, alpha: float) -> Any:
+    if 0.0 < alpha <= 1.0:
+        return np.maximum(y, y * y.dtype.type(alpha), out=y)
+    return np.where(y > 0, y, y * y.dtype.type(alpha))
+
+
+def _tanh(y: Any, alpha: float) -> Any:
+    return np.tanh(y, out=y)
+
+
+def _sigmoid_act(y: Any, alpha: float) -> Any:
+    return _sigmoid(y)
+
+
+def _gelu_exact(y: Any, alpha: float) -> Any:
+    # 0.5 * x * erfc(-x / sqrt(2)), the form Keras exports, with the Erfc kernel's own approximation, so
+    # that fusing changes no digit the unfused graph computes beyond float rounding
+    erfc = _blockwise(_erfc64 if y.dtype == np.float64 else _erfc_cheb)
+    e = erfc(y * y.dtype.type(-_SQRT_HALF))
+    e *= y.dtype.type(0.5)
+    y *= e
+    return y
+
+
+def _gelu_tanh(y: Any, alpha: float) -> Any:
+    t = y * y
+    t *= y.dtype.type(0.044715)
+    t += 1
+    t *= y
+    t *= y.dtype.type(_SQRT_2_OVER_PI)
+    np.tanh(t, out=t)
+    t += 1
+    t *= y.dtype.type(0.5)
+    y *= t
+    return y
+
+
+ACTIVATIONS: dict[str, Activation] = {
+    "Relu": _relu,
+    "Relu6": _relu6,
+    "Elu": _elu,
+    "LeakyRelu": _leaky_relu,
+    "Tanh": _tanh,
+    "Sigmoid": _sigmoid_act,
+    "GeluExact": _gelu_exact,
+    "GeluApproximate": _gelu_tanh,
+}
+# TensorFlow's CPU kernels accept GELU only after a matrix product
+_GELU = ("GeluExact", "GeluApproximate")
+
+
+def _fused(product: Factory, channels_first: Callable[[Node], bool]) -> Factory:
+    """A fused kernel: ``product``'s kernel on (input, filter), then the epilogue ``fused_ops`` names."""
+
+    def factory(node: Node) -> Compute:
+        fused_ops = [
+            s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in node.attr("fused_ops", [])
+        ]
+        num_args = node.attr_int("num_args", 0)
+        epsilon = node.attr_float("epsilon", 0.0001)
+        alpha = node.attr_float("leakyrelu_alpha", 0.2)
+        head, act_name = (fused_ops[0], fused_ops[1:]) if fused_ops else ("", [])
+        want_args = {"BiasAdd": 1, "FusedBatchNorm": 4}.get(head)
+        if (
+            want_args is None
+            or len(act_name) > 1
+            or (act_name and act_name[0] not in ACTIVATIONS)
+            or (act_name and act_name[0] in _GELU and node.op != "_FusedMatMul")
+        ):
+            raise UnimplementedError(
+                f"Node '{node.name}' (op '{node.op}'): fused_ops {fused_ops} is not supported; poolserve "
+                "runs BiasAdd or FusedBatchNorm, then at most one of " + ", ".join(ACTIVATIONS),
+                node.name,
+            )
+        if num_args != want_args or len(node.inputs) != 2 + want_args:
+            raise InvalidArgumentError(
+                f"Node '{node.name}' (op '{node.op}'): fused_ops {fused_ops} needs num_args = {want_args} "
+                f"and {2 + want_args} inputs, got num_args = {num_args} and {len(node.inputs)} inputs",
+                node.name,
+            )
+        act = ACTIVATIONS[act_name[0]] if act_name else None
+        inner = product(node)
+        nchw = channels_first(node)
+
+        def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+            # the product's output is a fresh array: the epilogue writes into it
+            y = inner(ctx, inputs[:2])[0]
+            c = y.shape[1] if nchw else y.shape[-1]
+            if head == "BiasAdd":
+                bias = inputs[2]
+                if bias.shape != (c,):
+                    raise InvalidArgumentError(
+                        f"Must provide as many biases as the channel dimension of the output: "
+                        f"[{bias.size}] vs. {list(y.shape)}"
+                    )
+                y += bias.reshape(c, 1, 1) if nchw else bias
+            else:
+                scale, offset, mean, variance = inputs[2:]
+                factor = scale * (1 / np.sqrt(variance + variance.dtype.type(epsilon)))
+                shift = offset - mean * factor
+                if nchw:
+                    factor, shift = factor.reshape(c, 1, 1), shift.reshape(c, 1, 1)
+                y *= factor
+                y += shift
+            return (y if act is None else act(y, alpha),)
+
+        return compute
+
+    return factory
+
+
+def _conv_nchw(node: Node) -> bool:
+    return node.attr_str("data_format", "NHWC") == "NCHW"
+
+
+kernel("_FusedConv2D", expensive=True)(_fused(conv2d, _conv_nchw))
+kernel("_FusedDepthwiseConv2dNative", expensive=True)(_fused(depthwise_conv2d, _conv_nchw))
+kernel("_FusedMatMul", expensive=True)(_fused(matmul, lambda node: False))

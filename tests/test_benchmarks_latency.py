@@ -1,0 +1,31 @@
+"""benchmarks/bench_latency.py end to end, tiny: the engines take turns and the JSON has each one's median.
+A smoke test, nothing is timed. The baseline engine is this checkout itself (any poolserve tree works)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_latency_runs_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "latency.json"
+    args = ["--model", "mlp_gelu", "--rounds", "2", "--runs", "2", "--batch", "2", "--baseline", str(ROOT)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_latency", *args, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "mlp_gelu" in proc.stdout and "baseline" in proc.stdout
+    (result,) = json.loads(out.read_text())["models"]
+    assert result["batch"] == 2
+    for engine in ("poolserve", "poolserve_unoptimized", "baseline"):
+        assert result[f"{engine}_ms"] > 0
+        assert len(result[f"{engine}_round_medians_ms"]) == 2
+    assert result["ratio_to_baseline"] > 0
