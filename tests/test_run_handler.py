@@ -127,9 +127,9 @@ def test_fair_policy_shares_the_cpu_between_kinds_and_keeps_arrival_order_within
     assert not pool._groups  # flows of released requests are gone
 
 
-def test_fair_policy_charges_the_time_a_request_held_the_interpreter():
-    """Time in expensive kernels (numpy runs them without the GIL) is not charged: a kind whose work is
-    kernels keeps its turn, as its threads would without the pool."""
+def test_fair_policy_charges_the_dominant_share_of_interpreter_and_cores():
+    """A flow is charged the larger of its interpreter time and its CPU time over the cores: a flow whose
+    work is all GIL-free kernels pays half its CPU on two cores (not nothing, not all of it)."""
     from poolserve.runtime.threadpool import kernel_clock
 
     def in_kernel():
@@ -137,21 +137,25 @@ def test_fair_policy_charges_the_time_a_request_held_the_interpreter():
         kernel_clock.seconds += 0.005  # what the executor adds for an expensive node (its wall time)
 
     pool = RunHandlerPool(num_threads=1)
-    a1, a2, b1 = pool.get(), pool.get(), pool.get()
-    a1.expect(0.0, kind="A")
-    a2.expect(0.0, kind="A")
-    b1.expect(0.0, kind="B")
+    pool._kernel_threads.cores = 2
+    a1, a2, b1, b2 = pool.get(), pool.get(), pool.get(), pool.get()
+    for h, kind in ((a1, "A"), (a2, "A"), (b1, "B"), (b2, "B")):
+        h.expect(0.0, kind=kind)
     order = []
     hb, gate = blocker(pool)
     done = threading.Semaphore(0)
-    b1.schedule(lambda: (order.append("b1"), burn(0.004), done.release()))
+    for name, h in (("b2", b2), ("b1", b1)):
+        h.schedule(lambda n=name: (order.append(n), burn(0.0024), done.release()))
     for name, h in (("a2", a2), ("a1", a1)):
         h.schedule(lambda n=name: (order.append(n), in_kernel(), done.release()))
     gate.set()
-    for _ in range(3):
+    for _ in range(4):
         assert done.acquire(timeout=5)
-    assert order == ["a1", "a2", "b1"]  # charged for CPU time, a1 would have put b1 before a2
-    for h in (a1, a2, b1, hb):
+    # A's 4 ms of kernels cost it 2 ms (1 ms a request in flight), B's 2.4 ms of Python 1.2 ms a request:
+    # after a1 and b1, A is behind. Interpreter time alone would give a1, a2, b1, b2 (A free); plain CPU
+    # time a1, b1, b2, a2.
+    assert order == ["a1", "b1", "a2", "b2"]
+    for h in (a1, a2, b1, b2, hb):
         h.release()
 
 
