@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stretch is not None:
         pool.stretch = args.stretch
     if args.intra_op_threads > 0:
-        from poolserve.runtime.session import set_intra_op_threads
+        from poolserve.runtime.threadpool import set_intra_op_threads
 
         set_intra_op_threads(args.intra_op_threads)
 

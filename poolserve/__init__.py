@@ -16,13 +16,8 @@ from poolserve.runtime.errors import OpError
 from poolserve.runtime.graph import Graph, load_graph_def
 from poolserve.runtime.run_handler import RunHandlerPool, configure_pool, get_pool
 from poolserve.runtime.saved_model import SavedModel, load_saved_model
-from poolserve.runtime.session import (
-    InteractiveSession,
-    RunFuture,
-    Session,
-    get_default_session,
-    register_session_factory,
-)
+from poolserve.runtime.session import InteractiveSession, RunFuture, Session, get_default_session
+from poolserve.runtime.targets import register_session_factory
 from poolserve.runtime.timeline import Timeline
 
 __version__ = "0.1.0"

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from poolserve.proto import cost_graph_pb2, step_stats_pb2
+from poolserve.proto import cost_graph_pb2, graph_pb2, step_stats_pb2
 from poolserve.runtime import dtypes
 from poolserve.runtime.executor import DEVICE, Plan, Step, StepTrace
 from poolserve.runtime.tensor import shape_to_proto
@@ -122,3 +122,34 @@ def _human(nbytes: float) -> str:
             return f"{nbytes:.1f}{unit}" if unit != "B" else f"{int(nbytes)}B"
         nbytes /= 1024
     return f"{nbytes:.1f}GiB"
+
+
+def plan_graph_def(plan: Plan) -> graph_pb2.GraphDef:
+    """The GraphDef a plan runs: its executed nodes, with folded constants as Const nodes."""
+    from poolserve.runtime.builder import attr_value
+    from poolserve.runtime.tensor import from_ndarray
+
+    out = graph_pb2.GraphDef()
+    out.versions.CopyFrom(plan.graph.graph_def.versions)
+    executed = {pn.name for pn in plan.nodes}
+    needed_consts: dict[str, None] = {}
+    for pn in plan.nodes:
+        for src, _ in pn.node.inputs:
+            if src not in executed and (src, 0) not in plan.feeds:
+                needed_consts[src] = None
+    for name in needed_consts:
+        node = plan.graph.nodes[name]
+        outputs = plan.graph.num_outputs[name]
+        for port in range(outputs):
+            slot = plan.slot_of.get((name, port))
+            if slot is None or plan.template[slot] is None:
+                continue
+            nd = out.node.add(name=name if outputs == 1 else f"{name}/_port{port}", op="Const")
+            value = np.asarray(plan.template[slot])
+            nd.attr["dtype"].CopyFrom(attr_value(value.dtype))
+            nd.attr["value"].tensor.CopyFrom(from_ndarray(value))
+            if node.op != "Const":
+                nd.experimental_debug_info.original_node_names.append(name)
+    for pn in plan.nodes:
+        out.node.add().CopyFrom(pn.node.node_def)
+    return out

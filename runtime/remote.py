@@ -35,13 +35,8 @@ from poolserve.runtime.errors import (
 )
 from poolserve.runtime.fetches import FetchMapper, is_op_name
 from poolserve.runtime.graph import Graph
-from poolserve.runtime.session import (
-    CLOSED_MESSAGE,
-    DeviceAttributes,
-    Session,
-    _split_args,
-    register_session_factory,
-)
+from poolserve.runtime.session import CLOSED_MESSAGE, Session
+from poolserve.runtime.targets import DeviceAttributes, register_session_factory, split_args
 from poolserve.runtime.tensor import as_array, from_ndarray, to_ndarray
 from poolserve.runtime.types import Feeds, Fetches
 
@@ -77,7 +72,7 @@ class RemoteSession(Session):
         timeout: float = 60.0,
         **unused: Any,
     ) -> None:
-        target, graph, config = _split_args(target, graph, config)
+        target, graph, config = split_args(target, graph, config)
         url = urllib.parse.urlsplit(target)
         if url.scheme not in ("http", "https") or not url.netloc:
             raise InvalidArgumentError(f"A remote session's target is http(s)://host:port; got '{target}'")

@@ -12,7 +12,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import os
 import threading
 import time
 import weakref
@@ -37,16 +36,17 @@ from poolserve.runtime.graph import Graph, prepare_feed
 from poolserve.runtime.kernels.registry import ResourceContainer
 from poolserve.runtime.kernels.state_ops import UninitializedValue
 from poolserve.runtime.memory import keep_freed_memory
-from poolserve.runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report
+from poolserve.runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report, plan_graph_def
 from poolserve.runtime.run_handler import RunHandler, RunHandlerPool, get_pool
+from poolserve.runtime.targets import DeviceAttributes, session_factory, split_args
 from poolserve.runtime.threadpool import (
     CallerThread,
-    KernelThreads,
     Scheduler,
     ThreadPool,
     default_num_threads,
     default_pool,
     global_pool,
+    set_intra_op_threads,
 )
 from poolserve.runtime.types import Feeds, Fetches, TensorId
 
@@ -84,16 +84,6 @@ class StepRecord:
     started_at: float = 0.0  # time.monotonic() when the step started, after any wait for a handler
 
 
-@dataclasses.dataclass(frozen=True)
-class DeviceAttributes:
-    """A device a session runs on, as ``Session.list_devices()`` reports it (TensorFlow's fields)."""
-
-    name: str
-    device_type: str
-    memory_limit_bytes: int
-    incarnation: int
-
-
 class _Signature:
     """What a call resolved: the plan, the feeds in plan order, and how to shape the results."""
 
@@ -105,55 +95,9 @@ class _Signature:
         self.fetch_index = fetch_index
 
 
-GraphArg = graph_pb2.GraphDef | Graph | None
-
-
-def _split_args(target: Any, graph: Any, config: Any) -> tuple[str, GraphArg, config_pb2.ConfigProto | None]:
-    """TensorFlow's ``(target, graph, config)`` from a call made either way: a graph first (poolserve's own
-    ``Session(graph_def, config)``) still means the graph."""
-    if isinstance(target, (graph_pb2.GraphDef, Graph)):
-        if isinstance(graph, config_pb2.ConfigProto):
-            target, graph, config = "", target, graph
-        else:
-            target, graph = "", target
-    if target is None:
-        target = ""
-    if not isinstance(target, str):
-        raise InvalidArgumentError(f"A session target is a string such as 'http://host:port'; got {target!r}")
-    return target, graph, config
-
-
-_factories: dict[str, type[Session]] = {}
-_BUILT_IN = frozenset({"http", "https"})  # RemoteSession, registered when first asked for
 _live: weakref.WeakSet[Session] = weakref.WeakSet()  # in-process sessions not yet closed, for reset()
 # TensorFlow's name for the container of resources whose op names none
 DEFAULT_CONTAINER = "localhost"
-
-
-def register_session_factory(scheme: str, factory: type[Session]) -> None:
-    """Makes ``Session(target)`` with a target ``scheme://...`` construct ``factory(target, graph,
-    config)``, a Session subclass (as TensorFlow's ``SessionFactory::Register``). An empty target is the
-    in-process session."""
-    if not scheme or "://" in scheme:
-        raise InvalidArgumentError(f"A session factory's scheme is a name such as 'http'; got {scheme!r}")
-    _factories[scheme] = factory
-
-
-def session_factory(target: str) -> type[Session]:
-    """The class that serves ``target``; InvalidArgumentError naming the known ones if none does."""
-    if not target:
-        return Session
-    scheme = target.split("://", 1)[0] if "://" in target else ""
-    if scheme in _BUILT_IN and scheme not in _factories:
-        import poolserve.runtime.remote  # noqa: F401  (registers RemoteSession; httpx only when used)
-    factory = _factories.get(scheme)
-    if factory is None:
-        schemes = sorted(set(_factories) | _BUILT_IN)
-        known = ", ".join(["'' (in process)", *(f"'{k}://'" for k in schemes)])
-        raise InvalidArgumentError(
-            f"No session factory registered for the target '{target}': known targets are {known}"
-        )
-    return factory
 
 
 class Session:
@@ -170,7 +114,7 @@ class Session:
     def __new__(cls, target: Any = None, graph: Any = None, config: Any = None, **kwargs: Any) -> Session:
         if cls is Session:
             # Python then calls the chosen class's __init__ with these same arguments
-            cls = session_factory(_split_args(target, graph, config)[0])
+            cls = session_factory(split_args(target, graph, config)[0])
         return object.__new__(cls)
 
     def __init__(
@@ -182,7 +126,7 @@ class Session:
         memory_limit_bytes: int | None = None,
         run_handler_pool: RunHandlerPool | None = None,
     ) -> None:
-        target, graph, config = _split_args(target, graph, config)
+        target, graph, config = split_args(target, graph, config)
         if target:
             raise InvalidArgumentError(f"An in-process Session takes the empty target; got '{target}'")
         if graph is not None and not isinstance(graph, (graph_pb2.GraphDef, Graph)):
@@ -864,7 +808,7 @@ class Session:
         named) of the sessions on ``target`` and closes those sessions, without waiting for their running
         steps; sessions made afterwards start clean. ``kwargs`` go to the target's session class (a remote
         target takes ``token``)."""
-        target, _, _ = _split_args(target, None, None)
+        target, _, _ = split_args(target, None, None)
         session_factory(target)._reset(target, list(containers or ()), **kwargs)
 
     @classmethod
@@ -1000,50 +944,6 @@ def _as_output(value: Any) -> Any:
     return value
 
 
-def plan_graph_def(plan: Plan) -> graph_pb2.GraphDef:
-    """The GraphDef a plan runs: its executed nodes, with folded constants as Const nodes."""
-    from poolserve.runtime.builder import attr_value
-    from poolserve.runtime.tensor import from_ndarray
-
-    out = graph_pb2.GraphDef()
-    out.versions.CopyFrom(plan.graph.graph_def.versions)
-    executed = {pn.name for pn in plan.nodes}
-    needed_consts: dict[str, None] = {}
-    for pn in plan.nodes:
-        for src, _ in pn.node.inputs:
-            if src not in executed and (src, 0) not in plan.feeds:
-                needed_consts[src] = None
-    for name in needed_consts:
-        node = plan.graph.nodes[name]
-        outputs = plan.graph.num_outputs[name]
-        for port in range(outputs):
-            slot = plan.slot_of.get((name, port))
-            if slot is None or plan.template[slot] is None:
-                continue
-            nd = out.node.add(name=name if outputs == 1 else f"{name}/_port{port}", op="Const")
-            value = np.asarray(plan.template[slot])
-            nd.attr["dtype"].CopyFrom(attr_value(value.dtype))
-            nd.attr["value"].tensor.CopyFrom(from_ndarray(value))
-            if node.op != "Const":
-                nd.experimental_debug_info.original_node_names.append(name)
-    for pn in plan.nodes:
-        out.node.add().CopyFrom(pn.node.node_def)
-    return out
-
-
-_intra_op_limiter: Any = None
-
-
-def set_intra_op_threads(n: int) -> None:
-    """Limits BLAS/OpenMP threads for the whole process (numpy's intra-op parallelism)."""
-    global _intra_op_limiter
-    from threadpoolctl import threadpool_limits
-
-    KernelThreads.pin()  # the RunHandlerPool no longer sets them per load
-    _intra_op_limiter = threadpool_limits(limits=n)
-    os.environ.setdefault("OMP_NUM_THREADS", str(n))
-
-
 __all__ = [
     "CLOSED_MESSAGE",
     "InteractiveSession",
@@ -1051,6 +951,4 @@ __all__ = [
     "Session",
     "StepRecord",
     "get_default_session",
-    "plan_graph_def",
-    "set_intra_op_threads",
 ]

@@ -175,3 +175,16 @@ def default_pool(num_threads: int) -> ThreadPool:
         if _default_pool is None:
             _default_pool = ThreadPool(num_threads, "inter_op")
         return _default_pool
+
+
+_intra_op_limiter: Any = None
+
+
+def set_intra_op_threads(n: int) -> None:
+    """Limits BLAS/OpenMP threads for the whole process (numpy's intra-op parallelism)."""
+    global _intra_op_limiter
+    from threadpoolctl import threadpool_limits
+
+    KernelThreads.pin()  # the RunHandlerPool no longer sets them per load
+    _intra_op_limiter = threadpool_limits(limits=n)
+    os.environ.setdefault("OMP_NUM_THREADS", str(n))

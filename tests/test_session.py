@@ -611,7 +611,7 @@ def test_session_takes_tensorflows_argument_order_and_the_graph_first():
 
 
 def test_a_registered_factory_serves_its_scheme_and_unknown_ones_are_refused():
-    from poolserve.runtime import session as session_module
+    from poolserve.runtime import targets as session_module
 
     made: list[str] = []
 
