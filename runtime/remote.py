@@ -35,7 +35,7 @@ from poolserve.runtime.errors import (
 )
 from poolserve.runtime.fetches import FetchMapper, is_op_name
 from poolserve.runtime.graph import Graph
-from poolserve.runtime.session import CLOSED_MESSAGE, Session
+from poolserve.runtime.session import CLOSED_MESSAGE, Session, callable_of
 from poolserve.runtime.targets import DeviceAttributes, register_session_factory, split_args
 from poolserve.runtime.tensor import as_array, from_ndarray, to_ndarray
 from poolserve.runtime.types import Feeds, Fetches
@@ -236,19 +236,13 @@ class RemoteSession(Session):
         names = list(feed_list or ())
 
         def call(
-            *values: Any,
-            options: config_pb2.RunOptions | None = None,
-            run_metadata: config_pb2.RunMetadata | None = None,
+            values: Sequence[Any],
+            options: config_pb2.RunOptions | None,
+            run_metadata: config_pb2.RunMetadata | None,
         ) -> Any:
-            if len(values) != len(names):
-                raise InvalidArgumentError(
-                    f"The callable takes {len(names)} value(s), in feed_list's order; got {len(values)}"
-                )
             return self.run(fetches, dict(zip(names, values, strict=True)), options, run_metadata)
 
-        if accept_options:
-            return call
-        return lambda *values: call(*values)
+        return callable_of(len(names), call, accept_options)
 
     def list_devices(self) -> list[DeviceAttributes]:
         self._enter()

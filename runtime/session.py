@@ -558,14 +558,10 @@ class Session:
         default = signature(None)
 
         def call(
-            *values: Any,
-            options: config_pb2.RunOptions | None = None,
-            run_metadata: config_pb2.RunMetadata | None = None,
+            values: Sequence[Any],
+            options: config_pb2.RunOptions | None,
+            run_metadata: config_pb2.RunMetadata | None,
         ) -> Any:
-            if len(values) != len(feed_ids):
-                raise InvalidArgumentError(
-                    f"The callable takes {len(feed_ids)} value(s), in feed_list's order; got {len(values)}"
-                )
             self._check_open()
             watched = options is not None and options.HasField("debug_options")
             sig, order = signature(options) if watched else default
@@ -574,13 +570,7 @@ class Session:
                 sig, feeds, self._scheduler(options), options, run_metadata, self.deadline(options)
             )
 
-        if accept_options:
-            return call
-
-        def call_without_options(*values: Any) -> Any:
-            return call(*values)
-
-        return call_without_options
+        return callable_of(len(feed_ids), call, accept_options)
 
     def list_devices(self) -> list[DeviceAttributes]:
         """The devices this session runs on: this machine's CPU (TensorFlow's ``Session.list_devices``)."""
@@ -870,6 +860,30 @@ class Session:
     def __del__(self) -> None:
         for pool in getattr(self, "_owned_pools", ()):
             pool.close()
+
+
+def callable_of(
+    count: int,
+    run: Callable[[Sequence[Any], config_pb2.RunOptions | None, config_pb2.RunMetadata | None], Any],
+    accept_options: bool,
+) -> Callable[..., Any]:
+    """What ``make_callable`` returns: a function of ``count`` feed values (in feed_list's order), and with
+    ``accept_options`` also ``options=`` and ``run_metadata=`` keywords, that calls ``run``."""
+
+    def call(
+        *values: Any,
+        options: config_pb2.RunOptions | None = None,
+        run_metadata: config_pb2.RunMetadata | None = None,
+    ) -> Any:
+        if len(values) != count:
+            raise InvalidArgumentError(
+                f"The callable takes {count} value(s), in feed_list's order; got {len(values)}"
+            )
+        return run(values, options, run_metadata)
+
+    if accept_options:
+        return call
+    return lambda *values: call(*values)
 
 
 class InteractiveSession(Session):

@@ -171,12 +171,19 @@ def _answer(message: Message) -> Response:
     return Response(message.SerializeToString(), media_type=PROTOBUF)
 
 
+def _feeds(request: serving_pb2.RunStepRequest) -> dict[str, Any]:
+    feeds: dict[str, Any] = {}
+    for f in request.feed:
+        if f.name in feeds:
+            raise InvalidArgumentError(f"Tensor '{f.name}' is fed twice")
+        feeds[f.name] = to_ndarray(f.tensor, f.name)
+    return feeds
+
+
 async def _run(entry: RemoteEntry, request: serving_pb2.RunStepRequest, service: InferenceService) -> Any:
     if request.partial_run_handle:
         return await asyncio.to_thread(_partial_run, entry, request)
-    feeds = {f.name: to_ndarray(f.tensor, f.name) for f in request.feed}
-    if len(feeds) != len(request.feed):
-        raise InvalidArgumentError("A tensor is fed twice")
+    feeds = _feeds(request)
     fetches = [*request.fetch, *request.target]
     options = request.options if request.HasField("options") else None
     metadata = config_pb2.RunMetadata()
@@ -188,7 +195,7 @@ async def _run(entry: RemoteEntry, request: serving_pb2.RunStepRequest, service:
 
 
 def _partial_run(entry: RemoteEntry, request: serving_pb2.RunStepRequest) -> Any:
-    feeds = {f.name: to_ndarray(f.tensor, f.name) for f in request.feed}
+    feeds = _feeds(request)
     values = entry.session.partial_run(request.partial_run_handle, [*request.fetch, *request.target], feeds)
     return values[: len(request.fetch)], config_pb2.RunMetadata()
 

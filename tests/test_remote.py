@@ -260,3 +260,24 @@ def test_reset_ends_the_servers_remote_sessions_and_needs_the_token(server):
     far.close()
     with Session(f"{server.url}/v1/models/add") as bound:  # served models are not touched
         assert bound.run("out:0", {"x:0": np.zeros((1, 3), np.float32)}).tolist() == [[1, 1, 1]]
+
+
+def test_a_run_step_that_feeds_a_tensor_twice_is_refused_naming_it(server):
+    import httpx
+
+    from poolserve.proto import serving_pb2
+    from poolserve.runtime.tensor import from_ndarray
+
+    with Session(f"{server.url}/v1/models/add") as bound:
+        assert isinstance(bound, RemoteSession)
+        handle = bound._handle
+        request = serving_pb2.RunStepRequest(session_handle=handle, fetch=["out:0"])
+        for _ in range(2):
+            request.feed.add(name="x:0", tensor=from_ndarray(np.zeros((1, 3), np.float32)))
+        answer = httpx.post(
+            f"{server.url}/v1/sessions/{handle}:run",
+            content=request.SerializeToString(),
+            headers={"Content-Type": "application/x-protobuf"},
+        )
+    assert answer.status_code == 400
+    assert answer.json() == {"error": "Tensor 'x:0' is fed twice", "code": "INVALID_ARGUMENT"}
