@@ -46,6 +46,7 @@ from poolserve.runtime.threadpool import (
     default_num_threads,
     default_pool,
     global_pool,
+    kernel_clock,
     set_intra_op_threads,
 )
 from poolserve.runtime.types import Feeds, Fetches, TensorId
@@ -55,6 +56,11 @@ CLOSED_MESSAGE = "Attempted to use a closed Session."
 # hand-rolled FastAPI endpoint would: the hand-off to a thread and back cost 7-40 us a call on the
 # example models (mlp 238 -> 198 us with the pool off, 261 -> 255 us with it on; best of 4 x 1500 calls)
 INLINE_STEP_S = 200e-6
+# A run that uses the RunHandlerPool and whose step is expected to take less CPU than this runs it from start
+# to end on the caller's thread, on a pool slot and with no run handler, when a slot is free and nobody
+# waits (``RunHandlerPool.enter``). Its branches then run one after the other: below this, a hand-off to a
+# second thread costs about what the parallel branch would save (branches2.b1: ~290 us of CPU a step).
+SLOT_STEP_S = 500e-6
 # Resolved call signatures kept per session; past this many (a client inventing fetch lists) start over.
 _MAX_SIGNATURES = 1024
 
@@ -380,6 +386,59 @@ class Session:
         handler = self.run_handler_pool().get(0, deadline.wait_ms() if deadline else 0, priority)
         return self._check_handler(handler, deadline)
 
+    def _enter_pool(
+        self, sig: _Signature, options: config_pb2.RunOptions | None, below: float
+    ) -> tuple[RunHandlerPool, int] | None:
+        """The RunHandlerPool and the id of a slot taken for this caller (``RunHandlerPool.enter``), if
+        this run uses the pool, its plan's steps took less than ``below`` seconds of CPU and a slot is
+        free."""
+        if not 0.0 < sig.plan.cpu < below or not self.uses_run_handler_pool(options):
+            return None
+        pool = self.run_handler_pool()
+        slot_id = pool.enter()
+        return None if slot_id is None else (pool, slot_id)
+
+    def _run_in_slot(
+        self,
+        slot: tuple[RunHandlerPool, int],
+        sig: _Signature,
+        feeds: list[Any],
+        options: config_pb2.RunOptions | None,
+        run_metadata: config_pb2.RunMetadata | None,
+        on_done: Callable[[Any, OpError | None], None],
+        deadline: Deadline | None,
+        timer: bool,
+    ) -> Step:
+        """Runs a short step from start to end on this thread, on the pool slot ``_enter_pool`` took. Its
+        cost is the wall time it held the slot: the pool runs no more steps than cores, and a thread CPU
+        clock is a system call (2 us a read here)."""
+        assert options is not None
+        pool, slot_id = slot
+        t0, k0 = time.perf_counter(), kernel_clock.seconds
+        try:
+            if deadline is not None:
+                deadline.check("starting the step")
+            step, _ = self._launch(
+                sig,
+                feeds,
+                _CALLER,
+                options,
+                run_metadata,
+                on_done,
+                True,
+                None,
+                deadline,
+                timer,
+                slot_id=slot_id,
+            )
+        finally:
+            cpu = time.perf_counter() - t0
+            priority = options.experimental.run_handler_pool_options.priority
+            pool.leave(sig.plan, priority, cpu, kernel_clock.seconds - k0)
+        if step.status is None:
+            sig.plan.learn_cpu(cpu)
+        return step
+
     def _check_handler(self, handler: RunHandler, deadline: Deadline | None) -> RunHandler:
         try:
             self._check_open()
@@ -403,11 +462,13 @@ class Session:
         deadline: Deadline | None,
         timer: bool = True,
         short: bool = False,
+        slot_id: int | None = None,
     ) -> tuple[Step, bool]:
         """Starts a step. With a run handler, every closure of the step goes through it, and it is
         released when the step ends, however it ends. ``timer``: the deadline thread cancels the step at
         its deadline (``arun`` uses a timer of its event loop instead). ``short``: the caller, which must
-        not wait (an event loop), runs the step itself if the pool has a slot free at once.
+        not wait (an event loop), runs the step itself if the pool has a slot free at once. ``slot_id``:
+        the step runs on a pool slot the caller took (``_run_in_slot``), under this id.
 
         Returns the step, and whether the caller must call ``handler.help()`` (it took a slot, or waits
         for one)."""
@@ -427,7 +488,8 @@ class Session:
         trace_level = options.trace_level if options is not None else 0
         trace: StepTrace | None = None
         if trace_level > 0:
-            trace = StepTrace(sig.plan.num_nodes, f"run handler {handler.id}" if handler is not None else "")
+            pool_id = handler.id if handler is not None else slot_id
+            trace = StepTrace(sig.plan.num_nodes, f"run handler {pool_id}" if pool_id is not None else "")
         report_oom = options is not None and options.report_tensor_allocations_upon_oom
 
         def done(step: Step) -> None:
@@ -523,10 +585,14 @@ class Session:
             finished.release()
 
         with np.errstate(all="ignore"):
-            handler = self._take_handler(options, deadline)
-            self._launch(sig, feeds, scheduler, options, run_metadata, on_done, True, handler, deadline)
-            if handler is not None:
-                handler.help()
+            slot = self._enter_pool(sig, options, SLOT_STEP_S)
+            if slot is not None:
+                self._run_in_slot(slot, sig, feeds, options, run_metadata, on_done, deadline, True)
+            else:
+                handler = self._take_handler(options, deadline)
+                self._launch(sig, feeds, scheduler, options, run_metadata, on_done, True, handler, deadline)
+                if handler is not None:
+                    handler.help()
         finished.acquire()
         result, error = box[0]
         if error is not None:
@@ -632,6 +698,20 @@ class Session:
         if deadline is None:
             deadline = self.deadline(options)
         sig, feeds, scheduler = self._prepare(fetches, feed_dict, options)
+        slot = self._enter_pool(sig, options, INLINE_STEP_S)
+        if slot is not None:  # a short step, a free slot: it runs here, on the loop, with no hand-off
+            if record is not None:
+                record.used_pool = True
+                record.handler_id = slot[1]
+                record.started_at = time.monotonic()
+            box: list[tuple[Any, OpError | None]] = []
+            self._run_in_slot(
+                slot, sig, feeds, options, run_metadata, lambda r, e: box.append((r, e)), deadline, False
+            )
+            result, error = box[0]
+            if error is not None:
+                raise error
+            return result
         handler: RunHandler | None = None
         if self.uses_run_handler_pool(options):
             assert options is not None
