@@ -21,22 +21,23 @@ from typing import Any
 import numpy as np
 
 from poolserve.proto import config_pb2, graph_pb2
-from poolserve.runtime import aio, optimizer
+from poolserve.runtime import aio
+from poolserve.runtime.calls import Calls, Signature
 from poolserve.runtime.deadline import Deadline, deadline_timer, watch_cancellation
-from poolserve.runtime.debug import debug_wrapper, watch_summary
+from poolserve.runtime.debug import watch_summary
 from poolserve.runtime.errors import (
     InvalidArgumentError,
     OpError,
     ResourceExhaustedError,
 )
 from poolserve.runtime.executor import DEVICE, ConstantFolder, Plan, Step, StepTrace
-from poolserve.runtime.fetches import FetchMapper, is_op_name
+from poolserve.runtime.fetches import as_output
 from poolserve.runtime.functions import FunctionLibrary
 from poolserve.runtime.graph import Graph, prepare_feed
 from poolserve.runtime.kernels.registry import ResourceContainer
-from poolserve.runtime.kernels.state_ops import UninitializedValue
 from poolserve.runtime.memory import keep_freed_memory
 from poolserve.runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report, plan_graph_def
+from poolserve.runtime.partial_run import PartialRuns
 from poolserve.runtime.run_handler import RunHandler, RunHandlerPool, get_pool
 from poolserve.runtime.targets import DeviceAttributes, session_factory, split_args
 from poolserve.runtime.threadpool import (
@@ -61,8 +62,6 @@ INLINE_STEP_S = 200e-6
 # waits (``RunHandlerPool.enter``). Its branches then run one after the other: below this, a hand-off to a
 # second thread costs about what the parallel branch would save (branches2.b1: ~290 us of CPU a step).
 SLOT_STEP_S = 500e-6
-# Resolved call signatures kept per session; past this many (a client inventing fetch lists) start over.
-_MAX_SIGNATURES = 1024
 
 
 # --- the session -----------------------------------------------------------------------------------------
@@ -88,17 +87,6 @@ class StepRecord:
     used_pool: bool = False  # the RunHandlerPool scheduled it
     handler_id: int | None = None  # its run handler (unique in the process)
     started_at: float = 0.0  # time.monotonic() when the step started, after any wait for a handler
-
-
-class _Signature:
-    """What a call resolved: the plan, the feeds in plan order, and how to shape the results."""
-
-    __slots__ = ("fetch_index", "mapper", "plan")
-
-    def __init__(self, plan: Plan, mapper: FetchMapper, fetch_index: list[int | None]) -> None:
-        self.plan = plan
-        self.mapper = mapper
-        self.fetch_index = fetch_index
 
 
 _live: weakref.WeakSet[Session] = weakref.WeakSet()  # in-process sessions not yet closed, for reset()
@@ -146,14 +134,12 @@ class Session:
         self._graph = graph if isinstance(graph, Graph) else Graph(graph)
         self._resources = ResourceContainer()
         self._folder = self._make_folder(self._graph)
-        self._plans: dict[str, Plan] = {}
-        self._signatures: dict[tuple[Any, ...], tuple[_Signature, list[TensorId]]] = {}
+        self._calls = Calls(self._graph, self._folder, self._config)
         self._lock = threading.Lock()
         self._active: set[Step] = set()
         self._closed = False
         self._memory_limit = memory_limit_bytes
-        self._partial: dict[str, _PartialRun] = {}
-        self._partial_ids = 0
+        self._partial = PartialRuns()
         self._owned_pools: list[ThreadPool] = []
         self._pools: list[Scheduler] = self._make_pools()
         if self._config.intra_op_parallelism_threads > 0:
@@ -213,118 +199,8 @@ class Session:
         graph = Graph(merged, library)
         with self._lock:
             folder = self._folder.extended(graph)
-            self._graph, self._folder, self._plans, self._signatures = graph, folder, {}, {}
-
-    # --- signature ---------------------------------------------------------------------------------------
-
-    def _plan(
-        self,
-        feed_ids: list[TensorId],
-        fetch_ids: list[TensorId],
-        targets: list[str],
-        options: config_pb2.RunOptions | None,
-        partial: bool = False,
-    ) -> Plan:
-        watches = watch_summary(options)
-        feeds = [f"{n}:{p}" for n, p in feed_ids]
-        fetches = [f"{n}:{p}" for n, p in fetch_ids]
-        key = f"{','.join(feeds)}->{','.join(fetches)}/{','.join(targets)}/{int(partial)}/{watches}"
-        plan = self._plans.get(key)
-        if plan is not None:
-            return plan
-        sorted_key = (
-            f"{','.join(sorted(feeds))}->{','.join(sorted(fetches))}/{','.join(sorted(targets))}/"
-            f"{int(partial)}/{watches}"
-        )
-        with self._lock:
-            plan = self._plans.get(sorted_key)
-            if plan is None:
-                wrap = debug_wrapper(options.debug_options) if watches and options is not None else None
-                plan = Plan(
-                    self._graph,
-                    sorted(feed_ids),
-                    sorted(fetch_ids),
-                    sorted(targets),
-                    folder=self._folder,
-                    wrap=wrap,
-                )
-                rewrites = optimizer.passes(self._config)
-                if rewrites is not None and wrap is None:  # debug watches see the graph as written
-                    plan = optimizer.optimize(plan, self._folder, rewrites)
-                self._plans[sorted_key] = plan
-            self._plans[key] = plan
-        return plan
-
-    def _resolve(
-        self, fetches: Fetches, feed_dict: Feeds | None, options: config_pb2.RunOptions | None
-    ) -> tuple[_Signature, list[Any]]:
-        """The call's signature and its feeds in plan order. Flat fetch lists (what servers send) are
-        resolved once per (fetches, feed names, watches); later calls only check the fed values."""
-        feed_names = tuple(feed_dict) if feed_dict else ()
-        key: tuple[Any, ...] | None = None
-        if isinstance(fetches, str) or (
-            type(fetches) in (list, tuple) and all(isinstance(f, str) for f in fetches)
-        ):
-            key = (type(fetches), fetches if isinstance(fetches, str) else tuple(fetches), feed_names)
-            key += (watch_summary(options),)
-            cached = self._signatures.get(key)
-            if cached is not None:
-                sig, feed_ids = cached
-                graph = self._graph
-                feeds = feed_dict or {}
-                by_id = {
-                    t: prepare_feed(graph, t, feeds[n]) for n, t in zip(feed_names, feed_ids, strict=True)
-                }
-                return sig, [by_id[t] for t in sig.plan.feeds]
-        sig, feed_values = self._resolve_uncached(fetches, feed_dict, options)
-        if key is not None:
-            if len(self._signatures) >= _MAX_SIGNATURES:
-                self._signatures.clear()
-            graph = self._graph
-            self._signatures[key] = (sig, [graph.tensor(n) for n in feed_names])
-        return sig, [feed_values[t] for t in sig.plan.feeds]
-
-    def _resolve_uncached(
-        self, fetches: Fetches, feed_dict: Feeds | None, options: config_pb2.RunOptions | None
-    ) -> tuple[_Signature, dict[TensorId, Any]]:
-        graph = self._graph
-        feed_values: dict[TensorId, Any] = {}
-        for name, value in (feed_dict or {}).items():
-            if not isinstance(name, str):
-                raise TypeError(f"feed_dict keys must be tensor names, got {name!r}")
-            tid = graph.tensor(name)
-            if tid in feed_values:
-                raise InvalidArgumentError(f"Tensor '{name}' is fed twice")
-            feed_values[tid] = prepare_feed(graph, tid, value)
-        return self._bind(fetches, list(feed_values), options), feed_values
-
-    def _bind(
-        self, fetches: Fetches, feed_ids: list[TensorId], options: config_pb2.RunOptions | None
-    ) -> _Signature:
-        """The signature of fetching ``fetches`` with these tensors fed (their plan, compiled once)."""
-        graph = self._graph
-        mapper = FetchMapper(fetches)
-        fetch_ids: list[TensorId] = []
-        targets: list[str] = []
-        fetch_index: list[int | None] = []
-        seen: dict[TensorId, int] = {}
-        for name in mapper.names:
-            if is_op_name(name):
-                graph.node(name)
-                if name not in targets:
-                    targets.append(name)
-                fetch_index.append(None)
-                continue
-            tid = graph.tensor(name)
-            if tid not in seen:
-                seen[tid] = len(fetch_ids)
-                fetch_ids.append(tid)
-            fetch_index.append(seen[tid])
-        plan = self._plan(feed_ids, fetch_ids, targets, options)
-        # results come back in plan order: map the caller's unique fetches onto it
-        position = {t: i for i, t in enumerate(plan.fetches)}
-        order = [position[t] for t in fetch_ids]
-        return _Signature(plan, mapper, [None if i is None else order[i] for i in fetch_index])
+            self._graph, self._folder = graph, folder
+            self._calls = Calls(graph, folder, self._config)
 
     # --- running -----------------------------------------------------------------------------------------
 
@@ -368,11 +244,11 @@ class Session:
 
     def _prepare(
         self, fetches: Fetches, feed_dict: Feeds | None, options: config_pb2.RunOptions | None
-    ) -> tuple[_Signature, list[Any], Scheduler]:
+    ) -> tuple[Signature, list[Any], Scheduler]:
         """Everything a call can get wrong, checked before it waits for anything: the session is open, the
         names exist, the feeds fit, the thread pool index is valid."""
         self._check_open()
-        sig, feed_values = self._resolve(fetches, feed_dict, options)
+        sig, feed_values = self._calls.resolve(fetches, feed_dict, options)
         return sig, feed_values, self._scheduler(options)
 
     def _take_handler(
@@ -387,7 +263,7 @@ class Session:
         return self._check_handler(handler, deadline)
 
     def _enter_pool(
-        self, sig: _Signature, options: config_pb2.RunOptions | None, below: float
+        self, sig: Signature, options: config_pb2.RunOptions | None, below: float
     ) -> tuple[RunHandlerPool, int] | None:
         """The RunHandlerPool and the id of a slot taken for this caller (``RunHandlerPool.enter``), if
         this run uses the pool, its plan's steps took less than ``below`` seconds of CPU and a slot is
@@ -401,7 +277,7 @@ class Session:
     def _run_in_slot(
         self,
         slot: tuple[RunHandlerPool, int],
-        sig: _Signature,
+        sig: Signature,
         feeds: list[Any],
         options: config_pb2.RunOptions | None,
         run_metadata: config_pb2.RunMetadata | None,
@@ -451,7 +327,7 @@ class Session:
 
     def _launch(
         self,
-        sig: _Signature,
+        sig: Signature,
         feed_values: list[Any],
         scheduler: Scheduler,
         options: config_pb2.RunOptions | None,
@@ -504,7 +380,7 @@ class Session:
             try:
                 if error is None:
                     values = step.fetched()
-                    results = [None if i is None else _as_output(values[i]) for i in sig.fetch_index]
+                    results = [None if i is None else as_output(values[i]) for i in sig.fetch_index]
                     result = sig.mapper.build(results)
                 elif isinstance(error, ResourceExhaustedError) and "OOM" in error.message:
                     extra = oom_report(step) if report_oom else OOM_HINT
@@ -569,7 +445,7 @@ class Session:
 
     def _run_prepared(
         self,
-        sig: _Signature,
+        sig: Signature,
         feeds: list[Any],
         scheduler: Scheduler,
         options: config_pb2.RunOptions | None,
@@ -611,13 +487,13 @@ class Session:
         feed_ids = [graph.tensor(n) for n in feed_list or ()]
         if len(set(feed_ids)) != len(feed_ids):
             raise InvalidArgumentError(f"A tensor is fed twice in feed_list {list(feed_list or ())}")
-        bound: dict[str, tuple[_Signature, list[int]]] = {}
+        bound: dict[str, tuple[Signature, list[int]]] = {}
 
-        def signature(options: config_pb2.RunOptions | None) -> tuple[_Signature, list[int]]:
+        def signature(options: config_pb2.RunOptions | None) -> tuple[Signature, list[int]]:
             watches = watch_summary(options)
             entry = bound.get(watches)
             if entry is None:
-                sig = self._bind(fetches, feed_ids, options)
+                sig = self._calls.bind(fetches, feed_ids, options)
                 entry = bound[watches] = (sig, [feed_ids.index(t) for t in sig.plan.feeds])
             return entry
 
@@ -766,80 +642,14 @@ class Session:
     def partial_run_setup(self, fetches: Fetches, feeds: Sequence[str] | None = None) -> str:
         """Declares the fetches and feeds of a partial run; returns its handle."""
         self._check_open()
-        mapper = FetchMapper(fetches)
-        fetch_names = set()
-        targets = set()
-        for name in mapper.names:
-            if is_op_name(name):
-                self._graph.node(name)
-                targets.add(name)
-            else:
-                fetch_names.add(self._graph.tensor(name))
-        feed_ids = {self._graph.tensor(f) for f in feeds or ()}
-        with self._lock:
-            self._partial_ids += 1
-            handle = f"partial_run_{self._partial_ids}"
-            self._partial[handle] = _PartialRun(feed_ids, fetch_names, targets)
-        return handle
+        return self._partial.setup(self._graph, fetches, feeds)
 
     def partial_run(self, handle: str, fetches: Fetches, feed_dict: Feeds | None = None) -> Any:
         """Feeds more values and fetches more tensors of a partial run; each node runs at most once."""
         self._check_open()
-        state = self._partial.get(handle)
-        if state is None:
-            raise InvalidArgumentError(
-                f"The partial run handle '{handle}' is not valid: call partial_run_setup first"
-            )
-        graph = self._graph
-        mapper = FetchMapper(fetches)
-        wanted: list[TensorId] = []
-        targets: list[str] = []
-        for name in mapper.names:
-            if is_op_name(name):
-                if name not in state.targets:
-                    raise InvalidArgumentError(f"Target '{name}' was not declared in partial_run_setup")
-                targets.append(name)
-                continue
-            tid = graph.tensor(name)
-            if tid not in state.fetches:
-                raise InvalidArgumentError(f"Fetch '{name}' was not declared in partial_run_setup")
-            if tid in state.fetched:
-                raise InvalidArgumentError(f"Tensor '{name}' has already been fetched in this partial run")
-            wanted.append(tid)
-        new_values: dict[TensorId, Any] = {}
-        for name, value in (feed_dict or {}).items():
-            tid = graph.tensor(name)
-            if tid not in state.feeds:
-                raise InvalidArgumentError(f"Tensor '{name}' was not declared as a feed in partial_run_setup")
-            if tid in state.values:
-                raise InvalidArgumentError(f"Tensor '{name}' has already been fed in this partial run")
-            new_values[tid] = prepare_feed(graph, tid, value)
-        values = {**state.values, **new_values}
-        todo = sorted({t for t in wanted if t not in values})
-        fresh_targets = sorted({t for t in targets if t not in state.ran})
-        if todo or fresh_targets:
-            known = sorted(values)
-            plan = Plan(graph, known, todo, fresh_targets, folder=self._folder)
-            missing = {
-                f"{n}:{p}"
-                for pn in plan.nodes
-                for n, p in pn.node.inputs
-                if (n, p) in state.feeds and (n, p) not in values
-            }
-            if missing:
-                raise InvalidArgumentError(
-                    f"Partial run: the fetches need feed(s) not given yet: {', '.join(sorted(missing))}"
-                )
-            values.update(self._run_plan_collect(plan, [values[t] for t in known]))
-            state.ran.update(pn.name for pn in plan.nodes)
-            state.ran.update(fresh_targets)
-        state.values = values  # only once the whole call has succeeded
-        state.fetched.update(wanted)
-        results = [None if is_op_name(n) else _as_output(state.values[graph.tensor(n)]) for n in mapper.names]
-        if state.fetched >= state.fetches and state.targets <= state.ran:
-            with self._lock:
-                self._partial.pop(handle, None)
-        return mapper.build(results)
+        return self._partial.run(
+            self._graph, self._folder, handle, fetches, feed_dict, self._run_plan_collect
+        )
 
     def _run_plan_collect(self, plan: Plan, feed_values: list[Any]) -> dict[TensorId, Any]:
         """Runs a plan and returns every tensor it computed (partial runs keep them for later calls)."""
@@ -1014,28 +824,7 @@ def get_default_session() -> Session | None:
     return stack[-1] if stack else None
 
 
-class _PartialRun:
-    def __init__(self, feeds: set[TensorId], fetches: set[TensorId], targets: set[str]) -> None:
-        self.feeds = feeds
-        self.fetches = fetches
-        self.targets = targets
-        self.values: dict[TensorId, Any] = {}
-        self.fetched: set[TensorId] = set()
-        self.ran: set[str] = set()
-
-
 _CALLER = CallerThread()
-
-
-def _as_output(value: Any) -> Any:
-    """Fetched values are the caller's to keep: fresh writable arrays, never views of graph constants."""
-    if isinstance(value, np.ndarray):
-        return value if value.flags.writeable else value.copy()
-    if isinstance(value, np.generic):
-        return np.asarray(value)
-    if isinstance(value, UninitializedValue):
-        value._fail()
-    return value
 
 
 __all__ = [

@@ -276,7 +276,7 @@ def test_arun_runs_a_short_step_on_the_loop_and_a_long_one_on_a_thread():
         for use_pool in (True, False):
             assert asyncio.run(threads_of(s, use_pool)) == {loop_thread}
         assert pool.stats().running_closures == 0  # the slot the loop took was given back
-        plan = next(iter(s._plans.values()))
+        plan = next(iter(s._calls.plans.values()))
         plan.cpu = 10 * INLINE_STEP_S  # as if the step were long
         for use_pool in (True, False):
             assert loop_thread not in asyncio.run(threads_of(s, use_pool))

@@ -251,9 +251,9 @@ def test_session_learns_the_cpu_time_of_its_steps_on_the_pool():
         s.run(y, feed)  # runs off the pool teach nothing
         with pytest.raises(DeadlineExceededError):  # nor do steps cut short
             s.run(slow, feed, options=pool_options(timeout_ms=10))
-        assert [p.cpu for p in set(s._plans.values())] == [0.0, 0.0]
+        assert [p.cpu for p in set(s._calls.plans.values())] == [0.0, 0.0]
         s.run(y, feed, options=pool_options())
-        learned = sorted(p.cpu for p in set(s._plans.values()))
+        learned = sorted(p.cpu for p in set(s._calls.plans.values()))
         assert learned[0] == 0.0 and learned[1] > 0.0
 
 
