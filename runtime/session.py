@@ -23,7 +23,7 @@ import numpy as np
 from poolserve.proto import config_pb2, graph_pb2
 from poolserve.runtime import aio
 from poolserve.runtime.calls import Calls, Signature
-from poolserve.runtime.deadline import Deadline, deadline_timer, watch_cancellation
+from poolserve.runtime.deadline import Cancellable, Deadline, deadline_timer, watch_cancellation
 from poolserve.runtime.debug import watch_summary
 from poolserve.runtime.errors import (
     InvalidArgumentError,
@@ -70,7 +70,7 @@ SLOT_STEP_S = 500e-6
 class RunFuture(concurrent.futures.Future[Any]):
     """A running step's result. ``cancel()`` cancels the step itself (CancelledError, as TensorFlow's)."""
 
-    _step: Step | None = None
+    _step: Cancellable | None = None
 
     def cancel(self) -> bool:
         step = self._step
@@ -311,7 +311,8 @@ class Session:
             cpu = time.thread_time() - t0
             priority = options.experimental.run_handler_pool_options.priority
             pool.leave(sig.plan, priority, cpu, kernel_clock.seconds - k0)
-        if step.status is None:
+        # the CPU time includes the answer: a traced step's metadata would count as the plan's cost
+        if step.status is None and not (options.trace_level or options.output_partition_graphs):
             sig.plan.learn_cpu(cpu)
         return step
 
@@ -778,25 +779,41 @@ def callable_of(
 
 class InteractiveSession(Session):
     """A session that makes itself the default on creation (for shells and notebooks), as TensorFlow's: a
-    later ``get_default_session()`` on this thread returns it until it is closed."""
+    later ``get_default_session()`` on this thread returns it until it is closed. With a target it is that
+    target's session (``Session(target)``), interactive."""
+
+    def __new__(
+        cls, target: Any = None, graph: Any = None, config: Any = None, **kwargs: Any
+    ) -> InteractiveSession:
+        factory = session_factory(split_args(target, graph, config)[0])
+        kind = _interactive(factory) if cls is InteractiveSession and factory is not Session else cls
+        return object.__new__(kind)
 
     def __init__(
         self,
         target: str | graph_pb2.GraphDef | Graph | None = None,
         graph: graph_pb2.GraphDef | Graph | config_pb2.ConfigProto | None = None,
         config: config_pb2.ConfigProto | None = None,
-        *,
-        memory_limit_bytes: int | None = None,
-        run_handler_pool: RunHandlerPool | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            target, graph, config, memory_limit_bytes=memory_limit_bytes, run_handler_pool=run_handler_pool
-        )
+        super().__init__(target, graph, config, **kwargs)
         _default_stack().append(self)
 
     def close(self) -> None:
         _pop_default(self)
         super().close()
+
+
+_interactive_kinds: dict[type[Session], type[InteractiveSession]] = {}
+
+
+def _interactive(factory: type[Session]) -> type[InteractiveSession]:
+    """An InteractiveSession of another target's kind (a RemoteSession, say)."""
+    kind = _interactive_kinds.get(factory)
+    if kind is None:
+        name = f"Interactive{factory.__name__}"
+        kind = _interactive_kinds[factory] = type(name, (InteractiveSession, factory), {})
+    return kind
 
 
 _defaults = threading.local()
