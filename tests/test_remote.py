@@ -361,3 +361,15 @@ def test_an_interactive_session_with_a_target_is_remote_and_the_default(server):
     assert get_default_session() is not s
     with pytest.raises(RuntimeError, match="closed Session"):
         s.run(y, {x: np.ones(1, np.float32)})
+
+
+def test_a_remote_session_keeps_its_connection_between_runs(server):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None,))
+    y = b.identity(x, name="y")
+    with remote(server, b.graph_def) as far:
+        far.run(y, {x: np.ones(1, np.float32)})
+        (conn,) = far._http._all
+        for _ in range(5):
+            far.run(y, {x: np.ones(1, np.float32)})
+        assert far._http._all == [conn]  # one connection, kept alive (no connect per call)

@@ -687,21 +687,39 @@ def test_a_short_step_that_fails_gives_its_slot_back():
     np.testing.assert_array_equal(out, np.ones((2, 2), np.float32))
 
 
+def wait_idle(pool):
+    """Until the pool's threads have given their slots back (a step's caller is answered a moment before)."""
+    deadline = time.monotonic() + 5
+    while pool.stats().running_closures and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert pool.stats().running_closures == 0
+
+
 def test_arun_runs_a_short_step_on_the_loop_on_a_free_slot():
+    from poolserve.runtime.session import INLINE_STEP_S, StepRecord
+
     graph_def, x, y = short_graph()
     pool = RunHandlerPool(num_threads=1)
     opts = pool_options()
+    traced = pool_options()
+    traced.trace_level = config_pb2.RunOptions.FULL_TRACE
 
     async def main(s):
-        from poolserve.runtime.session import StepRecord
-
         await s.arun(y, {x: np.arange(4, dtype=np.float32)}, options=opts)
-        record = StepRecord()
-        out = await s.arun(y, {x: np.arange(4, dtype=np.float32)}, options=opts, record=record)
-        return out, record
+        wait_idle(pool)
+        for plan in s._calls.plans.values():
+            plan.cpu = INLINE_STEP_S / 4  # short, whatever this machine measured just now
+        gets = []
+        get_async = pool.get_async
+        pool.get_async = lambda *a, **k: gets.append(a) or get_async(*a, **k)
+        record, md = StepRecord(), config_pb2.RunMetadata()
+        out = await s.arun(y, {x: np.arange(4, dtype=np.float32)}, traced, md, record=record)
+        threads = {n.thread_id for d in md.step_stats.dev_stats for n in d.node_stats}
+        return out, record, threads, gets
 
     with Session(graph_def, run_handler_pool=pool) as s:
-        out, record = asyncio.run(main(s))
+        out, record, threads, gets = asyncio.run(main(s))
     np.testing.assert_array_equal(out, np.arange(1, 5, dtype=np.float32).reshape(2, 2))
-    assert record.used_pool and record.handler_id is not None
+    assert record.used_pool and record.handler_id is not None and gets == []
+    assert threads == {threading.get_ident() & 0x7FFFFFFF}  # it ran here, on the event loop's thread
     assert pool.stats().running_closures == 0
