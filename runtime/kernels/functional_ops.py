@@ -44,12 +44,17 @@ class FunctionBody:
     def run(self, ctx: OpContext, args: list[Any], caller: str) -> list[Any]:
         """The function's results for ``args``; a failure inside names the inner node, then ``caller``."""
         # Imported here: the executor imports the graph, which imports the kernels.
-        from poolserve.runtime.executor import Step
+        from poolserve.runtime.executor import Step, StepTrace
 
         finished: list[Step] = []
-        step = Step(self.plan, args, ctx.resources, _CALLER, finished.append)
+        outer = ctx.trace
+        trace = StepTrace(self.plan.num_nodes) if outer is not None else None
+        step = Step(self.plan, args, ctx.resources, _CALLER, finished.append, trace=trace)
         step.ctx.cancelled = ctx.cancelled
         step.start(inline=True)
+        if trace is not None:
+            # a traced step shows the function's nodes, named under the calling node's
+            outer.adopt(trace, caller, self.plan)
         if not finished:  # CallerThread runs every node before start returns
             raise InternalError(f"function '{self.name}' did not finish on its caller's thread")
         error = step.status
