@@ -363,6 +363,10 @@ class FrameRun:
         elif kind in (NORMAL, TRIGGER):
             outs = pn.compute(self.step.ctx, inputs)
         elif kind == SWITCH:
+            if np.ndim(inputs[1]) != 0:
+                raise InvalidArgumentError(
+                    f"The second input must be a scalar, but it has shape {list(np.shape(inputs[1]))}"
+                )
             outs = [DEAD, inputs[0]] if truthy(inputs[1]) else [inputs[0], DEAD]
         elif kind == MERGE:
             outs = inputs

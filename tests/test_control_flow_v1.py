@@ -82,6 +82,27 @@ def test_fetching_a_dead_tensor_fails() -> None:
         assert sess.run("cond/sub:0", ins).shape == (3, 4)
 
 
+def test_pruning_keeps_a_loops_back_edges() -> None:
+    with Session(load_graph_def(FIXTURES / "v1_while.pb")) as sess:
+        # the counter alone: x's loop variable is pruned away, with its Enter, and x need not be fed
+        assert sess.run("i:0", {"n:0": np.int32(7)}) == 7
+        plan = next(iter(sess._calls.plans.values()))
+        names = {pn.name for pn in plan.nodes}
+        assert "while/NextIteration" in names and "while/Enter_1" not in names
+
+
+def test_switch_needs_a_scalar_predicate() -> None:
+    graph_def = load_graph_def(FIXTURES / "v1_cond.pb")
+    for nd in graph_def.node:
+        if nd.name == "cond/Relu/Switch":
+            del nd.input[1:]
+            nd.input.append("x")  # a matrix where a scalar bool belongs
+    ins, _ = cases("v1_cond")["then"]
+    pattern = r"(?s)second input must be a scalar.*cond/Relu/Switch"
+    with Session(graph_def) as sess, pytest.raises(InvalidArgumentError, match=pattern):
+        sess.run("out:0", ins)
+
+
 def test_only_next_iteration_may_close_a_cycle() -> None:
     graph_def = load_graph_def(FIXTURES / "v1_while.pb")
     Graph(graph_def)  # the loop's back edges are fine
