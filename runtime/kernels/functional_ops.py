@@ -7,7 +7,8 @@ for a pool its own step may be occupying) with the caller's resources, so variab
 
 A While checks ``OpContext.cancelled`` before each iteration: a deadline or a closed session stops it
 between iterations, as TensorFlow's cancellation manager does. Nested steps inherit the check, so an inner
-loop stops too.
+loop stops too. In a traced step (``OpContext.trace``) the nested step is traced too and its records join the
+caller's, named ``<calling node>/<function node>``, so step_stats and the timeline show function bodies.
 """
 
 from __future__ import annotations
