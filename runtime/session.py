@@ -32,6 +32,7 @@ from poolserve.runtime.errors import (
 )
 from poolserve.runtime.executor import DEVICE, ConstantFolder, Plan, Step, StepTrace
 from poolserve.runtime.fetches import as_output
+from poolserve.runtime.frames import DEAD
 from poolserve.runtime.functions import FunctionLibrary
 from poolserve.runtime.graph import Graph, prepare_feed
 from poolserve.runtime.kernels.registry import ResourceContainer
@@ -677,7 +678,7 @@ class Session:
         out: dict[TensorId, Any] = {}
         for tid, slot in plan.slot_of.items():
             value = step.values[slot]
-            if value is not None:
+            if value is not None and value is not DEAD:
                 out[tid] = value
         return out
 
