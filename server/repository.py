@@ -297,10 +297,6 @@ class Repository:
         have = ", ".join(sorted({*labels, STABLE_LABEL}))
         raise NotFoundError(f"Unrecognized servable version label: {label} (the labels: {have})")
 
-    def labels_of(self, name: str, version: int) -> list[str]:
-        model = self._models.get(name)
-        return sorted(k for k, v in (model.labels if model is not None else {}).items() if v == version)
-
     # --- status ------------------------------------------------------------------------------------------
 
     def status(self, name: str, version: int | None = None) -> list[dict[str, Any]]:
@@ -326,8 +322,16 @@ class Repository:
         for name, model in sorted(dict(self._models).items()):
             for v, s in sorted(dict(model.servables).items()):
                 reason = s.error.message if s.error is not None else ""
-                state = _TRITON_STATE[s.state]
-                rows.append({"name": name, "version": str(v), "state": state, "reason": reason})
+                row: dict[str, Any] = {
+                    "name": name,
+                    "version": str(v),
+                    "state": _TRITON_STATE[s.state],
+                    "reason": reason,
+                }
+                labels = sorted(k for k, n in model.labels.items() if n == v)
+                if labels:
+                    row["labels"] = labels  # ours: the config's labels naming this version
+                rows.append(row)
             if not model.servables:
                 rows.append({"name": name, "state": "UNAVAILABLE", "reason": self._why(model)})
         if ready_only:
