@@ -20,6 +20,7 @@ table); the poller replaces a name's inner dict whole, so a lookup sees the old 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import logging
@@ -48,6 +49,8 @@ log = logging.getLogger("poolserve")
 STABLE_LABEL = "stable"
 # how often a retired version looks whether its last request has finished
 _DRAIN_CHECK_SECONDS = 0.005
+# how long a change to the table waits for the event loop before it is made from the poller thread
+_LOOP_WAIT_SECONDS = 5.0
 
 Fingerprint = tuple[Any, ...]
 
@@ -195,6 +198,10 @@ class Repository:
         self._holds: dict[int, int] = {}  # id(entry) -> requests holding it
         self._holds_lock = threading.Lock()
         self._retiring: list[ModelEntry] = []
+        # the event loop serving requests (seen by the first hold): changes to ``models`` are made on it, so
+        # no code iterating ``models`` there ever sees it change size midway
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
         self._source = config_source(config)
@@ -260,6 +267,8 @@ class Repository:
     def hold(self, name: str, version: int | None = None) -> Iterator[ModelEntry]:
         """The entry for a request, kept open (and found by the request's later lookups) until the block
         ends, even if it stops taking new requests meanwhile."""
+        if self._loop is None:
+            self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
         entry = self.lookup(name, version)
         key = id(entry)
         with self._holds_lock:
@@ -426,7 +435,7 @@ class Repository:
             gone = self._models.pop(name)
             for version in list(gone.servables):
                 self._retire(gone, version)
-            self.models.pop(name, None)
+            self._publish(gone)
         for name, configs in wanted.items():
             model = self._models.get(name)
             if model is None:
@@ -510,11 +519,38 @@ class Repository:
             self._drain(old)
 
     def _publish(self, model: Model) -> None:
+        """Makes ``models`` show the model's available versions, on the event loop when there is one (and
+        returns once it does: a version retired next is out of every later lookup)."""
         available = {v: s.entry for v, s in model.servables.items() if s.state is State.AVAILABLE and s.entry}
-        if available and model.name in self._models:
-            self.models[model.name] = available
-        else:
-            self.models.pop(model.name, None)
+        listed = model.name in self._models
+
+        def apply() -> None:
+            if available and listed:
+                self.models[model.name] = available
+            else:
+                self.models.pop(model.name, None)
+
+        loop = self._loop
+        if loop is None or threading.get_ident() == self._loop_thread:
+            apply()
+            return
+        applied = threading.Event()
+
+        def on_loop() -> None:
+            apply()
+            applied.set()
+
+        try:
+            loop.call_soon_threadsafe(on_loop)
+        except RuntimeError:  # the loop is closed: nothing reads the table concurrently any more
+            apply()
+            return
+        deadline = time.monotonic() + _LOOP_WAIT_SECONDS
+        while not applied.wait(0.05):
+            # a loop that stopped, or is closing us, never runs the callback (it would apply the same table)
+            if self._stop.is_set() or time.monotonic() > deadline:
+                apply()
+                return
 
     def _retire(self, model: Model, version: int) -> None:
         """Takes a version out of service: it stops taking new requests now (once published) and closes
