@@ -21,13 +21,12 @@ table); the poller replaces a name's inner dict whole, so a lookup sees the old 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,6 +180,28 @@ def _as_op_error(e: Exception) -> OpError:
 _held: ContextVar[dict[tuple[str, int | None], ModelEntry] | None] = ContextVar("held", default=None)
 
 
+class _Hold:
+    """A request's hold on a model entry (``Repository.hold``)."""
+
+    __slots__ = ("_entry", "_key", "_name", "_repository", "_token", "_version")
+
+    def __init__(self, repository: Repository, name: str, version: int | None, entry: ModelEntry) -> None:
+        self._repository, self._name, self._version, self._entry = repository, name, version, entry
+
+    def __enter__(self) -> ModelEntry:
+        entry = self._entry
+        self._repository._count_hold(entry, 1)
+        outer = _held.get()
+        held = dict(outer) if outer else {}
+        held[(self._name, self._version)] = held[(self._name, entry.version)] = entry
+        self._token = _held.set(held)
+        return entry
+
+    def __exit__(self, *exc: object) -> None:
+        _held.reset(self._token)
+        self._repository._count_hold(self._entry, -1)
+
+
 class Repository:
     """The served models' versions and their states; polls their files and the config file."""
 
@@ -263,29 +284,22 @@ class Repository:
             raise NotFoundError(f"Model '{name}' has no version {version}; it has: {have}")
         return entry
 
-    @contextlib.contextmanager
-    def hold(self, name: str, version: int | None = None) -> Iterator[ModelEntry]:
-        """The entry for a request, kept open (and found by the request's later lookups) until the block
-        ends, even if it stops taking new requests meanwhile."""
+    def hold(self, name: str, version: int | None = None) -> _Hold:
+        """``with repository.hold(name, version) as entry``: the entry for a request, kept open (and found
+        by the request's later lookups) until the block ends, even if it stops taking new requests
+        meanwhile. NotFoundError/UnavailableError as ``lookup``."""
         if self._loop is None:
             self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
-        entry = self.lookup(name, version)
+        return _Hold(self, name, version, self.lookup(name, version))
+
+    def _count_hold(self, entry: ModelEntry, delta: int) -> None:
         key = id(entry)
         with self._holds_lock:
-            self._holds[key] = self._holds.get(key, 0) + 1
-        held = dict(_held.get() or {})
-        held[(name, version)] = held[(name, entry.version)] = entry
-        token = _held.set(held)
-        try:
-            yield entry
-        finally:
-            _held.reset(token)
-            with self._holds_lock:
-                left = self._holds[key] - 1
-                if left:
-                    self._holds[key] = left
-                else:
-                    del self._holds[key]
+            count = self._holds.get(key, 0) + delta
+            if count:
+                self._holds[key] = count
+            else:
+                del self._holds[key]
 
     def label_version(self, name: str, label: str) -> int:
         """The version a label names: the config's ``labels``; "stable" is the latest unless configured."""
@@ -305,6 +319,11 @@ class Repository:
             return self.lookup(name).version
         have = ", ".join(sorted({*labels, STABLE_LABEL}))
         raise NotFoundError(f"Unrecognized servable version label: {label} (the labels: {have})")
+
+    def labels(self, name: str, version: int) -> list[str]:
+        """The config's labels naming this version."""
+        model = self._models.get(name)
+        return sorted(k for k, v in (model.labels if model is not None else {}).items() if v == version)
 
     # --- status ------------------------------------------------------------------------------------------
 
@@ -337,7 +356,7 @@ class Repository:
                     "state": _TRITON_STATE[s.state],
                     "reason": reason,
                 }
-                labels = sorted(k for k, n in model.labels.items() if n == v)
+                labels = self.labels(name, v)
                 if labels:
                     row["labels"] = labels  # ours: the config's labels naming this version
                 rows.append(row)

@@ -20,7 +20,7 @@ from support import free_port, gate_op
 
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.server.app import create_app
-from poolserve.server.config import Config, VersionPolicy, load_config, make_config
+from poolserve.server.config import Config, ConfigError, VersionPolicy, load_config, make_config
 from poolserve.server.models import load_model
 from poolserve.server.repository import select
 from poolserve.server.service import InferenceService
@@ -137,6 +137,10 @@ def test_select_follows_the_version_policy() -> None:
     assert select(policy(specific=[1, 5]), [3, 1, 2]) == [1]
     with pytest.raises(ValueError, match="exactly one of latest"):
         VersionPolicy(latest=1, all=True)
+    with pytest.raises(ConfigError, match=r"models\.0\.labels: .*label 'a/b' must be non-empty"):
+        make_config({"models": [{"name": "m", "path": "x", "labels": {"a/b": 1}}]})
+    with pytest.raises(ConfigError, match=r"version_policy\.latest: Input should be greater than 0"):
+        make_config({"models": [{"name": "m", "path": "x", "version_policy": {"latest": 0}}]})
 
 
 @pytest.mark.parametrize(
@@ -186,6 +190,8 @@ def test_labels_from_the_config_pick_versions(tmp_path: Path, serve: Callable[[C
     assert "canary, next, stable" in r.json()["error"]
     r = server.get("/v1/models/m/labels/next")
     assert r.status_code == 404 and "names version 3, which is not available" in r.json()["error"]
+    listed = server.get("/v1/models").json()["models"]
+    assert [(m["version"], m.get("labels")) for m in listed] == [(1, ["stable"]), (2, ["canary"])]
     index = server.post("/v2/repository/index").json()
     assert [(row["version"], row.get("labels")) for row in index] == [("1", ["stable"]), ("2", ["canary"])]
 
