@@ -280,9 +280,8 @@ def test_a_retired_version_closes_only_after_its_requests_finish(
 ) -> None:
     pb = tmp_path / "add.pb"
     gate = add_graph(pb, 2.0, gate="held")
-    server = serve(
-        make_config({"server": {"poll_seconds": 0.05}, "models": [{"name": "add", "path": str(pb)}]})
-    )
+    model = {"name": "add", "path": str(pb), "file_system_poll_wait_seconds": 0.05}  # polls, the server not
+    server = serve(make_config({"server": {"poll_seconds": 0}, "models": [model]}))
     old = server.service.model("add")
     feeds = {"feeds": {"x": [[1.0, 2.0]]}}
     result: list[httpx.Response] = []
