@@ -461,11 +461,15 @@ class Repository:
                 log.info("model '%s' joined the config: loading it", name)
                 self._models[name] = model = Model(name, configs)
                 self._sync(model)
-            elif [c.model_dump() for c in configs] != [c.model_dump() for c in model.configs]:
+            elif _loading(configs) != _loading(model.configs):
                 log.info("model '%s' changed in the config: reloading it", name)
                 model.configs = configs
                 if not model.unloaded:
                     self._sync(model, force=True)
+            elif [c.model_dump() for c in configs] != [c.model_dump() for c in model.configs]:
+                model.configs = configs  # labels, version policy, poll interval: no reload
+                if not model.unloaded:
+                    self._sync(model)
         self.config.models = new.models
 
     # --- syncing a model with its files ------------------------------------------------------------------
@@ -632,6 +636,15 @@ def _status(version: int, state: State, error: OpError | None) -> dict[str, Any]
         "state": state.value,
         "status": {"error_code": code, "error_message": error.message if error is not None else ""},
     }
+
+
+# the keys that only choose among loaded versions: a change to them reloads nothing
+_CHOOSING = frozenset({"labels", "version_policy", "file_system_poll_wait_seconds"})
+
+
+def _loading(configs: Sequence[ModelConfig]) -> list[dict[str, Any]]:
+    """What a model's versions are loaded with: a change here reloads them."""
+    return [c.model_dump(exclude=set(_CHOOSING)) for c in configs]
 
 
 def _by_name(configs: Sequence[ModelConfig]) -> dict[str, list[ModelConfig]]:

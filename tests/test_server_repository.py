@@ -351,6 +351,11 @@ def test_models_added_to_or_removed_from_the_config_file_load_and_unload(
     r = server.get("/v2/models/bad/ready")
     assert r.status_code == 503 and "a.pb.nope not found" in r.json()["error"]
     assert server.post("/v1/models/b:run", json={"feeds": {"x": [[1.0, 1.0]]}}).status_code == 200
+    # a label changed in the file: no reload
+    entry = server.service.model("b")
+    config_file.write_text(head + '[[models]]\nname = "b"\npath = "b.pb"\nlabels = {canary = 1}\n')
+    wait_for(lambda: server.get("/v1/models/b/labels/canary").status_code == 200)
+    assert server.service.model("b") is entry
     # a config that does not validate changes nothing
     config_file.write_text(head + '[[models]]\nname = "b"\n')
     wait_for(lambda: bool(server.service.repository.config_error))
