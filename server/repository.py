@@ -183,7 +183,7 @@ _held: ContextVar[dict[tuple[str, int | None], ModelEntry] | None] = ContextVar(
 class _Hold:
     """A request's hold on a model entry (``Repository.hold``)."""
 
-    __slots__ = ("_entry", "_key", "_name", "_repository", "_token", "_version")
+    __slots__ = ("_entry", "_name", "_repository", "_token", "_version")
 
     def __init__(self, repository: Repository, name: str, version: int | None, entry: ModelEntry) -> None:
         self._repository, self._name, self._version, self._entry = repository, name, version, entry
@@ -288,8 +288,9 @@ class Repository:
         """``with repository.hold(name, version) as entry``: the entry for a request, kept open (and found
         by the request's later lookups) until the block ends, even if it stops taking new requests
         meanwhile. NotFoundError/UnavailableError as ``lookup``."""
-        if self._loop is None:
-            self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # the first request, or an app served by a new loop
+            self._loop, self._loop_thread = loop, threading.get_ident()
         return _Hold(self, name, version, self.lookup(name, version))
 
     def _count_hold(self, entry: ModelEntry, delta: int) -> None:
@@ -514,6 +515,8 @@ class Repository:
 
     def _load_version(self, model: Model, source: Source, force: bool, strict: bool) -> None:
         s = model.servables.get(source.version)
+        if s is not None and s.state is State.UNLOADING:
+            s = None  # offered again while it drains: a fresh load (the draining one closes as planned)
         if s is not None and not force:
             if s.state is State.AVAILABLE and s.fingerprint == source.fingerprint:
                 return
@@ -554,8 +557,8 @@ class Repository:
                 self.models.pop(model.name, None)
 
         loop = self._loop
-        if loop is None or threading.get_ident() == self._loop_thread:
-            apply()
+        if loop is None or not loop.is_running() or threading.get_ident() == self._loop_thread:
+            apply()  # no loop reads the table now (or this is it)
             return
         applied = threading.Event()
 
