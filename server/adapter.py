@@ -53,13 +53,15 @@ class Adapter(ABC, Generic[C]):
 async def serve(
     adapter: Adapter[C], service: InferenceService, request: Request, version: int | None
 ) -> Response:
-    entry = service.model(request.path_params["model"], version)
-    body = await request.body()
-    infer, context = await codec.sized(
-        adapter.decode_size(request, body), adapter.decode, request, body, entry
-    )
-    infer.request_id, infer.received_at = request_info(request.scope)
-    result = await service.infer(infer)
+    # the request holds its model version from here to its answer: a version retired meanwhile (a newer one
+    # on disk, an unload call) finishes this request before it closes
+    with service.repository.hold(request.path_params["model"], version) as entry:
+        body = await request.body()
+        infer, context = await codec.sized(
+            adapter.decode_size(request, body), adapter.decode, request, body, entry
+        )
+        infer.request_id, infer.received_at = request_info(request.scope)
+        result = await service.infer(infer)
     out = await codec.sized(adapter.encode_size(result, context), adapter.encode, request, result, context)
     return Response(out.content, media_type=out.media_type, headers=out.headers)
 

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from google.protobuf import text_format
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from poolserve.proto import config_pb2
@@ -41,6 +49,9 @@ class ServerSettings(_Section):
     admin_token: str | None = None
     drain_seconds: float = Field(default=30.0, ge=0)
     max_in_flight: int = Field(default=256, gt=0)
+    # seconds between looks at the models' files (base paths, .pb files) and the config file for changes
+    # (server/repository.py); 0 = never. TF Serving's --file_system_poll_wait_seconds is 1.
+    poll_seconds: float = Field(default=2.0, ge=0)
 
 
 class RuntimeSettings(_Section):
@@ -102,6 +113,24 @@ class BatchingSettings(_Section):
         return self
 
 
+class VersionPolicy(_Section):
+    """``[models.version_policy]``: which version folders of a SavedModel base path are served, as TF
+    Serving's ``model_version_policy``: the ``latest`` N, ``all``, or ``specific`` versions (one of them)."""
+
+    latest: int | None = Field(default=None, gt=0)
+    all: bool = False
+    specific: list[int] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> VersionPolicy:
+        given = [k for k, v in (("latest", self.latest), ("all", self.all), ("specific", self.specific)) if v]
+        if len(given) != 1:
+            raise ValueError("give exactly one of latest = N, all = true, specific = [versions]")
+        if self.specific is not None and any(v < 0 for v in self.specific):
+            raise ValueError("specific versions must be at least 0")
+        return self
+
+
 class ModelConfig(_Section):
     name: str = Field(min_length=1)
     path: Path
@@ -114,6 +143,21 @@ class ModelConfig(_Section):
     tags: tuple[str, ...] = ("serve",)
     signature_name: str | None = None
     batching: BatchingSettings | None = None
+    # SavedModel base paths only (default: the latest 1); versions a request can name by label
+    # (/v1/models/{name}/labels/{label}); per-model poll interval (None: [server] poll_seconds)
+    version_policy: VersionPolicy | None = None
+    labels: dict[str, int] = Field(default_factory=dict)
+    file_system_poll_wait_seconds: float | None = Field(default=None, ge=0)
+
+    @field_validator("labels")
+    @classmethod
+    def _plain_labels(cls, v: dict[str, int]) -> dict[str, int]:
+        for label, version in v.items():
+            if not label or "/" in label or ":" in label:
+                raise ValueError(f"label '{label}' must be non-empty, without '/' or ':'")
+            if version < 0:
+                raise ValueError(f"label '{label}' names version {version}: versions are at least 0")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -148,6 +192,8 @@ class Config(BaseSettings):
     traces: TraceSettings = Field(default_factory=TraceSettings)
     sessions: SessionSettings = Field(default_factory=SessionSettings)
     models: list[ModelConfig] = Field(default_factory=list)
+    # the file this config was read from (load_config), which the server polls for model changes
+    _source: Path | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _unique_models(self) -> Config:
@@ -229,9 +275,16 @@ def load_config(path: str | Path | None = None) -> Config:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{source} is not valid TOML: {e}") from None
     try:
-        return make_config(data, base_dir)
+        config = make_config(data, base_dir)
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
+    config._source = None if path is None else Path(path).resolve()
+    return config
+
+
+def config_source(config: Config) -> Path | None:
+    """The file ``config`` was read from (None for the embedded default or a config made in code)."""
+    return config._source
 
 
 def env_overrides() -> dict[str, str]:

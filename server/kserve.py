@@ -8,6 +8,7 @@ bytes. Responses use the same layout for the outputs asked for in binary.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import math
 from collections.abc import Sequence
@@ -288,7 +289,7 @@ def encode_response(
 # --- the routes -----------------------------------------------------------------------------------------
 
 PLATFORM = "tensorflow_graphdef"
-EXTENSIONS = ["binary_tensor_data"]
+EXTENSIONS = ["binary_tensor_data", "model_repository"]
 
 
 def _server_version() -> str:
@@ -449,6 +450,41 @@ def router(service: InferenceService) -> APIRouter:
         service.model(model, codec.parse_version(version))
         if not service.ready or service.draining:
             raise UnavailableError(f"Model '{model}' is not ready: the server is not serving")
+        return Response(status_code=200)
+
+    # --- the model repository extension (Triton's): index, load, unload; the admin token guards them ---
+
+    async def _body(request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        body = _object("the request body", codec.loads(raw)) if raw.strip() else {}
+        params = _object("'parameters'", body.get("parameters"))
+        unsupported = sorted(k for k in params if k == "config" or k.startswith("file:"))
+        if unsupported:
+            raise UnimplementedError(
+                f"load parameters {unsupported} are not supported: change the model in the config file"
+            )
+        return body
+
+    @api.post("/v2/repository/index")
+    async def repository_index(request: Request) -> Response:
+        service.check_admin(request.headers)
+        ready = (await _body(request)).get("ready", False)
+        if not isinstance(ready, bool):
+            raise InvalidArgumentError(f"'ready' must be a boolean, got {ready!r}")
+        return Response(codec.dumps(service.repository.index(ready)), media_type="application/json")
+
+    @api.post("/v2/repository/models/{model}/load")
+    async def repository_load(model: str, request: Request) -> Response:
+        service.check_admin(request.headers)
+        await _body(request)
+        await asyncio.to_thread(service.repository.load, model)  # loading computes: off the event loop
+        return Response(status_code=200)
+
+    @api.post("/v2/repository/models/{model}/unload")
+    async def repository_unload(model: str, request: Request) -> Response:
+        service.check_admin(request.headers)
+        await _body(request)
+        await asyncio.to_thread(service.repository.unload, model)
         return Response(status_code=200)
 
     @api.get("/v2/models/{model}/ready")

@@ -258,6 +258,10 @@ def router(service: InferenceService) -> APIRouter:
 
     @api.get("/v1/models")
     async def list_models() -> dict[str, Any]:
-        return {"models": [model_info(e) for e in service.list_models()]}
+        models = []
+        for e in service.list_models():
+            labels = service.repository.labels(e.name, e.version)
+            models.append({**model_info(e), "labels": labels} if labels else model_info(e))
+        return {"models": models}
 
     return api

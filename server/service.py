@@ -31,7 +31,6 @@ from poolserve.runtime.deadline import Deadline
 from poolserve.runtime.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
-    NotFoundError,
     OpError,
     PermissionDeniedError,
     UnauthenticatedError,
@@ -45,7 +44,8 @@ from poolserve.server.batching import BatchInfo
 from poolserve.server.config import Config
 from poolserve.server.errors import http_status
 from poolserve.server.metrics import Metrics
-from poolserve.server.models import ModelEntry, load_model
+from poolserve.server.models import ModelEntry
+from poolserve.server.repository import Repository
 from poolserve.server.traces import Span, TraceRecord, TraceStore
 
 log = logging.getLogger("poolserve")
@@ -173,6 +173,8 @@ class InferenceService:
         # user set intra_op_threads.
         self._kernel_threads = KernelThreads()
         self._unpooled_steps = 0
+        # the models' versions, their states and polling (server/repository.py); it keeps self.models
+        self.repository = Repository(config, self.models, self._prepare)
 
     # --- lifetime ----------------------------------------------------------------------------------------
 
@@ -182,8 +184,7 @@ class InferenceService:
         self._pool = self._configure_pool()
         self._kernel_threads.running(1)  # finds the BLAS libraries now, not in the first request
         self._kernel_threads.running(0)
-        for mc in self.config.models:
-            self.add_model(load_model(mc, self.config))
+        self.repository.start()
         self.ready = True
 
     def _configure_pool(self) -> RunHandlerPool:
@@ -200,14 +201,19 @@ class InferenceService:
 
     def close(self) -> None:
         self.ready = False
+        self.repository.close()
         for versions in self.models.values():
             for entry in versions.values():
                 entry.session.close()
 
     def add_model(self, entry: ModelEntry) -> None:
+        """Serves an entry loaded outside the config (the repository neither polls nor unloads it)."""
+        self._prepare(entry)
+        self.models.setdefault(entry.name, {})[entry.version] = entry
+
+    def _prepare(self, entry: ModelEntry) -> None:
         if entry.batcher is not None:
             entry.batcher.observe = self._observe_batch(entry.name)
-        self.models.setdefault(entry.name, {})[entry.version] = entry
 
     @property
     def pool(self) -> RunHandlerPool:
@@ -227,16 +233,9 @@ class InferenceService:
     # --- lookups -----------------------------------------------------------------------------------------
 
     def model(self, name: str, version: int | None = None) -> ModelEntry:
-        """The model (its latest version by default); NotFoundError naming it otherwise."""
-        versions = self.models.get(name)
-        if not versions:
-            known = ", ".join(sorted(self.models)) or "(none)"
-            raise NotFoundError(f"Model '{name}' not found; the server has: {known}")
-        entry = versions[max(versions)] if version is None else versions.get(version)
-        if entry is None:
-            have = ", ".join(str(v) for v in sorted(versions))
-            raise NotFoundError(f"Model '{name}' has no version {version}; it has: {have}")
-        return entry
+        """The model (its latest available version by default); NotFoundError naming it otherwise,
+        UnavailableError when it is configured but not loaded (see ``repository.lookup``)."""
+        return self.repository.lookup(name, version)
 
     def list_models(self) -> list[ModelEntry]:
         return [e for name in sorted(self.models) for _, e in sorted(self.models[name].items())]

@@ -17,7 +17,7 @@ import numpy as np
 from fastapi import APIRouter, Request, Response
 
 from poolserve.proto import types_pb2
-from poolserve.runtime.errors import InvalidArgumentError, NotFoundError
+from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.signature import TensorSpec
 from poolserve.runtime.types import Array
 from poolserve.server import codec
@@ -27,7 +27,6 @@ from poolserve.server.routes import Route
 from poolserve.server.service import InferenceService, InferRequest, InferResult
 
 DEFAULT_SIGNATURE = "serving_default"
-STABLE_LABEL = "stable"
 PREDICT_METHOD = "tensorflow/serving/predict"
 
 
@@ -208,24 +207,21 @@ def _version(version: str | None) -> int | None:
     return codec.parse_version(version)
 
 
-def _label(label: str) -> int | None:
-    """Version labels: "stable" is the latest version; no other label is assigned."""
-    if label == STABLE_LABEL:
-        return None
-    raise NotFoundError(f"Unrecognized servable version label: {label} (the labels: {STABLE_LABEL})")
+def _label(service: InferenceService, model: str, label: str) -> int:
+    """The version a label names: the model's ``labels`` in the config; "stable" is the latest version
+    unless the config names it."""
+    return service.repository.label_version(model, label)
 
 
 def model_status(service: InferenceService, model: str, version: int | None) -> dict[str, Any]:
-    """GET /v1/models/{m}[/versions/{v}]: every version (or the one asked for) with its state."""
-    service.model(model, version)  # NotFoundError naming the model or version
-    versions = [version] if version is not None else sorted(service.models[model], reverse=True)
-    state = "UNLOADING" if service.draining else "AVAILABLE"
-    return {
-        "model_version_status": [
-            {"version": str(v), "state": state, "status": {"error_code": "OK", "error_message": ""}}
-            for v in versions
-        ]
-    }
+    """GET /v1/models/{m}[/versions/{v}]: every version (or the one asked for) with its state and, for a
+    version that failed to load, the error."""
+    statuses = service.repository.status(model, version)
+    if service.draining:
+        for s in statuses:
+            if s["state"] == "AVAILABLE":
+                s["state"] = "UNLOADING"
+    return {"model_version_status": statuses}
 
 
 def model_metadata(entry: ModelEntry) -> dict[str, Any]:
@@ -280,7 +276,7 @@ def inference_routes(service: InferenceService) -> list[Route]:
             "/v1/models/{model}/labels/{label}:predict",
             adapter,
             service,
-            lambda r: _label(r.path_params["label"]),
+            lambda r: _label(service, r.path_params["model"], r.path_params["label"]),
         ),
     ]
 
@@ -299,8 +295,7 @@ def router(service: InferenceService) -> APIRouter:
 
     @api.get("/v1/models/{model}/labels/{label}")
     async def status_label(model: str, label: str) -> Response:
-        version = _label(label)
-        return _json_response(model_status(service, model, service.model(model, version).version))
+        return _json_response(model_status(service, model, _label(service, model, label)))
 
     @api.get("/v1/models/{model}/metadata")
     async def metadata_latest(model: str) -> Response:
@@ -312,6 +307,6 @@ def router(service: InferenceService) -> APIRouter:
 
     @api.get("/v1/models/{model}/labels/{label}/metadata")
     async def metadata_label(model: str, label: str) -> Response:
-        return _json_response(model_metadata(service.model(model, _label(label))))
+        return _json_response(model_metadata(service.model(model, _label(service, model, label))))
 
     return api
