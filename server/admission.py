@@ -1,0 +1,241 @@
+"""Admission: shed at arrival, cheaply, the requests the queue says cannot finish by their deadline.
+
+A request's deadline counts from its arrival (``server.protocol.arrival``). The middleware decides from
+what is known before the body is read: the model (from the URL), the timeout (the ``X-Request-Timeout-Ms``
+header, else ``server.default_timeout_ms``) and the queue's expected cost: the measured cost of each
+request admitted and not yet answered, plus the new one's. A request that cannot finish in time gets 503
+with ``Retry-After`` (whole seconds, rounded up, as HTTP defines it) and ``Retry-After-Ms`` (the same, in
+milliseconds); one whose deadline has already passed while it waited (socket, event loop) gets 504. Both
+answers cost no body read and no decode. Once decoded, the request's own timeout (run options, KServe's
+``timeout``) is checked again against the work still ahead of it (``check_decoded``).
+
+The cost of a model's request is measured, not configured: when an admitted request is answered, the time
+since the previous answer (or since its arrival, when the server was idle before it) is its share of the
+server's time; an exponential average of that per model is the cost. Under load that is the inverse of the
+throughput the server actually reaches, parallelism included, so the queue's expected cost is how long the
+server needs to answer what it has already accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from poolserve.proto import config_pb2
+from poolserve.runtime.errors import UnavailableError
+from poolserve.server import errors
+from poolserve.server.protocol import OVER_CONNECTIONS_KEY, arrival
+from poolserve.server.service import InferenceService, InferRequest
+
+TIMEOUT_HEADER = "X-Request-Timeout-Ms"
+_TIMEOUT_KEY = TIMEOUT_HEADER.lower().encode()
+_TICKET_KEY = "poolserve.ticket"
+# the inference routes of every protocol; the model is the first path segment after /models/
+_INFER_PATH = re.compile(r"^/v[12]/models/([^/:]+)(?:/(?:versions|labels)/[^/:]+)?(?::run|:predict|/infer)$")
+# weight of the newest measurement in a model's cost (about the last 10 answers count)
+_ALPHA = 0.1
+# the expected wait is a mean: a margin keeps the accepted requests' tail within the deadline
+_SAFETY = 1.15
+
+
+class ShedError(UnavailableError):
+    """503: the request cannot finish by its deadline; retry after ``retry_after_ms``."""
+
+    def __init__(self, message: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return retry_headers(self.retry_after_ms)
+
+
+def retry_headers(retry_after_ms: int) -> dict[str, str]:
+    seconds = max(1, math.ceil(retry_after_ms / 1000))
+    return {"Retry-After": str(seconds), "Retry-After-Ms": str(retry_after_ms)}
+
+
+@dataclass(eq=False)
+class Ticket:
+    """An admitted request: its model, the cost it was charged, when it arrived and its timeout."""
+
+    admission: Admission
+    model: str
+    cost: float
+    arrived: float
+    timeout_ms: int
+    header_timeout: bool  # the timeout came from the header (applied when the body sets none)
+    seq: int = 0
+
+
+@dataclass
+class Admission:
+    """The queue's expected cost and the per-model costs it is made of (event loop only: no locks)."""
+
+    cost: dict[str, float] = field(default_factory=dict)
+    pending: float = 0.0  # seconds: the cost of every admitted request not yet answered
+    open: dict[int, Ticket] = field(default_factory=dict)  # by admission order
+    last_answer: float = 0.0
+    shed: int = 0
+    _seq: int = 0
+
+    def decide(self, model: str, arrived: float, timeout_ms: int, now: float) -> int | None:
+        """None to admit; else how many ms until the queue would have room for it."""
+        if timeout_ms <= 0:
+            return None
+        expected = (self.pending + self.cost.get(model, 0.0)) * _SAFETY
+        late = now + expected - (arrived + timeout_ms / 1000.0)
+        return None if late <= 0 else max(1, math.ceil(late * 1000))
+
+    def admit(self, model: str, arrived: float, timeout_ms: int, header: bool) -> Ticket:
+        self._seq += 1
+        ticket = Ticket(self, model, self.cost.get(model, 0.0), arrived, timeout_ms, header, self._seq)
+        self.open[ticket.seq] = ticket
+        self.pending += ticket.cost
+        return ticket
+
+    def release(self, ticket: Ticket, ok: bool, now: float) -> None:
+        if self.open.pop(ticket.seq, None) is None:
+            return
+        self.pending = max(0.0, self.pending - ticket.cost) if self.open else 0.0
+        share = now - max(self.last_answer, ticket.arrived)
+        self.last_answer = now
+        if ok and share >= 0:
+            old = self.cost.get(ticket.model)
+            self.cost[ticket.model] = share if old is None else old + _ALPHA * (share - old)
+
+    def ahead(self, ticket: Ticket) -> float:
+        """The cost of the requests admitted before ``ticket`` and not yet answered."""
+        total = 0.0
+        for seq, other in self.open.items():
+            if seq >= ticket.seq:
+                break
+            total += other.cost
+        return total
+
+
+def _header_timeout(scope: Scope) -> int | None:
+    for key, value in scope.get("headers", ()):
+        if key == _TIMEOUT_KEY:
+            try:
+                ms = int(value)
+            except ValueError:
+                return None
+            return ms if ms > 0 else None
+    return None
+
+
+def check_decoded(scope: Scope, request: InferRequest, service: InferenceService) -> None:
+    """After decoding: applies the header's timeout when the body set none, and sheds the request
+    (ShedError, 503) if its own timeout leaves too little for the work admitted before it."""
+    ticket: Ticket | None = scope.get(_TICKET_KEY)
+    if ticket is None:
+        return
+    options = request.run_options
+    if ticket.header_timeout and (options is None or options.timeout_in_ms <= 0):
+        if options is None:
+            request.run_options = options = config_pb2.RunOptions()
+        options.timeout_in_ms = ticket.timeout_ms
+    timeout_ms = service.timeout_ms(options)
+    if timeout_ms <= 0 or not service.config.server.shed:
+        return
+    admission = ticket.admission
+    now = time.monotonic()
+    expected = (admission.ahead(ticket) + ticket.cost) * _SAFETY
+    late = now + expected - (ticket.arrived + timeout_ms / 1000.0)
+    if late > 0 and now < ticket.arrived + timeout_ms / 1000.0:  # past the deadline: the service's 504
+        admission.shed += 1
+        raise ShedError(
+            f"The server cannot answer within the request's {timeout_ms} ms: the work queued ahead of it "
+            f"needs about {expected * 1000:.0f} ms; retry later",
+            max(1, math.ceil(late * 1000)),
+        )
+
+
+class AdmissionMiddleware:
+    """Sheds inference requests before their body is read (503/504), refuses requests on connections past
+    max_connections (503, connection closed), and keeps the queue's cost as admitted requests finish."""
+
+    def __init__(self, app: ASGIApp, service: InferenceService, admission: Admission) -> None:
+        self.app = app
+        self.service = service
+        self.admission = admission
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        server = self.service.config.server
+        if scope.get(OVER_CONNECTIONS_KEY):
+            message = f"The server has more than max_connections ({server.max_connections}) open; retry later"
+            headers = {**retry_headers(1000), "Connection": "close"}
+            await errors.status_response(503, message, headers)(scope, receive, send)
+            return
+        match = _INFER_PATH.match(scope["path"]) if scope["method"] == "POST" and server.shed else None
+        if match is None or match.group(1) not in self.service.models:
+            await self.app(scope, receive, send)
+            return
+        model = match.group(1)
+        header_ms = _header_timeout(scope)
+        timeout_ms = header_ms or server.default_timeout_ms
+        arrived = arrival(scope)
+        now = time.monotonic()
+        admission = self.admission
+        if timeout_ms > 0 and now >= arrived + timeout_ms / 1000.0:
+            message = (
+                f"The deadline of {timeout_ms} ms passed before the request was read ({TIMEOUT_HEADER} or "
+                "the server's default_timeout_ms)"
+            )
+            await errors.status_response(504, message)(scope, receive, send)
+            return
+        retry_ms = admission.decide(model, arrived, timeout_ms, now)
+        if retry_ms is not None:
+            admission.shed += 1
+            self.service.metrics.rejected.inc()
+            message = (
+                f"The server cannot answer a '{model}' request within {timeout_ms} ms: the work queued needs "
+                f"about {(admission.pending + admission.cost.get(model, 0.0)) * 1000:.0f} ms; retry later"
+            )
+            await errors.status_response(503, message, retry_headers(retry_ms))(scope, receive, send)
+            return
+        ticket = admission.admit(model, arrived, timeout_ms, header_ms is not None)
+        scope[_TICKET_KEY] = ticket
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            admission.release(ticket, status == 200, time.monotonic())
+
+
+def router(admission: Admission) -> APIRouter:
+    api = APIRouter()
+
+    @api.get("/v1/runtime/admission")
+    async def state() -> dict[str, Any]:
+        return runtime_state(admission)
+
+    return api
+
+
+def runtime_state(admission: Admission) -> dict[str, Any]:
+    """The queue's expected cost, the requests admitted and not yet answered, how many were shed, and each
+    model's measured cost."""
+    return {
+        "queued_cost_ms": round(admission.pending * 1000, 3),
+        "admitted_open": len(admission.open),
+        "shed": admission.shed,
+        "cost_ms": {m: round(c * 1000, 3) for m, c in sorted(admission.cost.items())},
+    }
