@@ -53,19 +53,23 @@ def test_costs_are_measured_per_model_from_answers() -> None:
     t = a.admit("m", 10.0, 1000, header=False)
     a.release(t, ok=True, now=10.2)  # idle before it: its whole time
     assert a.cost["m"] == pytest.approx(0.2) and a.pending == 0
+    a.cost["m"] = 5.0
+    assert a.decide("m", 11.0, 1000, 11.0) is None  # an idle server admits, whatever its stale costs say
+    a.cost["m"] = 0.1
     tickets = [a.admit("m", 11.0, 1000, header=False) for _ in range(4)]
-    assert a.pending == pytest.approx(0.8)
-    assert a.ahead(tickets[2]) == pytest.approx(0.4)
-    # 0.8 s queued + 0.2 s own, with the margin, is past a 1 s deadline by about 150 ms
-    assert a.decide("m", 11.0, 1000, 11.0) == pytest.approx(150, abs=2)
+    assert a.pending == pytest.approx(0.4)
+    assert a.ahead(tickets[1]) == pytest.approx(0.2)  # the one before it, and itself
+    # 0.4 s queued + 0.1 s own, with the margin, is past half of a 1 s deadline by about 75 ms
+    assert a.decide("m", 11.0, 1000, 11.0) == pytest.approx(75, abs=2)
     assert a.decide("m", 11.0, 2000, 11.0) is None
     assert a.decide("other", 11.0, 1000, 11.0) is None  # an unmeasured model's own cost is 0
-    a.release(tickets[0], ok=True, now=11.1)  # idle until it arrived at 11.0: 0.1 s
-    assert a.cost["m"] == pytest.approx(0.2 + 0.1 * (0.1 - 0.2))
-    a.release(tickets[1], ok=True, now=11.4)  # busy before: the time since the previous answer, 0.3 s
-    assert a.cost["m"] == pytest.approx(0.19 + 0.1 * (0.3 - 0.19))
+    a.release(tickets[0], ok=True, now=11.3)  # idle until it arrived at 11.0: 0.3 s
+    assert a.cost["m"] == pytest.approx(0.1 + 0.1 * (0.3 - 0.1))
+    assert a.pending == pytest.approx(3 * 0.12)  # the queue is valued at today's cost
+    a.release(tickets[1], ok=True, now=11.4)  # busy before: the time since the previous answer, 0.1 s
+    assert a.cost["m"] == pytest.approx(0.12 + 0.1 * (0.1 - 0.12))
     a.release(tickets[2], ok=False, now=11.45)  # failures free the queue but teach no cost
-    assert a.cost["m"] == pytest.approx(0.201) and a.pending == pytest.approx(0.2)
+    assert a.cost["m"] == pytest.approx(0.118) and a.pending == pytest.approx(0.118)
 
 
 async def test_a_burst_is_shed_at_arrival_and_the_accepted_finish_in_time(app: FastAPI) -> None:
@@ -89,18 +93,26 @@ async def test_a_burst_is_shed_at_arrival_and_the_accepted_finish_in_time(app: F
         assert state["cost_ms"]["nap"] >= STEP_S * 1000 * 0.5
 
 
+def busy(app: FastAPI, cost_s: float) -> None:
+    """The model is known to take ``cost_s`` and one request is in flight."""
+    app.state.admission.cost["nap"] = cost_s
+    app.state.admission.admit("nap", time.monotonic(), 30000, header=False)
+
+
 async def test_shedding_happens_before_the_body_is_read(app: FastAPI) -> None:
-    app.state.admission.cost["nap"] = 2.0  # the model is known to take 2 s: a 1 s timeout cannot be met
+    busy(app, 2.0)  # 2 s queued + 2 s own: a 1 s timeout cannot be met
     async with client(app) as c:
         r = await c.post("/v1/models/nap:run", content=b"{not json", headers={"X-Request-Timeout-Ms": "1000"})
-        assert r.status_code == 503 and r.headers["Retry-After"] == "2"
+        assert r.status_code == 503
+        # (2 + 2) x 1.15 - 0.5 s (half the deadline): about 4.1 s to wait
+        assert r.headers["Retry-After"] == "5" and 4000 < int(r.headers["Retry-After-Ms"]) <= 4200
         # without the header the default (30 s) admits it: the body is read and found malformed
         r = await c.post("/v1/models/nap:run", content=b"{not json")
         assert r.status_code == 400
 
 
 async def test_the_body_timeout_is_checked_again_after_decoding(app: FastAPI) -> None:
-    app.state.admission.cost["nap"] = 2.0
+    busy(app, 2.0)
     async with client(app) as c:
         body: dict[str, Any] = {**BODY, "run_options": {"timeout_in_ms": 1000}}
         r = await c.post("/v1/models/nap:run", json=body)  # admitted on the default, shed once decoded
