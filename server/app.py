@@ -28,7 +28,7 @@ from poolserve.runtime.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
-from poolserve.server import admission, codec, errors, kserve, native, sessions, tfserving
+from poolserve.server import admission, codec, errors, kserve, native, openapi, sessions, tfserving
 from poolserve.server.config import Config
 from poolserve.server.errors import REQUEST_ID_HEADER
 from poolserve.server.limits import BodyTimeoutMiddleware
@@ -328,7 +328,8 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
             service.close()
 
     store = sessions.SessionStore(service)
-    app = FastAPI(title="poolserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="poolserve", lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    openapi.install(app, service)
     app.state.service = service
     app.state.admission = admission.Admission()
     errors.install(app)
