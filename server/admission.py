@@ -29,7 +29,7 @@ from fastapi import APIRouter
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.proto import config_pb2
-from poolserve.runtime.errors import UnavailableError
+from poolserve.runtime.errors import InvalidArgumentError, UnavailableError
 from poolserve.server import errors
 from poolserve.server.protocol import OVER_CONNECTIONS_KEY, arrival
 from poolserve.server.service import InferenceService, InferRequest
@@ -139,14 +139,20 @@ class Admission:
         return total
 
 
+# the longest timeout taken from the header (RunOptions.timeout_in_ms is an int64; 2^31 ms is 24 days)
+MAX_TIMEOUT_MS = 2**31 - 1
+
+
 def _header_timeout(scope: Scope) -> int | None:
+    """The header's timeout in ms (None without one); InvalidArgumentError for one that is no integer."""
     for key, value in scope.get("headers", ()):
         if key == _TIMEOUT_KEY:
-            try:
-                ms = int(value)
-            except ValueError:
-                return None
-            return ms if ms > 0 else None
+            text = value.decode("latin-1").strip()
+            if not text.isdigit() or not text.isascii() or int(text) <= 0:
+                raise InvalidArgumentError(
+                    f"{TIMEOUT_HEADER} must be a positive integer (milliseconds), got {text[:40]!r}"
+                )
+            return min(int(text), MAX_TIMEOUT_MS)
     return None
 
 
@@ -201,7 +207,11 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
             return
         model = match.group(1)
-        header_ms = _header_timeout(scope)
+        try:
+            header_ms = _header_timeout(scope)
+        except InvalidArgumentError as e:
+            await errors.error_response(e)(scope, receive, send)
+            return
         timeout_ms = header_ms or server.default_timeout_ms
         arrived = arrival(scope)
         now = time.monotonic()

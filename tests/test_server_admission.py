@@ -133,6 +133,18 @@ async def test_the_header_timeout_applies_when_the_body_sets_none(app: FastAPI) 
         assert r.status_code == 200
 
 
+async def test_a_bad_timeout_header_gets_400_and_a_huge_one_is_capped(app: FastAPI) -> None:
+    async with client(app) as c:
+        for bad in ("soon", "-5", "0", "1.5"):
+            r = await c.post("/v1/models/nap:run", json=BODY, headers={"X-Request-Timeout-Ms": bad})
+            assert (
+                r.status_code == 400
+                and "X-Request-Timeout-Ms must be a positive integer" in r.json()["error"]
+            )
+        r = await c.post("/v1/models/nap:run", json=BODY, headers={"X-Request-Timeout-Ms": "9" * 30})
+        assert r.status_code == 200
+
+
 async def test_a_deadline_that_passed_before_the_app_ran_gets_504(app: FastAPI) -> None:
     sent: list[dict[str, Any]] = []
     scope = {
