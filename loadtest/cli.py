@@ -4,11 +4,14 @@
         [--concurrency N | --rate R] [--duration S | --requests K] [--warmup S] [--batch B]
         [--protocol native|kserve|tfserving] [--binary] [--timeout-ms T] [--pool on|off|default]
         [--compare-pool [--rounds 6]] [--report out.json] [--plot out.png] [--payload inputs.json] [--seed N]
+    poolserve loadtest --overload --model cnn [--capacity R | --capacity-duration S] [--multiples 1 2 3 5]
+        [--duration S] [--timeout-ms 1000] ...
 
 Closed loop (``--concurrency N``, the default with N=8): N clients, each sending its next request when the
 last is answered. Open loop (``--rate R``): Poisson arrivals at R req/s, sent whatever the server does;
 latencies count from the scheduled send time. ``--compare-pool`` runs the same load with the run handler
-pool on and off in alternating rounds and prints them side by side. Exit status: 0 done, 1 the load could
+pool on and off in alternating rounds and prints them side by side. ``--overload`` measures the
+capacity and offers multiples of it (loadtest/overload.py). Exit status: 0 done, 1 the load could
 not run (unreachable server, unknown model, ...) or no request succeeded, 2 bad arguments.
 """
 
@@ -27,7 +30,7 @@ import numpy as np
 from rich.console import Console
 from rich.text import Text
 
-from poolserve.loadtest import report
+from poolserve.loadtest import overload, report
 from poolserve.loadtest.generator import (
     PROTOCOLS,
     HttpSender,
@@ -50,6 +53,7 @@ DEFAULT_DURATION = 10.0
 # the open loop's connection pool: enough for a deep queue, as many as the server's default max_in_flight
 OPEN_LOOP_CONNECTIONS = 256
 POOL_CHOICES = {"on": "pool", "off": "no_pool", "default": "default"}
+OVERLOAD_TIMEOUT_MS = 1000  # the deadline of --overload's requests unless --timeout-ms says otherwise
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,33 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="--compare-pool: alternating rounds (even, default 6)",
     )
+    p.add_argument(
+        "--overload",
+        action="store_true",
+        help="measure the capacity (closed loop), then offer --multiples of it (open loop, --duration "
+        "each) and report goodput, accepted latency against the deadline, shedding and server RSS",
+    )
+    p.add_argument(
+        "--capacity",
+        type=_positive_float,
+        metavar="R",
+        help="--overload: the capacity in req/s (skips measuring it)",
+    )
+    p.add_argument(
+        "--capacity-duration",
+        type=_positive_float,
+        default=5.0,
+        metavar="S",
+        help="--overload: seconds of closed loop measuring the capacity (default 5)",
+    )
+    p.add_argument(
+        "--multiples",
+        type=_positive_float,
+        nargs="+",
+        default=list(overload.DEFAULT_MULTIPLES),
+        metavar="M",
+        help="--overload: the multiples of the capacity offered (default 1 2 3 5)",
+    )
     p.add_argument("--report", metavar="FILE.json", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="write latency plots (needs matplotlib)")
     p.add_argument("--payload", metavar="FILE.json", help="inputs as JSON {name: nested list}")
@@ -197,6 +228,16 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> lis
             parser.error(f"--rounds must be an even number of at least 2, got {args.rounds}")
         if args.requests is not None and args.requests < args.rounds:
             parser.error(f"--requests must be at least --rounds ({args.rounds}) with --compare-pool")
+    if args.overload:
+        for flag, given in (("--rate", args.rate), ("--requests", args.requests)):
+            if given is not None:
+                parser.error(f"{flag} does not go with --overload: the rates are multiples of the capacity")
+        if args.compare_pool:
+            parser.error("--compare-pool does not go with --overload")
+        if args.protocol == "tfserving":
+            parser.error("--overload needs a per-request deadline: use --protocol native or kserve")
+        if args.timeout_ms is None:
+            args.timeout_ms = OVERLOAD_TIMEOUT_MS
     if args.protocol == "tfserving":
         if args.binary:
             parser.error("--binary is not available with --protocol tfserving (TF Serving REST is JSON)")
@@ -293,6 +334,8 @@ class Runner:
 
     async def run(self) -> int:
         args = self.args
+        if args.overload:
+            return await self.run_overload()
         open_loop = self.load.rate is not None
         connections = OPEN_LOOP_CONNECTIONS if open_loop else (self.load.concurrency or 1)
         client_timeout = (args.timeout_ms or 30000) / 1000 + 5.0
@@ -319,6 +362,51 @@ class Runner:
             if stats["batched_requests"] > 0:
                 stats["mean_rows"] = (after[model][1] - rows0) / stats["batched_requests"]
         return self.finish(recorder, durations, cpu_s, wall_s, send.first_errors)
+
+    async def run_overload(self) -> int:
+        args = self.args
+        weights = [m.weight for m in args.model]
+        duration = args.duration or DEFAULT_DURATION
+        client_timeout = args.timeout_ms / 1000 + 5.0
+        async with HttpSender(args.url, OPEN_LOOP_CONNECTIONS, client_timeout) as send:
+            targets = await self.targets(send.clients[0])
+            pick = Picker(targets[self.modes[0]], weights, random.Random(self.rng.random()))
+            if args.warmup > 0:
+                warm = Load(concurrency=args.concurrency or DEFAULT_CONCURRENCY, duration=args.warmup)
+                await self.phases(send, {self.modes[0]: pick}, [warm], Recorder(), "warmup")
+            capacity = args.capacity
+            if capacity is None:
+                concurrency = args.concurrency or DEFAULT_CONCURRENCY
+                recorder = Recorder()
+                phase = Load(concurrency=concurrency, duration=args.capacity_duration)
+                wall = await self.phases(send, {self.modes[0]: pick}, [phase], recorder, "capacity")
+                capacity = sum(1 for s in recorder.samples if s.ok) / wall[self.modes[0]]
+                if capacity <= 0:
+                    say(self.err, "no request succeeded while measuring the capacity")
+                    return 1
+            say(self.err, f"capacity: {capacity:.1f} req/s; deadline {args.timeout_ms} ms")
+            steps, memory = await overload.run_steps(
+                send,
+                pick,
+                send.clients[0],
+                capacity,
+                args.multiples,
+                duration,
+                float(args.timeout_ms),
+                self.rng,
+                lambda text: say(self.err, text),
+            )
+        title = f"poolserve loadtest --overload: {', '.join(m.name for m in args.model)} ({args.protocol})"
+        self.out.print(title, style="bold", highlight=False)
+        self.out.print(overload.table(steps, memory))
+        for status, message in sorted(send.first_errors.items()):
+            say(self.err, f"first {status} error: {message}")
+        if args.report:
+            config = _config(args, Load(duration=duration), self.modes)
+            config.update(overload=True, capacity_rps=capacity, multiples=args.multiples)
+            extra = {"overload": {"capacity_rps": capacity, "steps": steps, **memory}}
+            report.write_report(args.report, [], config, extra)
+        return 0
 
     async def phases(
         self, send: Send, pickers: dict[str, Picker], phases: list[Load], recorder: Recorder, label: str

@@ -30,6 +30,8 @@ PROTOCOLS = ("native", "kserve", "tfserving")
 # mode name -> the use_run_handler_pool value sent (None: the field is left out, the server decides)
 MODES: dict[str, bool | None] = {"pool": True, "no_pool": False, "default": None}
 HEADER_LENGTH = "Inference-Header-Content-Length"
+# the timeout the server can read before the body (server/admission.py)
+TIMEOUT_HEADER = "X-Request-Timeout-Ms"
 
 # KServe datatype -> (numpy dtype, TensorFlow DataType for the native protobuf body)
 DATATYPES: dict[str, tuple[np.dtype[Any], types_pb2.DataType]] = {
@@ -227,6 +229,8 @@ def encode_request(
     """The HTTP request for one inference on ``model`` with use_run_handler_pool set per ``mode``."""
     pool = MODES[mode]
     datatypes = {s.name: s.datatype for s in model.inputs}
+    # the timeout in a header too: the server sheds on it before reading the body (server/admission.py)
+    extra = {TIMEOUT_HEADER: str(timeout_ms)} if timeout_ms and protocol != "tfserving" else {}
     if protocol == "native":
         path = f"/v1/models/{model.name}:run"
         if binary:
@@ -238,7 +242,8 @@ def encode_request(
             if pool is not None:
                 msg.use_run_handler_pool = pool
             content_type = "application/x-protobuf"
-            return Target(model.name, mode, path, msg.SerializeToString(), {"Content-Type": content_type})
+            headers = {"Content-Type": content_type, **extra}
+            return Target(model.name, mode, path, msg.SerializeToString(), headers)
         options: dict[str, Any] = {}
         if timeout_ms:
             options["timeout_in_ms"] = timeout_ms
@@ -247,7 +252,7 @@ def encode_request(
         body: dict[str, Any] = {"feeds": {n: _json_value(a) for n, a in payload.items()}}
         if options:
             body["run_options"] = options
-        return Target(model.name, mode, path, _dumps(body), {"Content-Type": "application/json"})
+        return Target(model.name, mode, path, _dumps(body), {"Content-Type": "application/json", **extra})
     if protocol == "kserve":
         path = f"/v2/models/{model.name}/infer"
         params: dict[str, Any] = {}
@@ -273,8 +278,8 @@ def encode_request(
             request["parameters"] = params
         header = _dumps(request)
         if not binary:
-            return Target(model.name, mode, path, header, {"Content-Type": "application/json"})
-        headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(header))}
+            return Target(model.name, mode, path, header, {"Content-Type": "application/json", **extra})
+        headers = {"Content-Type": "application/octet-stream", HEADER_LENGTH: str(len(header)), **extra}
         return Target(model.name, mode, path, b"".join([header, *chunks]), headers)
     if protocol == "tfserving":
         # TF Serving's REST API has no per-request pool switch nor timeout: the server defaults apply

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from poolserve.server import codec
+from poolserve.server.admission import check_decoded
 from poolserve.server.models import ModelEntry
 from poolserve.server.routes import Route
 from poolserve.server.service import InferenceService, InferRequest, InferResult, request_info
@@ -61,6 +62,7 @@ async def serve(
             adapter.decode_size(request, body), adapter.decode, request, body, entry
         )
         infer.request_id, infer.received_at = request_info(request.scope)
+        check_decoded(request.scope, infer, service)
         result = await service.infer(infer)
     out = await codec.sized(adapter.encode_size(result, context), adapter.encode, request, result, context)
     return Response(out.content, media_type=out.media_type, headers=out.headers)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,9 +28,11 @@ from poolserve.runtime.errors import (
     InvalidArgumentError,
     NotFoundError,
 )
-from poolserve.server import codec, errors, kserve, native, sessions, tfserving
+from poolserve.server import admission, codec, errors, kserve, native, openapi, sessions, tfserving
 from poolserve.server.config import Config
 from poolserve.server.errors import REQUEST_ID_HEADER
+from poolserve.server.limits import BodyTimeoutMiddleware
+from poolserve.server.protocol import arrival
 from poolserve.server.service import InferenceService, RequestInfo, attach_info, new_request_id
 
 log = logging.getLogger("poolserve")
@@ -72,7 +75,7 @@ class ServingMiddleware:
         service = self.service
         server = service.config.server
         metrics = service.metrics
-        info = RequestInfo(_request_id(scope), time.monotonic())
+        info = RequestInfo(_request_id(scope), arrival(scope))
         attach_info(scope, info)
         rid_header = (REQUEST_ID_HEADER.lower().encode(), info.request_id.encode("latin-1"))
         state: dict[str, Any] = {"status": 500, "started": False, "complete": False}
@@ -262,6 +265,10 @@ def operations_router(service: InferenceService) -> APIRouter:
         log.info("run handler pool default set to %s", setting.enabled)
         return _pool_state(service)
 
+    @api.get("/v1/runtime/process")
+    async def process() -> dict[str, Any]:
+        return {"pid": os.getpid(), "rss_bytes": _rss_bytes()}
+
     @api.get("/v1/traces")
     async def list_traces(limit: int = Query(100, ge=1, le=10000)) -> dict[str, Any]:
         return {"traces": [r.summary() for r in service.traces.recent(limit)]}
@@ -287,6 +294,18 @@ def operations_router(service: InferenceService) -> APIRouter:
     return api
 
 
+def _rss_bytes() -> int | None:
+    """The process's resident set size (Linux's /proc; None elsewhere)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 # --- the app ---------------------------------------------------------------------------------------------
 
 
@@ -309,9 +328,11 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
             service.close()
 
     store = sessions.SessionStore(service)
-    app = FastAPI(title="poolserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="poolserve", lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    openapi.install(app, service)
     app.state.service = service
     app.state.sessions = store
+    app.state.admission = admission.Admission()
     errors.install(app)
     # The inference routes first, as plain Starlette routes: they take nearly all the traffic, and
     # matched ahead of the included routers and without FastAPI's per-request dependency solving they cost
@@ -332,9 +353,14 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
         tfserving.router(service),
         kserve.router(service),
         operations_router(service),
+        admission.router(app.state.admission),
         sessions.router(service, store),
     ):
         app.router.routes.extend(api.routes)
+    # the last added runs first: ids, metrics and max_in_flight, then admission (sheds before the body
+    # is read), then the body read timeout
+    app.add_middleware(BodyTimeoutMiddleware, timeout_ms=config.server.body_timeout_ms)
+    app.add_middleware(admission.AdmissionMiddleware, service=service, admission=app.state.admission)
     app.add_middleware(ServingMiddleware, service=service)
     return app
 

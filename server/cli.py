@@ -49,6 +49,7 @@ def _exit_zero(signum: int, frame: FrameType | None) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     from poolserve.server.app import create_app  # imports the runtime and the kernels: only when serving
+    from poolserve.server.protocol import protocol_class
 
     logging.basicConfig(level=args.log_level.upper() if args.log_level != "trace" else "DEBUG")
     try:
@@ -76,7 +77,9 @@ def serve(args: argparse.Namespace) -> int:
         access_log=args.access_log,
         timeout_graceful_shutdown=max(1, round(config.server.drain_seconds)),
         lifespan="on",
-        # loop and http stay "auto": uvloop and httptools (installed with uvicorn[standard]) when present
+        # httptools' protocol plus the arrival stamp, header timeout and size, connection limit
+        http=protocol_class(config.server),
+        # the loop stays "auto": uvloop (installed with uvicorn[standard]) when present
     )
     server = _Server(uv_config, [service])
     signal.signal(signal.SIGTERM, _exit_zero)

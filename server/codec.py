@@ -25,6 +25,8 @@ import json
 import math
 import struct
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -38,10 +40,14 @@ from poolserve.runtime.types import Array
 T = TypeVar("T")
 Dtype = np.dtype[Any]
 
-# JSON texts and answers from this size on are decoded/encoded in a thread, so one big request does not
-# stall the event loop (the adapters' rule before the codec; orjson reads a 65 KB body of floats in 0.19 ms
-# and the codec makes it an array in 0.16 ms on this machine, against 1.7 ms for json.loads alone)
-OFFLOAD_BYTES = 256 * 1024
+# JSON texts and answers from this size on are decoded/encoded off the event loop, in one thread shared by
+# every request. Off the loop: a decode on it delays every socket read behind it, and under overload the
+# decodes of the admitted requests made new arrivals wait 200-700 ms before admission saw them (a 100 KB
+# body of [8, 28, 28, 1] nested lists costs ~19 ms in np.asarray; flat floats cost far less: orjson reads
+# 65 KB in 0.19 ms and the codec makes it an array in 0.16 ms). One thread: decoding holds the GIL, so more
+# threads add no throughput, only more threads the loop must win the GIL from.
+OFFLOAD_BYTES = 32 * 1024
+_CODEC_THREAD = ThreadPoolExecutor(1, thread_name_prefix="poolserve-codec")
 
 STRING = np.dtype(object)
 _U32 = struct.Struct("<I")
@@ -147,10 +153,16 @@ def dumps(value: Any) -> bytes:
     return orjson.dumps(value, option=_DUMPS)
 
 
+async def in_codec_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in the codec thread."""
+    return await asyncio.get_running_loop().run_in_executor(_CODEC_THREAD, partial(fn, *args))
+
+
 async def sized(size: int, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``, in a thread when ``size`` (bytes to decode or encode) is at least OFFLOAD_BYTES."""
+    """``fn(*args)``, in the codec thread when ``size`` (bytes to decode or encode) is at least
+    OFFLOAD_BYTES."""
     if size >= OFFLOAD_BYTES:
-        return await asyncio.to_thread(fn, *args)
+        return await in_codec_thread(fn, *args)
     return fn(*args)
 
 

@@ -52,6 +52,13 @@ class ServerSettings(_Section):
     # seconds between looks at the models' files (base paths, .pb files) and the config file for changes
     # (server/repository.py); 0 = never. TF Serving's --file_system_poll_wait_seconds is 1.
     poll_seconds: float = Field(default=2.0, ge=0)
+    # Overload (server/admission.py, server/protocol.py, server/limits.py). shed: refuse (503 +
+    # Retry-After) at arrival a request that the queue's expected cost says cannot finish by its deadline.
+    shed: bool = True
+    header_timeout_ms: int = Field(default=10000, gt=0)  # from a connection's first byte to its headers
+    body_timeout_ms: int = Field(default=30000, gt=0)  # from arrival to the body's last byte (408)
+    max_header_bytes: int = Field(default=64 * 1024, gt=0)  # request line and headers (431)
+    max_connections: int = Field(default=1024, gt=0)  # open connections; past it requests get 503
 
 
 class RuntimeSettings(_Section):

@@ -44,10 +44,12 @@ _CODE_FOR_STATUS: dict[int, Code] = {
     403: Code.PERMISSION_DENIED,
     404: Code.NOT_FOUND,
     405: Code.UNIMPLEMENTED,
+    408: Code.DEADLINE_EXCEEDED,
     409: Code.ABORTED,
     413: Code.RESOURCE_EXHAUSTED,
     415: Code.INVALID_ARGUMENT,
     429: Code.RESOURCE_EXHAUSTED,
+    431: Code.RESOURCE_EXHAUSTED,
     501: Code.UNIMPLEMENTED,
     503: Code.UNAVAILABLE,
     504: Code.DEADLINE_EXCEEDED,
@@ -97,7 +99,8 @@ def validation_message(exc: RequestValidationError) -> str:
 
 async def _op_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, OpError)
-    return error_response(exc)
+    # an error may carry headers for its answer (a shed request's Retry-After)
+    return error_response(exc, headers=getattr(exc, "headers", None))
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from support import ServerProcess, free_port
 
-from poolserve.loadtest import cli, report
+from poolserve.loadtest import cli, overload, report
 from poolserve.loadtest.generator import (
     HEADER_LENGTH,
     HttpSender,
@@ -418,6 +418,46 @@ def test_timeouts_are_counted(server, tmp_path, capsys):
     assert "no request succeeded" in err
 
 
+def test_overload_steps_report_goodput_shedding_and_rss(server, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(overload, "SETTLE_S", 0.1)
+    out = tmp_path / "o.json"
+    argv = [
+        "--url",
+        server,
+        "--model",
+        "mlp",
+        "--overload",
+        "--capacity-duration",
+        "0.5",
+        "--duration",
+        "0.5",
+    ]
+    assert cli.main([*argv, "--multiples", "1", "2", "--report", str(out)]) == 0
+    body = json.loads(out.read_text())["overload"]
+    assert body["capacity_rps"] > 0 and body["rss_idle_mib"] > 10
+    steps = body["steps"]
+    assert [s["multiple"] for s in steps] == [1.0, 2.0]
+    for s in steps:
+        assert s["offered_rps"] == pytest.approx(s["multiple"] * body["capacity_rps"])
+        assert s["requests"] == s["accepted"] + s["shed"] + s["timeouts_504"] + s["other_errors"] + s[
+            "connection_errors"]  # fmt: skip
+        assert s["deadline_ms"] == 1000 and s["rss_peak_mib"] >= body["rss_idle_mib"]
+        assert 0 <= s["shed_fraction"] <= 1 and s["goodput_rps"] <= s["accepted"] / 0.5
+    table = capsys.readouterr().out
+    assert "--overload: mlp" in table and "2x" in table
+
+
+def test_overload_step_summary():
+    samples = [Sample(0, 0.2, 200, "default", "m"), Sample(0, 1.5, 200, "default", "m"),
+               Sample(0, 0.004, 503, "default", "m"), Sample(0, 6.0, "client_timeout", "default", "m")]  # fmt: skip
+    s = overload.summarize_step(samples, overload.Step(2.0, 20.0, 2.0), 10.0, 1000.0, 2.5)
+    assert s["accepted"] == 2 and s["goodput_rps"] == 0.5 and s["goodput_of_capacity"] == 0.05
+    assert s["shed"] == 1 and s["shed_fraction"] == 0.25 and s["time_to_shed_p99_ms"] == pytest.approx(4)
+    assert s["connection_errors"] == 1 and s["timeouts_504"] == 0
+    s.update(rss_peak_mib=120.0, rss_after_mib=100.0, send_lag_p99_ms=3.0)
+    assert "| 2x | 20.0 | 0.5 (0.05) |" in overload.markdown([s], {"rss_idle_mib": 90.0})
+
+
 def test_tfserving_says_pool_is_not_expressible(server, capsys):
     argv = ["--url", server, "--model", "attention", "--protocol", "tfserving", "--pool", "on"]
     assert cli.main([*argv, "--requests", "5", "--concurrency", "1", "--timeout-ms", "5000"]) == 0
@@ -481,6 +521,11 @@ def test_plot_without_matplotlib(monkeypatch, capsys):
         (["--model", "m", "--protocol", "grpc"], "invalid choice: 'grpc'"),
         (["--model", "m", "--batch", "0"], "expected a positive integer, got '0'"),
         (["--rate", "5"], "the following arguments are required: --model"),
+        (["--model", "m", "--overload", "--rate", "5"], "--rate does not go with --overload"),
+        (
+            ["--model", "m", "--overload", "--protocol", "tfserving"],
+            "--overload needs a per-request deadline",
+        ),
     ],
 )
 def test_bad_arguments(argv, message, capsys):

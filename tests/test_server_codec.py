@@ -286,13 +286,13 @@ async def test_big_bodies_and_answers_leave_the_event_loop_in_every_protocol(
     client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     offloaded: list[str] = []
-    to_thread = asyncio.to_thread
+    to_thread = codec.in_codec_thread
 
     async def counting(fn: Any, *args: Any) -> Any:
         offloaded.append(f"{type(fn.__self__).__name__}.{fn.__name__}")
         return await to_thread(fn, *args)
 
-    monkeypatch.setattr(asyncio, "to_thread", counting)
+    monkeypatch.setattr(codec, "in_codec_thread", counting)
     n = list(range(120_000))  # ~800 KB of JSON, 480 KB of int32 out
     answers = await three_ways(client, "n", n)
     assert [r.status_code for r in answers] == [200, 200, 200]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import re
@@ -19,6 +18,7 @@ from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.graph import Graph
 from poolserve.runtime.session import Session
+from poolserve.server import codec
 from poolserve.server.app import create_app
 from poolserve.server.config import load_config
 from poolserve.server.tfserving import to_array
@@ -465,13 +465,13 @@ async def test_native_run_route_is_not_shadowed(client):
 async def test_large_request_and_response(client, monkeypatch):
     """Big JSON bodies and outputs are decoded and encoded off the event loop: same answers."""
     offloaded = []
-    to_thread = asyncio.to_thread
+    to_thread = codec.in_codec_thread
 
     async def counting(fn, *args):
         offloaded.append(fn.__name__)
         return await to_thread(fn, *args)
 
-    monkeypatch.setattr(asyncio, "to_thread", counting)
+    monkeypatch.setattr(codec, "in_codec_thread", counting)
     x = np.random.default_rng(3).standard_normal((300, 256)).astype(np.float32)
     with Session(Graph.load(MLP.parent / "branches.pb")) as sess:
         expected = sess.run("output:0", {"input:0": x})

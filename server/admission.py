@@ -1,0 +1,271 @@
+"""Admission: shed at arrival, cheaply, the requests the queue says cannot finish by their deadline.
+
+A request's deadline counts from its arrival (``server.protocol.arrival``). The middleware decides from
+what is known before the body is read: the model (from the URL), the timeout (the ``X-Request-Timeout-Ms``
+header, else ``server.default_timeout_ms``) and the queue's expected cost: the measured cost of each
+request admitted and not yet answered, plus the new one's. A request that cannot finish in time gets 503
+with ``Retry-After`` (whole seconds, rounded up, as HTTP defines it) and ``Retry-After-Ms`` (the same, in
+milliseconds); one whose deadline has already passed while it waited (socket, event loop) gets 504. Both
+answers cost no body read and no decode. Once decoded, the request's own timeout (run options, KServe's
+``timeout``) is checked again against the work still ahead of it (``check_decoded``).
+
+The cost of a model's request is measured, not configured: when an admitted request is answered, the time
+since the previous answer (or since its arrival, when the server was idle before it) is its share of the
+server's time; an exponential average of that per model is the cost. Under load that is the inverse of the
+throughput the server actually reaches, parallelism included, so the queue's expected cost is how long the
+server needs to answer what it has already accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from poolserve.proto import config_pb2
+from poolserve.runtime.errors import InvalidArgumentError, UnavailableError
+from poolserve.server import errors
+from poolserve.server.protocol import OVER_CONNECTIONS_KEY, arrival
+from poolserve.server.service import InferenceService, InferRequest
+
+TIMEOUT_HEADER = "X-Request-Timeout-Ms"
+_TIMEOUT_KEY = TIMEOUT_HEADER.lower().encode()
+_TICKET_KEY = "poolserve.ticket"
+# the inference routes of every protocol; the model is the first path segment after /models/
+_INFER_PATH = re.compile(r"^/v[12]/models/([^/:]+)(?:/(?:versions|labels)/[^/:]+)?(?::run|:predict|/infer)$")
+# weight of the newest measurement in a model's cost (about the last 10 answers count)
+_ALPHA = 0.1
+# the expected wait is a mean: a margin keeps the accepted requests' tail within the deadline
+_SAFETY = 1.15
+# At arrival, admitted work must be expected to be answered within this share of the deadline. A queue
+# longer than the server's parallelism adds latency and no throughput, and the cost is a mean measured on
+# a machine whose speed varies (shared cores): the rest of the budget absorbs it. Measured with the cnn
+# example (batch 8, deadline 1 s, loadtest --overload): with the whole budget, 3x capacity gave 105 504s in
+# 6 s and shed after decoding (time to shed ~1 s).
+_BUDGET = 0.5
+
+
+class ShedError(UnavailableError):
+    """503: the request cannot finish by its deadline; retry after ``retry_after_ms``."""
+
+    def __init__(self, message: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return retry_headers(self.retry_after_ms)
+
+
+def retry_headers(retry_after_ms: int) -> dict[str, str]:
+    seconds = max(1, math.ceil(retry_after_ms / 1000))
+    return {"Retry-After": str(seconds), "Retry-After-Ms": str(retry_after_ms)}
+
+
+@dataclass(eq=False)
+class Ticket:
+    """An admitted request: its model, when it arrived and its timeout."""
+
+    admission: Admission
+    model: str
+    arrived: float
+    timeout_ms: int
+    header_timeout: bool  # the timeout came from the header (applied when the body sets none)
+    seq: int = 0
+
+
+@dataclass
+class Admission:
+    """The queue's expected cost and the per-model costs it is made of (event loop only: no locks)."""
+
+    cost: dict[str, float] = field(default_factory=dict)  # seconds of the server per answer, per model
+    open: dict[int, Ticket] = field(default_factory=dict)  # admitted, not answered, by admission order
+    waiting: Counter[str] = field(default_factory=Counter)  # the same, counted per model
+    last_answer: float = 0.0
+    shed: int = 0
+    _seq: int = 0
+
+    @property
+    def pending(self) -> float:
+        """Seconds: what the server needs to answer every admitted request, at today's costs."""
+        return sum(n * self.cost.get(m, 0.0) for m, n in self.waiting.items())
+
+    def expected(self, model: str) -> float:
+        """Seconds until a request for ``model`` admitted now would be answered (with the margin)."""
+        return (self.pending + self.cost.get(model, 0.0)) * _SAFETY
+
+    def decide(self, model: str, arrived: float, timeout_ms: int, now: float) -> int | None:
+        """None to admit; else how many ms until the queue would have room for it."""
+        # An idle server admits: its costs may be stale (measured under a load since gone, which would shed
+        # everything forever), and only answers measure them again.
+        if timeout_ms <= 0 or not self.open:
+            return None
+        expected = self.expected(model)
+        if expected <= 0:  # nothing measured: no reason to shed (a deadline too short for it is a 504)
+            return None
+        late = now + expected - (arrived + _BUDGET * timeout_ms / 1000.0)
+        return None if late <= 0 else max(1, math.ceil(late * 1000))
+
+    def admit(self, model: str, arrived: float, timeout_ms: int, header: bool) -> Ticket:
+        self._seq += 1
+        ticket = Ticket(self, model, arrived, timeout_ms, header, self._seq)
+        self.open[ticket.seq] = ticket
+        self.waiting[model] += 1
+        return ticket
+
+    def release(self, ticket: Ticket, ok: bool, now: float) -> None:
+        if self.open.pop(ticket.seq, None) is None:
+            return
+        self.waiting[ticket.model] -= 1
+        share = now - max(self.last_answer, ticket.arrived)
+        self.last_answer = now
+        if ok and share >= 0:
+            old = self.cost.get(ticket.model)
+            self.cost[ticket.model] = share if old is None else old + _ALPHA * (share - old)
+
+    def ahead(self, ticket: Ticket) -> float:
+        """What the server needs to answer the requests admitted before ``ticket``, and ticket itself."""
+        total = 0.0
+        for seq, other in self.open.items():
+            if seq > ticket.seq:
+                break
+            total += self.cost.get(other.model, 0.0)
+        return total
+
+
+# the longest timeout taken from the header (RunOptions.timeout_in_ms is an int64; 2^31 ms is 24 days)
+MAX_TIMEOUT_MS = 2**31 - 1
+
+
+def _header_timeout(scope: Scope) -> int | None:
+    """The header's timeout in ms (None without one); InvalidArgumentError for one that is no integer."""
+    for key, value in scope.get("headers", ()):
+        if key == _TIMEOUT_KEY:
+            text = value.decode("latin-1").strip()
+            if not text.isdigit() or not text.isascii() or int(text) <= 0:
+                raise InvalidArgumentError(
+                    f"{TIMEOUT_HEADER} must be a positive integer (milliseconds), got {text[:40]!r}"
+                )
+            return min(int(text), MAX_TIMEOUT_MS)
+    return None
+
+
+def check_decoded(scope: Scope, request: InferRequest, service: InferenceService) -> None:
+    """After decoding: applies the header's timeout when the body set none, and sheds the request
+    (ShedError, 503) if its own timeout leaves too little for the work admitted before it."""
+    ticket: Ticket | None = scope.get(_TICKET_KEY)
+    if ticket is None:
+        return
+    options = request.run_options
+    if ticket.header_timeout and (options is None or options.timeout_in_ms <= 0):
+        if options is None:
+            request.run_options = options = config_pb2.RunOptions()
+        options.timeout_in_ms = ticket.timeout_ms
+    timeout_ms = service.timeout_ms(options)
+    if timeout_ms <= 0 or not service.config.server.shed:
+        return
+    admission = ticket.admission
+    now = time.monotonic()
+    expected = admission.ahead(ticket) * _SAFETY
+    late = now + expected - (ticket.arrived + timeout_ms / 1000.0)
+    if late > 0 and now < ticket.arrived + timeout_ms / 1000.0:  # past the deadline: the service's 504
+        admission.shed += 1
+        raise ShedError(
+            f"The server cannot answer within the request's {timeout_ms} ms: the work queued ahead of it "
+            f"needs about {expected * 1000:.0f} ms; retry later",
+            max(1, math.ceil(late * 1000)),
+        )
+
+
+class AdmissionMiddleware:
+    """Sheds inference requests before their body is read (503/504), refuses requests on connections past
+    max_connections (503, connection closed), and keeps the queue's cost as admitted requests finish."""
+
+    def __init__(self, app: ASGIApp, service: InferenceService, admission: Admission) -> None:
+        self.app = app
+        self.service = service
+        self.admission = admission
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        server = self.service.config.server
+        if scope.get(OVER_CONNECTIONS_KEY):
+            message = f"The server has more than max_connections ({server.max_connections}) open; retry later"
+            headers = {**retry_headers(1000), "Connection": "close"}
+            await errors.status_response(503, message, headers)(scope, receive, send)
+            return
+        match = _INFER_PATH.match(scope["path"]) if scope["method"] == "POST" and server.shed else None
+        if match is None or match.group(1) not in self.service.models:
+            await self.app(scope, receive, send)
+            return
+        model = match.group(1)
+        try:
+            header_ms = _header_timeout(scope)
+        except InvalidArgumentError as e:
+            await errors.error_response(e)(scope, receive, send)
+            return
+        timeout_ms = header_ms or server.default_timeout_ms
+        arrived = arrival(scope)
+        now = time.monotonic()
+        admission = self.admission
+        if timeout_ms > 0 and now >= arrived + timeout_ms / 1000.0:
+            message = (
+                f"The deadline of {timeout_ms} ms passed before the request was read ({TIMEOUT_HEADER} or "
+                "the server's default_timeout_ms)"
+            )
+            await errors.status_response(504, message)(scope, receive, send)
+            return
+        retry_ms = admission.decide(model, arrived, timeout_ms, now)
+        if retry_ms is not None:
+            admission.shed += 1
+            self.service.metrics.rejected.inc()
+            message = (
+                f"The server cannot answer a '{model}' request within {timeout_ms} ms: the work queued needs "
+                f"about {admission.expected(model) * 1000:.0f} ms, more than half of it (the rest is the "
+                "margin for a busy machine); retry later"
+            )
+            await errors.status_response(503, message, retry_headers(retry_ms))(scope, receive, send)
+            return
+        ticket = admission.admit(model, arrived, timeout_ms, header_ms is not None)
+        scope[_TICKET_KEY] = ticket
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            admission.release(ticket, status == 200, time.monotonic())
+
+
+def router(admission: Admission) -> APIRouter:
+    api = APIRouter()
+
+    @api.get("/v1/runtime/admission")
+    async def state() -> dict[str, Any]:
+        return runtime_state(admission)
+
+    return api
+
+
+def runtime_state(admission: Admission) -> dict[str, Any]:
+    """The queue's expected cost, the requests admitted and not yet answered, how many were shed, and each
+    model's measured cost."""
+    return {
+        "queued_cost_ms": round(admission.pending * 1000, 3),
+        "admitted_open": len(admission.open),
+        "shed": admission.shed,
+        "cost_ms": {m: round(c * 1000, 3) for m, c in sorted(admission.cost.items())},
+    }

@@ -1,0 +1,49 @@
+"""The body read timeout: a client that trickles its body cannot hold a request slot.
+
+From the request's arrival, the whole body must be in within ``server.body_timeout_ms``; past it the
+request is answered 408 (JSON) and the connection closed. The size limit (413) is enforced as the body is
+read, by the serving middleware (server/app.py); header timeouts and sizes belong to the protocol
+(server/protocol.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from poolserve.server.protocol import arrival
+
+
+class BodyTimeoutMiddleware:
+    def __init__(self, app: ASGIApp, timeout_ms: int) -> None:
+        self.app = app
+        self.timeout = timeout_ms / 1000.0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        until = arrival(scope) + self.timeout
+        body_done = False
+
+        async def receive_in_time() -> Message:
+            nonlocal body_done
+            if body_done:  # after the body, receive() waits for a disconnect: no limit
+                return await receive()
+            try:
+                async with asyncio.timeout(max(0.0, until - time.monotonic())):
+                    message = await receive()
+            except TimeoutError:
+                raise HTTPException(
+                    408,
+                    f"The request body did not arrive within body_timeout_ms ({self.timeout * 1000:.0f} ms)",
+                    headers={"Connection": "close"},
+                ) from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
+        await self.app(scope, receive_in_time, send)

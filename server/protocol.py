@@ -1,0 +1,144 @@
+"""The HTTP protocol uvicorn runs: httptools' own, plus the arrival stamp and the limits on hostile clients.
+
+uvicorn starts a request's ASGI task once its headers are parsed, but the task runs only when the event
+loop gets to it, which under load is late: a deadline that starts in the app starts late. This protocol
+stamps the request's arrival when its first byte is parsed (``scope["poolserve.arrival"]``, read by
+``arrival``), and the deadline counts from there. It also answers, as JSON, and closes the connection:
+
+- 408 when a connection's request line and headers take longer than ``header_timeout_ms`` (counted from
+  the connection's opening or the request's first byte): a client that opens connections and sends
+  nothing, or headers a byte at a time, cannot hold them;
+- 431 when the request line and headers are larger than ``max_header_bytes``;
+- 400 (JSON, where httptools' default is text) for a request that does not parse.
+
+A request on a connection past ``max_connections`` is marked (``scope["poolserve.over_connections"]``); the
+admission middleware answers it 503 and closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from poolserve.runtime.errors import Code
+from poolserve.server import codec, errors
+from poolserve.server.config import ServerSettings
+
+ARRIVAL_KEY = "poolserve.arrival"
+OVER_CONNECTIONS_KEY = "poolserve.over_connections"
+
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_CODES = {400: Code.INVALID_ARGUMENT, 408: Code.DEADLINE_EXCEEDED, 431: Code.RESOURCE_EXHAUSTED}
+
+
+def arrival(scope: Any) -> float:
+    """When the request's first byte was parsed (time.monotonic()); now when no protocol stamped it."""
+    stamped: float | None = scope.get(ARRIVAL_KEY)
+    return stamped if stamped is not None else time.monotonic()
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing; the answer is in the protocol's ``_refusal``."""
+
+
+class ServingProtocol(HttpToolsProtocol):
+    settings = ServerSettings()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._header_bytes = 0
+        self._refusal: tuple[int, str] | None = None
+
+    # --- the header timer ---------------------------------------------------------------------------------
+
+    def _start_header_timer(self) -> None:
+        if self._header_timer is None:
+            delay = self.settings.header_timeout_ms / 1000.0
+            self._header_timer = self.loop.call_later(delay, self._headers_too_slow)
+
+    def _stop_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            # an earlier (pipelined) request is still being answered: give the next one its full time
+            self._start_header_timer()
+            return
+        self._refuse(
+            408,
+            f"The request line and headers did not arrive within header_timeout_ms "
+            f"({self.settings.header_timeout_ms} ms)",
+        )
+
+    def _refuse(self, status: int, message: str) -> None:
+        self._stop_header_timer()
+        if self.transport.is_closing():
+            return
+        body = codec.dumps(errors.error_body(message, _CODES[status]))
+        head = (
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n" % (status, _REASONS[status], len(body))
+        )
+        self.transport.write(head + body)
+        self.transport.close()
+
+    # --- uvicorn's hooks ----------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._start_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_header_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refusal is None:
+            super().data_received(data)
+
+    def send_400_response(self, msg: str) -> None:
+        # httptools wraps what a callback raised (_Refused) into a parse error: answer the refusal instead
+        status, message = self._refusal or (400, f"{msg} The request line or headers are not HTTP/1.1")
+        self._refuse(status, message)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.scope[ARRIVAL_KEY] = time.monotonic()  # type: ignore[literal-required]
+        self._header_bytes = 0
+        self._start_header_timer()
+
+    def _count(self, n: int) -> None:
+        self._header_bytes += n
+        if self._header_bytes > self.settings.max_header_bytes:
+            self._refusal = (
+                431,
+                f"The request line and headers are larger than max_header_bytes "
+                f"({self.settings.max_header_bytes})",
+            )
+            raise _Refused
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._stop_header_timer()
+        if len(self.connections) > self.settings.max_connections:
+            self.scope[OVER_CONNECTIONS_KEY] = True  # type: ignore[literal-required]
+        super().on_headers_complete()
+
+
+def protocol_class(settings: ServerSettings) -> type[ServingProtocol]:
+    """The protocol class to give uvicorn (``uvicorn.Config(http=...)``), bound to the server's settings."""
+    return type("ServingProtocol", (ServingProtocol,), {"settings": settings})
