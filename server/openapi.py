@@ -153,6 +153,8 @@ _EMPTY_OK = frozenset(
         "/v2/health/ready",
         "/v2/models/{model}/ready",
         "/v2/models/{model}/versions/{version}/ready",
+        "/v2/repository/models/{model}/load",  # Triton answers the repository's load and unload empty
+        "/v2/repository/models/{model}/unload",
     }
 )
 
