@@ -41,6 +41,9 @@ C = TypeVar("C")  # what an adapter keeps from a request for its answer
 R = TypeVar("R")  # the response message
 
 REQUEST_ID_KEY = "x-request-id"
+# a call cancelled this close to its deadline was cancelled by it (the client's clock runs out first: the
+# server counts from the request's arrival)
+_DEADLINE_SLACK_S = 0.05
 _MAX_ID_LENGTH = 128
 
 
@@ -123,8 +126,17 @@ async def serve(
         await context.abort(grpc_status(e.code), e.message)
         raise  # abort raises; this line is never reached
     except asyncio.CancelledError:
-        status = 499
-        log.info("request %s: the client cancelled the call; its work was cancelled", request_id)
+        # gRPC cancels the handler when the client cancels, and when the deadline passes first; a client
+        # whose own deadline passed cancels a moment before the server's copy of it expires
+        remaining = context.time_remaining()
+        if remaining is not None and remaining <= _DEADLINE_SLACK_S:
+            status = 504
+            if model:
+                service.metrics.child(service.metrics.timeouts, model).inc()
+            log.info("request %s: the call's deadline passed; its work was cancelled", request_id)
+        else:
+            status = 499
+            log.info("request %s: the client cancelled the call; its work was cancelled", request_id)
         raise
     except Exception:
         log.exception("request %s failed with an unexpected error", request_id)
