@@ -9,6 +9,8 @@
 2. A 1 MiB float32 input, one request at a time (median of ``--repeat``): KServe JSON over HTTP, the
    HTTP binary extension and gRPC raw, on the branches model (1024 x 256, as bench_http) and the MLP
    (4096 x 64, lighter compute: more of the time is the protocol's).
+3. In this process, the protocol's own work on that MLP request (no compute, no network): parsing and
+   decoding the request and encoding the answer, KServe JSON against gRPC raw (median of ``--repeat``).
 """
 
 from __future__ import annotations
@@ -205,6 +207,38 @@ def bench_big(base: str, address: str, model: str, shape: tuple[int, int], repea
     return out
 
 
+def bench_codec(repeat: int) -> dict[str, float]:
+    """The server's decode + encode of a 1 MiB MLP request (4096 x 64) and its 4096 x 10 answer."""
+    from poolserve.server import kserve, kserve_grpc
+    from poolserve.server.service import InferResult
+
+    x = np.random.default_rng(1).standard_normal((4096, 64)).astype(np.float32)
+    y = np.random.default_rng(2).random((4096, 10)).astype(np.float32)
+    _, json_body, _ = http_json("mlp", x)
+    grpc_body = grpc_raw("mlp", x)
+    result = InferResult({"probabilities": y}, "id", "mlp", 1)
+
+    def json_path() -> None:
+        kserve.decode_request(json_body)
+        kserve.encode_response("mlp", "1", [("probabilities", y, False)])
+
+    def grpc_path() -> None:
+        decoded = kserve_grpc.decode_infer(grpc_service_pb2.ModelInferRequest.FromString(grpc_body))
+        decoded.outputs = [kserve.RequestedOutput("probabilities", True)]
+        kserve_grpc.encode_infer(result, decoded).SerializeToString()
+
+    out: dict[str, float] = {}
+    for name, fn in (("json", json_path), ("grpc_raw", grpc_path)):
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        out[f"{name}_ms"] = float(np.median(times) * 1e3)
+    out["grpc_over_json"] = out["json_ms"] / out["grpc_raw_ms"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -240,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"HTTP binary {r['http_binary_ms']:.1f} ms, gRPC raw {r['grpc_raw_ms']:.1f} ms: "
                 f"{r['grpc_over_json']:.1f}x JSON"
             )
+        codec = bench_codec(args.repeat)
+        print(
+            f"protocol work on that MLP request, in process: JSON {codec['json_ms']:.1f} ms, "
+            f"gRPC raw {codec['grpc_raw_ms']:.2f} ms: {codec['grpc_over_json']:.0f}x"
+        )
         print(
             f"(load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
             f"on {os.cpu_count()} cores)"
@@ -247,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             config = vars(args) | {"json": str(args.json), "load_average": [load, os.getloadavg()[0]]}
-            args.json.write_text(json.dumps({"mlp": mlp, "one_mib": big, "config": config}, indent=2))
+            args.json.write_text(
+                json.dumps({"mlp": mlp, "one_mib": big, "codec": codec, "config": config}, indent=2)
+            )
     finally:
         server.terminate()
         server.wait(15)
