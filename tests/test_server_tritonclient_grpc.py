@@ -1,14 +1,16 @@
 """The real KServe v2 gRPC client (tritonclient.grpc) against a real `poolserve serve` process.
 
-tritonclient[grpc] pins a protobuf older than ours, so it cannot live in the test environment: it runs in
-a venv of its own, made once and cached under the temp folder, from a script that prints its results as
-JSON. The answers are compared with tritonclient.http's, in this process, for the same requests."""
+tritonclient[grpc] pins a protobuf older than ours, so it cannot run in the test process: a subprocess runs
+it with that protobuf first on its path (installed once, alone, into a folder cached under the temp folder;
+tritonclient and grpcio are the test environment's), from a script that prints its results as JSON. The
+answers are compared with tritonclient.http's, in this process, for the same requests."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,33 +24,30 @@ import tritonclient.http as triton_http
 from support import ServerProcess
 from test_server_kserve import CONFIG, write_models
 
-TRITON_VERSION = importlib.metadata.version("tritonclient")
-CACHE = Path(tempfile.gettempdir()) / "poolserve-test-cache" / f"tritonclient-grpc-{TRITON_VERSION}"
 _NO_NETWORK = ("NewConnectionError", "Temporary failure in name resolution", "Network is unreachable")
 
 
-def _python(venv: Path) -> Path:
-    return venv / "bin" / "python"
-
-
-def _has_client(venv: Path) -> bool:
-    python = _python(venv)
-    return (
-        python.exists()
-        and subprocess.run([python, "-c", "import tritonclient.grpc"], capture_output=True).returncode == 0
-    )
+def protobuf_requirement() -> str:
+    """The protobuf tritonclient[grpc] asks for (``protobuf<7.0,>=6.30.0`` for 2.73)."""
+    for requirement in importlib.metadata.requires("tritonclient") or ():
+        spec, _, marker = requirement.partition(";")
+        if spec.strip().startswith("protobuf") and "'grpc'" in marker:
+            return spec.strip()
+    raise AssertionError("tritonclient does not name the protobuf of its grpc extra")
 
 
 @pytest.fixture(scope="module")
-def triton_python() -> Path:
-    """A Python with tritonclient[grpc] (the test environment's tritonclient version)."""
-    if _has_client(CACHE):
-        return _python(CACHE)
-    CACHE.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix="build-", dir=CACHE.parent))
-    subprocess.run([sys.executable, "-m", "venv", building], check=True)
+def protobuf_path() -> Path:
+    """A folder holding only the protobuf tritonclient.grpc needs, to put first on a subprocess's path."""
+    requirement = protobuf_requirement()
+    folder = "tritonclient-" + re.sub(r"[^A-Za-z0-9.]+", "_", requirement)  # protobuf_7.0_6.30.0
+    cache = Path(tempfile.gettempdir()) / "poolserve-test-cache" / folder
+    if (cache / "google" / "protobuf").is_dir():
+        return cache
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix="build-", dir=cache.parent))
     pip = subprocess.run(
-        [_python(building), "-m", "pip", "install", "-q", f"tritonclient[grpc]=={TRITON_VERSION}"],
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(building), requirement],
         capture_output=True,
         text=True,
         timeout=300,
@@ -56,14 +55,15 @@ def triton_python() -> Path:
     if pip.returncode != 0:
         shutil.rmtree(building, ignore_errors=True)
         if any(s in pip.stderr for s in _NO_NETWORK):
-            pytest.skip(f"cannot install tritonclient[grpc] (no network): {pip.stderr.strip()[-300:]}")
-        raise AssertionError(f"pip install tritonclient[grpc] failed: {pip.stderr}")
+            pytest.skip(
+                f"cannot install {requirement} for tritonclient.grpc (no network): {pip.stderr[-300:]}"
+            )
+        raise AssertionError(f"pip install {requirement} failed: {pip.stderr}")
     try:
-        os.rename(building, CACHE)  # atomic: a parallel run that got there first keeps its own
+        os.rename(building, cache)  # atomic: a parallel run that got there first keeps its own
     except OSError:
         shutil.rmtree(building, ignore_errors=True)
-    assert _has_client(CACHE)
-    return _python(CACHE)
+    return cache
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +84,11 @@ import numpy as np
 import tritonclient.grpc as tg
 from tritonclient.utils import InferenceServerException
 
+import google.protobuf
 address, x = sys.argv[1], np.asarray(json.loads(sys.argv[2]), np.float32)
 c = tg.InferenceServerClient(address)
 out = {
+    "protobuf": google.protobuf.__version__,
     "live": c.is_server_live(), "ready": c.is_server_ready(),
     "model_ready": [c.is_model_ready("calc"), c.is_model_ready("calc", "1"), c.is_model_ready("nope")],
     "server": c.get_server_metadata(as_json=True),
@@ -117,16 +119,22 @@ print(json.dumps(out))
 """
 
 
-def test_tritonclient_grpc_unchanged(triton_python: Path, server: ServerProcess) -> None:
+def test_tritonclient_grpc_unchanged(protobuf_path: Path, server: ServerProcess) -> None:
     x = np.random.default_rng(2).standard_normal((4, 3)).astype(np.float32)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(protobuf_path), os.environ.get("PYTHONPATH", "")]),
+    }
     run = subprocess.run(
-        [triton_python, "-c", CLIENT, server.grpc_address, json.dumps(x.tolist())],
+        [sys.executable, "-c", CLIENT, server.grpc_address, json.dumps(x.tolist())],
         capture_output=True,
         text=True,
         timeout=60,
+        env=env,
     )
     assert run.returncode == 0, run.stderr
     got = json.loads(run.stdout)
+    assert not got["protobuf"].startswith("7."), got["protobuf"]  # the client's own, older protobuf
     assert got["live"] and got["ready"] and got["model_ready"] == [True, True, False]
     assert got["server"]["name"] == "poolserve"
     http = triton_http.InferenceServerClient(server.address)
