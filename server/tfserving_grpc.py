@@ -5,8 +5,9 @@ Predict is the REST :predict in protobuf: ``model_spec`` names the model, its ve
 label ``stable``: the latest) and the signature; inputs are TensorProtos by the signature's input names,
 each of the input's dtype; ``output_filter`` picks outputs. The answer carries the outputs and the
 ``model_spec`` that served them. GetModelMetadata answers ``signature_def``; GetModelStatus the versions'
-states. Classify and Regress feed tf.Examples to a classify/regress signature, which parses them with
-ParseExample: the runtime has no such kernel, so they answer UNIMPLEMENTED, naming Predict instead.
+states. Classify and Regress feed the request's tf.Examples, serialized (a context Example's features
+merged into each), to the ``inputs`` of a SavedModel signature whose method is classify or regress (TF
+Serving's rule), and read its ``classes``/``scores`` or ``outputs``.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+import numpy as np
 from google.protobuf import wrappers_pb2
 
 from poolserve.proto import (
+    classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
     meta_graph_pb2,
@@ -24,18 +27,21 @@ from poolserve.proto import (
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
+    regression_pb2,
 )
 from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.signature import TensorSpec
 from poolserve.runtime.tensor import shape_to_proto
 from poolserve.runtime.types import Array
 from poolserve.server import codec, tfserving
-from poolserve.server.grpc_server import GrpcAdapter, guarded, serve, unimplemented
+from poolserve.server.grpc_server import GrpcAdapter, guarded, serve
 from poolserve.server.models import ModelEntry
 from poolserve.server.service import InferenceService, InferRequest, InferResult
 
 Context = grpc.aio.ServicerContext[Any, Any]
 SIGNATURE_DEF = "signature_def"
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
 _STATE = get_model_status_pb2.ModelVersionStatus.State
 
 
@@ -109,7 +115,7 @@ def signature_defs(entry: ModelEntry) -> get_model_metadata_pb2.SignatureDefMap:
     out = get_model_metadata_pb2.SignatureDefMap()
     for name, signature in entry.signatures.items():
         sd = out.signature_def[name]
-        sd.method_name = tfserving.PREDICT_METHOD
+        sd.method_name = entry.methods.get(name, tfserving.PREDICT_METHOD)
         for s in signature.inputs:
             sd.inputs[s.name].CopyFrom(_tensor_info(s))
         for s in signature.outputs:
@@ -122,13 +128,29 @@ class PredictionServicer:
         self.service = service
         self.predict = PredictAdapter()
         self.GetModelMetadata = guarded(self._get_model_metadata)
-        self.Classify = unimplemented(_no_examples("Classify"))
-        self.Regress = unimplemented(_no_examples("Regress"))
+        self.classify = ClassifyAdapter()
+        self.regress = RegressAdapter()
 
     async def Predict(
         self, request: predict_pb2.PredictRequest, context: Context
     ) -> predict_pb2.PredictResponse:
         return await serve(self.predict, self.service, request, context)
+
+    async def Classify(
+        self, request: classification_pb2.ClassificationRequest, context: Context
+    ) -> classification_pb2.ClassificationResponse:
+        response: classification_pb2.ClassificationResponse = await serve(
+            self.classify, self.service, request, context
+        )
+        return response
+
+    async def Regress(
+        self, request: regression_pb2.RegressionRequest, context: Context
+    ) -> regression_pb2.RegressionResponse:
+        response: regression_pb2.RegressionResponse = await serve(
+            self.regress, self.service, request, context
+        )
+        return response
 
     async def _get_model_metadata(
         self, request: get_model_metadata_pb2.GetModelMetadataRequest, context: Context
@@ -152,11 +174,127 @@ class PredictionServicer:
         return response
 
 
-def _no_examples(call: str) -> str:
-    return (
-        f"{call} feeds tf.Examples to a signature that parses them with ParseExample, which poolserve's "
-        "runtime does not run: call Predict with the signature's input tensors instead"
-    )
+def serialized_examples(message: Any) -> Array:
+    """The request's Input as a vector of serialized tf.Examples (with context: the context's bytes then
+    the example's, which protobuf merges, the example's features winning)."""
+    kind = message.input.WhichOneof("kind")
+    if kind == "example_list":
+        blobs = [e.SerializeToString() for e in message.input.example_list.examples]
+    elif kind == "example_list_with_context":
+        given = message.input.example_list_with_context
+        context = given.context.SerializeToString()
+        blobs = [context + e.SerializeToString() for e in given.examples]
+    else:
+        blobs = []
+    if not blobs:
+        raise InvalidArgumentError("Input is empty: the request has no examples")
+    out = np.empty(len(blobs), dtype=object)
+    out[:] = blobs
+    return out
+
+
+class ExamplesAdapter(GrpcAdapter[Any, str, Any]):
+    """Classify and Regress: the examples fed to the signature's ``inputs``, its outputs read back."""
+
+    method = ""
+    kind = ""  # "classification" or "regression", in errors
+
+    def model(self, message: Any) -> tuple[str, int | None]:
+        return model_of(message)
+
+    def fetches(self, entry: ModelEntry) -> list[str]:
+        raise NotImplementedError
+
+    def decode(self, message: Any, entry: ModelEntry) -> tuple[InferRequest, str]:
+        entry = entry.for_signature(message.model_spec.signature_name or None)
+        method = entry.methods.get(entry.signature_name, tfserving.PREDICT_METHOD)
+        if method != self.method:
+            raise InvalidArgumentError(
+                f"Expected {self.kind} signature method_name to be {self.method}. Was: {method} "
+                f"(model '{entry.name}', signature '{entry.signature_name}')"
+            )
+        if [s.name for s in entry.inputs] != ["inputs"]:
+            raise InvalidArgumentError(
+                f"Expected one input Tensor named 'inputs' in {self.kind} signature "
+                f"'{entry.signature_name}', which has: {', '.join(s.name for s in entry.inputs)}"
+            )
+        infer = InferRequest(
+            entry.name,
+            {"inputs": serialized_examples(message)},
+            fetches=self.fetches(entry),
+            version=entry.version,
+            signature_name=entry.signature_name,
+        )
+        return infer, entry.signature_name
+
+
+class ClassifyAdapter(ExamplesAdapter):
+    endpoint = "/tensorflow.serving.PredictionService/Classify"
+    method, kind = CLASSIFY_METHOD, "classification"
+
+    def fetches(self, entry: ModelEntry) -> list[str]:
+        names: list[str] = [n for n in ("classes", "scores") if n in {s.name for s in entry.outputs}]
+        if not names:
+            raise InvalidArgumentError(
+                f"Expected classification signature '{entry.signature_name}' outputs to contain "
+                "'classes', 'scores' or both"
+            )
+        return names
+
+    def encode(self, result: InferResult, context: str) -> classification_pb2.ClassificationResponse:
+        classes: Any = result.outputs.get("classes")
+        scores: Any = result.outputs.get("scores")
+        for name, value in (("classes", classes), ("scores", scores)):
+            if value is not None and np.ndim(value) != 2:
+                raise InvalidArgumentError(
+                    f"Expected Tensor shape: [batch_size num_classes] but got {list(np.shape(value))} "
+                    f"for output '{name}'"
+                )
+        shape = np.shape(classes if classes is not None else scores)
+        if classes is not None and scores is not None and np.shape(scores) != shape:
+            raise InvalidArgumentError(
+                f"Output 'classes' has shape {list(shape)} but 'scores' {list(np.shape(scores))}"
+            )
+        response = classification_pb2.ClassificationResponse(
+            model_spec=model_spec(result.model, result.version, context)
+        )
+        for i in range(shape[0]):
+            row = response.result.classifications.add()
+            for j in range(shape[1]):
+                label = classes[i, j] if classes is not None else b""
+                row.classes.add(
+                    label=label.decode("utf-8", "replace") if isinstance(label, bytes) else str(label),
+                    score=float(scores[i, j]) if scores is not None else 0.0,
+                )
+        return response
+
+
+class RegressAdapter(ExamplesAdapter):
+    endpoint = "/tensorflow.serving.PredictionService/Regress"
+    method, kind = REGRESS_METHOD, "regression"
+
+    def fetches(self, entry: ModelEntry) -> list[str]:
+        if "outputs" not in {s.name for s in entry.outputs}:
+            raise InvalidArgumentError(
+                f"Expected one output Tensor named 'outputs' in regression signature '{entry.signature_name}'"
+            )
+        return ["outputs"]
+
+    def encode(self, result: InferResult, context: str) -> regression_pb2.RegressionResponse:
+        values = np.asarray(result.outputs["outputs"])
+        if values.ndim == 2 and values.shape[1] == 1:
+            values = values[:, 0]
+        if values.ndim != 1:
+            raise InvalidArgumentError(
+                f"Expected output Tensor shape to be either [batch_size] or [batch_size, 1] but got "
+                f"{list(np.shape(result.outputs['outputs']))}"
+            )
+        response = regression_pb2.RegressionResponse(
+            model_spec=model_spec(result.model, result.version, context)
+        )
+        for v in values.tolist():
+            response.result.regressions.add(value=float(v))
+        return response
 
 
 class ModelServicer:

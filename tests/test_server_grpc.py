@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -27,6 +28,7 @@ from poolserve.proto import (
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
+    regression_pb2,
 )
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
@@ -39,6 +41,8 @@ from poolserve.server.service import InferenceService
 pb = grpc_service_pb2
 pytestmark = pytest.mark.anyio
 SLEEPS = 20  # nodes of the sleepy model, 50 ms each
+FIXTURES = Path(__file__).parent / "fixtures" / "saved_models"
+EXPECTED = np.load(FIXTURES / "tf1_classify.npz")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +60,12 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Any:
         x = sleep_op(b, x, 0.05, f"nap{i}")
     b.identity(x, name="y")
     (folder / "sleepy.pb").write_bytes(b.graph_def.SerializeToString())
-    (folder / "poolserve.toml").write_text(CONFIG + '[[models]]\nname = "sleepy"\npath = "sleepy.pb"\n')
+    classify = FIXTURES / "tf1_classify"
+    (folder / "poolserve.toml").write_text(
+        CONFIG
+        + '[[models]]\nname = "sleepy"\npath = "sleepy.pb"\n'
+        + f'[[models]]\nname = "classify"\npath = "{classify}"\n'
+    )
     return create_app(load_config(folder / "poolserve.toml"))
 
 
@@ -473,10 +482,79 @@ async def test_model_metadata_and_status(tfs: Any, channel: Any, http: httpx.Asy
     )
 
 
-async def test_classify_is_unimplemented_naming_predict(tfs: Any) -> None:
-    request = classification_pb2.ClassificationRequest(model_spec={"name": "calc"})
-    details = await expect_error(tfs.Classify(request), grpc.StatusCode.UNIMPLEMENTED)
-    assert "call Predict" in details
+def examples_request(cls: Any, signature: str = "", context: bool = False) -> Any:
+    request = cls(model_spec={"name": "classify", "signature_name": signature})
+    if context:
+        given = request.input.example_list_with_context
+        given.context.features.feature["k"].int64_list.value.append(4)
+        given.examples.add().features.feature["x"].float_list.value.extend([1.0, 1.0])
+        return request
+    first = request.input.example_list.examples.add()
+    first.features.feature["x"].float_list.value.extend([1.0, 2.0])
+    second = request.input.example_list.examples.add()
+    second.features.feature["x"].float_list.value.extend([0.5, -1.0])
+    second.features.feature["k"].int64_list.value.append(2)
+    return request
+
+
+async def test_classify_and_regress_match_tensorflow(tfs: Any) -> None:
+    response = await tfs.Classify(examples_request(classification_pb2.ClassificationRequest))
+    assert (response.model_spec.name, response.model_spec.signature_name) == ("classify", "serving_default")
+    rows = response.result.classifications
+    assert [[c.label for c in row.classes] for row in rows] == [["a", "b", "c"]] * 2
+    scores = [[c.score for c in row.classes] for row in rows]
+    np.testing.assert_allclose(scores, EXPECTED["plain_scores"], rtol=1e-6)
+    context = await tfs.Classify(examples_request(classification_pb2.ClassificationRequest, context=True))
+    got = [[c.score for c in row.classes] for row in context.result.classifications]
+    np.testing.assert_allclose(got, EXPECTED["context_scores"], rtol=1e-6)
+    regression = await tfs.Regress(examples_request(regression_pb2.RegressionRequest, "regress"))
+    np.testing.assert_allclose([r.value for r in regression.result.regressions], EXPECTED["plain_value"])
+    assert regression.model_spec.signature_name == "regress"
+
+
+@pytest.mark.parametrize(
+    ("call", "request_", "message"),
+    [
+        (
+            "Classify",
+            classification_pb2.ClassificationRequest(model_spec={"name": "calc"}),
+            "Expected classification signature method_name to be tensorflow/serving/classify. Was: tensorflow/serving/predict",
+        ),
+        (
+            "Regress",
+            regression_pb2.RegressionRequest(model_spec={"name": "classify"}),
+            "Expected regression signature method_name to be tensorflow/serving/regress. Was: tensorflow/serving/classify",
+        ),
+        (
+            "Classify",
+            classification_pb2.ClassificationRequest(model_spec={"name": "classify"}),
+            "Input is empty",
+        ),
+    ],
+)
+async def test_classify_and_regress_errors(tfs: Any, call: str, request_: Any, message: str) -> None:
+    details = await expect_error(getattr(tfs, call)(request_), grpc.StatusCode.INVALID_ARGUMENT)
+    assert message in details
+
+
+async def test_missing_feature_is_invalid_argument(tfs: Any) -> None:
+    request = regression_pb2.RegressionRequest(model_spec={"name": "classify", "signature_name": "regress"})
+    request.input.example_list.examples.add().features.feature["k"].int64_list.value.append(1)
+    details = await expect_error(tfs.Regress(request), grpc.StatusCode.INVALID_ARGUMENT)
+    assert "Feature: x (data type: float) is required but could not be found" in details
+
+
+async def test_metadata_reports_each_signatures_method(tfs: Any) -> None:
+    request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+    request.model_spec.name = "classify"
+    sigs = get_model_metadata_pb2.SignatureDefMap()
+    (await tfs.GetModelMetadata(request)).metadata["signature_def"].Unpack(sigs)
+    methods = {name: sd.method_name for name, sd in sigs.signature_def.items()}
+    assert methods == {
+        "serving_default": "tensorflow/serving/classify",
+        "regress": "tensorflow/serving/regress",
+        "predict": "tensorflow/serving/predict",
+    }
 
 
 async def test_http_and_grpc_share_metrics_and_traces(app: Any, tfs: Any) -> None:

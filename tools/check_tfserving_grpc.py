@@ -7,7 +7,9 @@ Run with the TensorFlow environment (tensorflow-serving-api installed there, or 
     /opt/tfenv/bin/python tools/check_tfserving_grpc.py 127.0.0.1:8501
 
 Predict (by version and by the label ``stable``), GetModelMetadata, GetModelStatus, and three errors
-(wrong dtype, unknown model, Classify), each printed.
+(wrong dtype, unknown model, Classify on a predict signature), each printed. With ``--classify``, Classify
+and Regress too, on a model named ``classify`` serving ``tests/fixtures/saved_models/tf1_classify`` (TF's
+answers: scores 0.047426 0.952573 0.000001 for the example, 8.0 for the regression with a context).
 """
 
 import sys
@@ -22,6 +24,7 @@ from tensorflow_serving.apis import (
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
+    regression_pb2,
 )
 
 ch = grpc.insecure_channel(sys.argv[1])
@@ -93,3 +96,18 @@ for name, call in [
         print(name, "answered OK?!")
     except grpc.RpcError as e:
         print(f"{name}: {e.code().name}: {e.details()}")
+
+if "--classify" in sys.argv:
+    request = classification_pb2.ClassificationRequest()
+    request.model_spec.name = "classify"
+    request.input.example_list.examples.add().features.feature["x"].float_list.value.extend([1.0, 2.0])
+    answer = stub.Classify(request, timeout=10)
+    classes = answer.result.classifications[0].classes
+    print("Classify:", [(c.label, round(c.score, 6)) for c in classes], answer.model_spec.signature_name)
+    regress = regression_pb2.RegressionRequest()
+    regress.model_spec.name = "classify"
+    regress.model_spec.signature_name = "regress"
+    given = regress.input.example_list_with_context
+    given.context.features.feature["k"].int64_list.value.append(4)
+    given.examples.add().features.feature["x"].float_list.value.extend([1.0, 1.0])
+    print("Regress with context:", [r.value for r in stub.Regress(regress, timeout=10).result.regressions])
