@@ -165,13 +165,6 @@ def guarded(fn: Handler) -> Handler:
     return call
 
 
-def unimplemented(what: str) -> Handler:
-    async def call(message: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, what)
-
-    return call
-
-
 # --- the server -----------------------------------------------------------------------------------------
 
 
