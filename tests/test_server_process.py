@@ -144,10 +144,13 @@ def test_sigterm_drains_in_flight_grpc_calls_and_refuses_new_ones(server: Server
         assert server.wait_steps(1.0, 10), "the slow call did not start"
         server.proc.send_signal(signal.SIGTERM)
         refused = None
-        for _ in range(100):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
             try:
-                predict(2, 2)
+                predict(2, 5)
             except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:  # a loaded machine: ask again
+                    continue
                 refused = e.code()
                 break
             time.sleep(0.02)
