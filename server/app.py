@@ -311,6 +311,7 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
     store = sessions.SessionStore(service)
     app = FastAPI(title="poolserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
+    app.state.sessions = store
     errors.install(app)
     # The inference routes first, as plain Starlette routes: they take nearly all the traffic, and
     # matched ahead of the included routers and without FastAPI's per-request dependency solving they cost
