@@ -25,8 +25,8 @@ import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-# `poolserve serve` in a child process (the port is added per call)
-SERVE = ["-m", "poolserve.server.cli", "serve", "--log-level", "warning"]
+# `poolserve serve` in a child process (the port is added per call), HTTP only: no default gRPC port taken
+SERVE = ["-m", "poolserve.server.cli", "serve", "--log-level", "warning", "--grpc-port", "0"]
 
 
 def free_port() -> int:
@@ -85,9 +85,7 @@ def summary(latencies: list[float], seconds: float) -> dict[str, float]:
 
 def bench_mlp(clients: int, rounds: int, seconds: float) -> dict[str, Any]:
     p_port, t_port = free_port(), free_port()
-    poolserve = start(
-        ["-m", "poolserve.server.cli", "serve", "--port", str(p_port), "--log-level", "warning"], p_port
-    )
+    poolserve = start([*SERVE, "--port", str(p_port)], p_port)
     thin = start(["-m", "benchmarks.thin_app", str(t_port)], t_port)
     try:
         rng = np.random.default_rng(0)
@@ -116,9 +114,7 @@ def bench_mlp(clients: int, rounds: int, seconds: float) -> dict[str, Any]:
 def bench_binary(repeat: int = 20) -> dict[str, float]:
     """KServe infer on the branches model with a 1 MiB float32 input: JSON against binary."""
     port = free_port()
-    server = start(
-        ["-m", "poolserve.server.cli", "serve", "--port", str(port), "--log-level", "warning"], port
-    )
+    server = start([*SERVE, "--port", str(port)], port)
     try:
         x = np.random.default_rng(1).standard_normal((1024, 256)).astype(np.float32)  # 1 MiB
         url = f"http://127.0.0.1:{port}/v2/models/branches/infer"

@@ -57,6 +57,7 @@ def bench(clients: list[int], rounds: int, seconds: float, folder: Path) -> dict
     config.write_text(f'[[models]]\nname = "mlp"\npath = "{model}"\n')
     p_port, t_port = free_port(), free_port()
     serve = ["-m", "poolserve.server.cli", "serve", "--config", str(config), "--log-level", "warning"]
+    serve += ["--grpc-port", "0"]  # HTTP only: no second server on the default gRPC port
     poolserve = start([*serve, "--port", str(p_port)], p_port)
     thin = start(["-m", "benchmarks.thin_app", str(t_port), str(model)], t_port)
     try:

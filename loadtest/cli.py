@@ -2,7 +2,8 @@
 
     poolserve loadtest --url http://127.0.0.1:8500 --model mlp [--model cnn:2 ...]
         [--concurrency N | --rate R] [--duration S | --requests K] [--warmup S] [--batch B]
-        [--protocol native|kserve|tfserving] [--binary] [--timeout-ms T] [--pool on|off|default]
+        [--protocol native|kserve|tfserving|kserve-grpc [--grpc-address H:P]] [--binary] [--timeout-ms T]
+        [--pool on|off|default]
         [--compare-pool [--rounds 6]] [--report out.json] [--plot out.png] [--payload inputs.json] [--seed N]
     poolserve loadtest --overload --model cnn [--capacity R | --capacity-duration S] [--multiples 1 2 3 5]
         [--duration S] [--timeout-ms 1000] ...
@@ -151,9 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_positive_int, default=1, metavar="B", help="batch size (dims of -1)")
     p.add_argument("--protocol", choices=PROTOCOLS, default="native")
     p.add_argument(
+        "--grpc-address",
+        metavar="HOST:PORT",
+        help="--protocol kserve-grpc: the server's gRPC address (default: --url's host, port 8501)",
+    )
+    p.add_argument(
         "--binary",
         action="store_true",
-        help="binary bodies: protobuf RunRequest (native) or the binary tensor extension (kserve)",
+        help="binary bodies: protobuf RunRequest (native), the binary tensor extension (kserve), "
+        "raw_input_contents (kserve-grpc)",
     )
     p.add_argument(
         "--timeout-ms",
@@ -325,12 +332,26 @@ class Runner:
         data_rng = np.random.default_rng(args.seed)
         payloads = [build_payload(info, args.batch, data_rng, given) for info in infos]
         return {
-            mode: [
-                encode_request(args.protocol, info, payload, mode, args.timeout_ms, args.binary)
-                for info, payload in zip(infos, payloads, strict=True)
-            ]
+            mode: [self.encode(info, payload, mode) for info, payload in zip(infos, payloads, strict=True)]
             for mode in self.modes
         }
+
+    def encode(self, info: Any, payload: dict[str, Any], mode: str) -> Target:
+        args = self.args
+        if args.protocol == "kserve-grpc":
+            from poolserve.loadtest.grpc_sender import encode_grpc_request
+
+            return encode_grpc_request(info, payload, mode, args.timeout_ms, args.binary)
+        return encode_request(args.protocol, info, payload, mode, args.timeout_ms, args.binary)
+
+    def sender(self, connections: int, client_timeout: float) -> Any:
+        args = self.args
+        if args.protocol == "kserve-grpc":
+            from poolserve.loadtest.grpc_sender import GrpcSender, default_address
+
+            address = args.grpc_address or default_address(args.url)
+            return GrpcSender(address, args.url, connections, client_timeout)
+        return HttpSender(args.url, connections, client_timeout)
 
     async def run(self) -> int:
         args = self.args
@@ -340,7 +361,7 @@ class Runner:
         connections = OPEN_LOOP_CONNECTIONS if open_loop else (self.load.concurrency or 1)
         client_timeout = (args.timeout_ms or 30000) / 1000 + 5.0
         weights = [m.weight for m in args.model]
-        async with HttpSender(args.url, connections, client_timeout) as send:
+        async with self.sender(connections, client_timeout) as send:
             targets = await self.targets(send.clients[0])
             pickers = {m: Picker(targets[m], weights, random.Random(self.rng.random())) for m in self.modes}
             if args.warmup > 0:

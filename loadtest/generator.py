@@ -26,7 +26,7 @@ import numpy as np
 
 from poolserve.proto import serving_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-PROTOCOLS = ("native", "kserve", "tfserving")
+PROTOCOLS = ("native", "kserve", "tfserving", "kserve-grpc")
 # mode name -> the use_run_handler_pool value sent (None: the field is left out, the server decides)
 MODES: dict[str, bool | None] = {"pool": True, "no_pool": False, "default": None}
 HEADER_LENGTH = "Inference-Header-Content-Length"

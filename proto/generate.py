@@ -1,4 +1,5 @@
-"""Regenerates the ``*_pb2.py`` modules (and their ``.pyi`` stubs) from the ``.proto`` sources here.
+"""Regenerates the ``*_pb2.py`` modules (and their ``.pyi`` stubs) from the ``.proto`` sources here, and the
+``*_pb2_grpc.py`` service modules of the sources that declare a gRPC service.
 
 Run from anywhere: ``python -m poolserve.proto.generate``. Needs the ``grpcio-tools`` version pinned in the
 ``dev`` extra, so that regenerating an unchanged source gives byte-identical files
@@ -7,6 +8,7 @@ Run from anywhere: ``python -m poolserve.proto.generate``. Needs the ``grpcio-to
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import tempfile
@@ -18,13 +20,26 @@ PROTO_DIR = Path(__file__).resolve().parent
 PACKAGE = Path("poolserve", "proto")
 
 
+_SERVICE = re.compile(r"^service \w+", re.MULTILINE)
+
+
 def sources() -> list[Path]:
     return sorted(PROTO_DIR.glob("*.proto"))
 
 
+def services() -> list[Path]:
+    """The sources that declare a gRPC service: protoc writes a ``_pb2_grpc.py`` module for each of them."""
+    return [p for p in sources() if _SERVICE.search(p.read_text(encoding="utf-8"))]
+
+
 def generate(out_dir: Path) -> None:
     """Writes the generated modules for every source into ``out_dir`` (flat, as in this folder)."""
+    from importlib import resources
+
     from grpc_tools import protoc  # dev-only dependency
+
+    # google/protobuf/*.proto (wrappers, any), shipped with grpc_tools
+    well_known = resources.files("grpc_tools").joinpath("_proto")
 
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp, "src"), Path(tmp, "out")
@@ -34,14 +49,20 @@ def generate(out_dir: Path) -> None:
         args = [
             "protoc",
             f"-I{src}",
+            f"-I{well_known}",
             f"--python_out={dst}",
             f"--pyi_out={dst}",
+            f"--grpc_python_out={dst}",
             *(str(PACKAGE / p.name) for p in sources()),
         ]
         if protoc.main(args) != 0:
             raise SystemExit("protoc failed")
         out_dir.mkdir(parents=True, exist_ok=True)
+        # protoc writes a (nearly empty) _pb2_grpc.py for every source: keep those of the services only
+        grpc_modules = {f"{p.stem}_pb2_grpc.py" for p in services()}
         for f in (dst / PACKAGE).iterdir():
+            if f.name.endswith("_pb2_grpc.py") and f.name not in grpc_modules:
+                continue
             shutil.copyfile(f, out_dir / f.name)
 
 

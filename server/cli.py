@@ -1,27 +1,33 @@
 """``poolserve``: the command line.
 
-``poolserve serve [--config PATH] [--host H] [--port P] [--log-level L] [--access-log]`` runs the server
-with uvicorn (the embedded configs/default.toml without --config); ``--access-log`` logs every request. On
-SIGTERM the server stops reporting ready and accepting connections, lets requests in flight finish (up to
-``server.drain_seconds``) and exits 0. ``poolserve loadtest ...`` runs the load generator when it is
-installed.
+``poolserve serve [--config PATH] [--host H] [--port P] [--grpc-port G] [--log-level L] [--access-log]``
+runs the server with uvicorn (the embedded configs/default.toml without --config), and its gRPC API on the
+same event loop; ``--access-log`` logs every request. On SIGTERM the server stops reporting ready and
+accepting connections, lets requests in flight finish (up to ``server.drain_seconds``) and exits 0.
+``poolserve loadtest ...`` runs the load generator when it is installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import importlib
 import importlib.util
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from poolserve.server.config import ConfigError, load_config
+
+if TYPE_CHECKING:
+    from poolserve.server.grpc_server import GrpcServer
 
 log = logging.getLogger("poolserve")
 
@@ -29,16 +35,42 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, telling the service to stop reporting ready as soon as a signal arrives."""
+    """uvicorn's server, telling the service to stop reporting ready as soon as a signal arrives, and
+    serving gRPC on the same event loop when ``grpc`` is given (``(GrpcServer, host, port)``)."""
 
-    def __init__(self, config: uvicorn.Config, on_exit: list[object]) -> None:
+    def __init__(
+        self, config: uvicorn.Config, on_exit: list[object], grpc: tuple[GrpcServer, str, int] | None = None
+    ) -> None:
         super().__init__(config)
         self._services = on_exit
+        self._grpc = grpc
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         for service in self._services:
             service.draining = True  # type: ignore[attr-defined]
         super().handle_exit(sig, frame)
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._grpc is not None:
+            grpc_server, host, port = self._grpc
+            try:
+                await grpc_server.start(host, port)
+            except RuntimeError as e:
+                log.error("%s", e)
+                self.should_exit = True
+                return
+        await super().serve(sockets)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # new gRPC calls are refused at once; those in flight finish within the drain, which the lifespan's
+        # end waits for (they count in the service's in_flight) before it closes the models
+        stopping = None
+        if self._grpc is not None:
+            grace = self.config.timeout_graceful_shutdown
+            stopping = asyncio.ensure_future(self._grpc[0].stop(grace))
+        await super().shutdown(sockets)
+        if stopping is not None:
+            await stopping
 
 
 def _exit_zero(signum: int, frame: FrameType | None) -> None:
@@ -61,6 +93,8 @@ def serve(args: argparse.Namespace) -> int:
         config.server.host = args.host
     if args.port is not None:
         config.server.port = args.port
+    if args.grpc_port is not None:
+        config.server.grpc_port = args.grpc_port
     try:
         app = create_app(config)
     except Exception as e:  # a model that does not load: say which, without a traceback
@@ -81,7 +115,12 @@ def serve(args: argparse.Namespace) -> int:
         http=protocol_class(config.server),
         # the loop stays "auto": uvloop (installed with uvicorn[standard]) when present
     )
-    server = _Server(uv_config, [service])
+    grpc = None
+    if config.server.grpc_port:
+        from poolserve.server.grpc_server import GrpcServer
+
+        grpc = (GrpcServer(service), config.server.host, config.server.grpc_port)
+    server = _Server(uv_config, [service], grpc)
     signal.signal(signal.SIGTERM, _exit_zero)
     # Everything loaded so far (modules, graphs, constants) lives as long as the process: out of the cyclic
     # collector's sight, a full collection under load walks only what requests allocate (measured on the
@@ -104,6 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--config", help="a TOML config (default: the embedded configs/default.toml)")
     s.add_argument("--host", help="address to listen on (overrides server.host)")
     s.add_argument("--port", type=int, help="port to listen on (overrides server.port)")
+    s.add_argument("--grpc-port", type=int, help="gRPC port, 0 for none (overrides server.grpc_port)")
     s.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     s.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
     sub.add_parser("loadtest", help="run the load generator (loadtest.cli)", add_help=False)

@@ -24,7 +24,7 @@ import binascii
 import json
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Literal, TypeVar
@@ -32,8 +32,8 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import orjson
 
-from poolserve.proto import types_pb2
-from poolserve.runtime import dtypes
+from poolserve.proto import tensor_pb2, types_pb2
+from poolserve.runtime import dtypes, tensor
 from poolserve.runtime.errors import InvalidArgumentError, OpError, UnimplementedError
 from poolserve.runtime.types import Array
 
@@ -377,16 +377,19 @@ def _string_json(where: str, value: Any, strings: Strings) -> Any:
 # --- binary tensors (KServe's binary tensor data extension) ---------------------------------------------
 
 
-def from_binary(where: str, buf: memoryview, dtype: Dtype, shape: tuple[int, ...]) -> Array:
+def from_binary(
+    where: str, buf: memoryview, dtype: Dtype, shape: tuple[int, ...], what: str = "binary_data_size"
+) -> Array:
     """Raw little-endian, row-major bytes as an array of ``shape``; a zero-copy view of the body where
-    possible. Strings are a 4-byte little-endian length and the bytes, per element."""
+    possible. Strings are a 4-byte little-endian length and the bytes, per element. ``what`` names the
+    bytes in errors (HTTP's binary_data_size, gRPC's raw_input_contents[i])."""
     count = math.prod(shape)
     if dtype.kind == "O":
-        return _binary_strings(where, buf, shape, count)
+        return _binary_strings(where, buf, shape, count, what)
     expected = count * dtype.itemsize
     if len(buf) != expected:
         raise InvalidArgumentError(
-            f"{where}: binary_data_size is {len(buf)} bytes but shape {list(shape)} of "
+            f"{where}: {what} is {len(buf)} bytes but shape {list(shape)} of "
             f"{dtype_name(dtype)} needs {expected}"
         )
     if dtype.kind == "b":  # any non-zero byte is true; a bool view of other bytes is not a valid bool
@@ -394,7 +397,7 @@ def from_binary(where: str, buf: memoryview, dtype: Dtype, shape: tuple[int, ...
     return np.frombuffer(buf, dtype.newbyteorder("<")).reshape(shape)
 
 
-def _binary_strings(where: str, buf: memoryview, shape: tuple[int, ...], count: int) -> Array:
+def _binary_strings(where: str, buf: memoryview, shape: tuple[int, ...], count: int, what: str) -> Array:
     out = np.empty(count, dtype=object)
     pos, end = 0, len(buf)
     for i in range(count):
@@ -413,9 +416,56 @@ def _binary_strings(where: str, buf: memoryview, shape: tuple[int, ...], count: 
         pos += length
     if pos != end:
         raise InvalidArgumentError(
-            f"{where}: binary_data_size is {end} bytes but the {count} string elements use {pos}"
+            f"{where}: {what} is {end} bytes but the {count} string elements use {pos}"
         )
     return out.reshape(shape)
+
+
+# --- typed values (gRPC's repeated fields: KServe's InferTensorContents) ---------------------------------
+
+
+def from_values(where: str, values: Sequence[Any], dtype: Dtype, shape: tuple[int, ...]) -> Array:
+    """A protobuf repeated field of values (numbers, bools or bytes) as an array of ``dtype`` and ``shape``;
+    integers out of the dtype's range are refused, naming the value (a field of int32 carries int8s)."""
+    count = math.prod(shape)
+    if len(values) != count:
+        raise InvalidArgumentError(
+            f"{where}: shape {list(shape)} needs {count} values but the contents hold {len(values)}"
+        )
+    if dtype.kind == "O":
+        out = np.empty(count, dtype=object)
+        out[:] = list(values)
+        return out.reshape(shape)
+    if dtype.kind in "iu" and count:
+        wide = np.array(values, dtype=np.uint64 if dtype.kind == "u" and dtype.itemsize == 8 else np.int64)
+        info = np.iinfo(dtype)
+        low, high = int(wide.min()), int(wide.max())
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise InvalidArgumentError(
+                f"{where}: value {bad} is out of range for dtype {dtype_name(dtype)} [{info.min}, {info.max}]"
+            )
+        return wide.astype(dtype).reshape(shape)
+    return np.array(values, dtype=dtype).reshape(shape)
+
+
+# --- TensorProtos (TF Serving's gRPC API, the native protobuf endpoint) -----------------------------------
+
+
+def from_tensor_proto(where: str, proto: tensor_pb2.TensorProto, code: int = 0) -> Array:
+    """A TensorProto as an array; one whose dtype is not the input's DataType ``code`` (when the graph
+    tells it) is refused, as TF Serving refuses it."""
+    if code and proto.dtype != code:
+        raise InvalidArgumentError(
+            f"{where}: the model expects dtype {dtypes.name(code)} but the tensor holds "
+            f"{dtypes.name(proto.dtype)}"
+        )
+    return tensor.to_ndarray(proto, where)
+
+
+def to_tensor_proto(value: Any) -> tensor_pb2.TensorProto:
+    """An array as a TensorProto (numbers in tensor_content, strings in string_val)."""
+    return tensor.from_ndarray(value)
 
 
 def to_binary(where: str, value: Any) -> bytes:

@@ -44,6 +44,8 @@ class _Section(BaseModel):
 class ServerSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8500, ge=0, le=65535)
+    # KServe v2 and TF Serving gRPC (server/grpc_server.py), beside the HTTP port; 0 turns it off
+    grpc_port: int = Field(default=8501, ge=0, le=65535)
     default_timeout_ms: int = Field(default=30000, ge=0)
     max_request_bytes: int = Field(default=64 * MiB, gt=0)
     admin_token: str | None = None

@@ -1,4 +1,4 @@
-"""The one mapping from runtime errors to HTTP answers, and the app's exception handlers.
+"""The one mapping from runtime errors to HTTP answers (and gRPC statuses), and the app's exception handlers.
 
 Error bodies are ``{"error": message, "code": "INVALID_ARGUMENT"}`` (TF Serving and KServe clients read
 ``error``). Status codes follow TF Serving's mapping of canonical codes. Anything unexpected is logged with
@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -62,6 +63,15 @@ def http_status(code: Code | int) -> int:
         return _STATUS.get(Code(code), 500)
     except ValueError:
         return 500
+
+
+_GRPC_STATUS: dict[int, grpc.StatusCode] = {s.value[0]: s for s in grpc.StatusCode}
+
+
+def grpc_status(code: Code | int) -> grpc.StatusCode:
+    """The gRPC status for a canonical error code: the same number (TF Serving answers its errors so);
+    UNKNOWN for a number gRPC does not have."""
+    return _GRPC_STATUS.get(int(code), grpc.StatusCode.UNKNOWN)
 
 
 def error_body(message: str, code: Code | int, **extra: Any) -> dict[str, Any]:

@@ -355,6 +355,26 @@ def _check_datatypes(entry: ModelEntry, decoded: DecodedRequest) -> None:
             )
 
 
+def infer_request(entry: ModelEntry, decoded: DecodedRequest) -> InferRequest:
+    """The service's request for a decoded KServe request (HTTP or gRPC): datatypes checked against the
+    model's, the request parameters read (priority, timeout, trace, use_run_handler_pool). Fills
+    ``decoded.outputs`` with every model output when the request names none."""
+    _check_datatypes(entry, decoded)
+    params = decoded.parameters
+    infer = InferRequest(
+        model=entry.name,
+        version=entry.version,
+        feeds=decoded.inputs,
+        fetches=[o.name for o in decoded.outputs or ()],
+        run_options=_run_options(params),
+        trace=bool(_bool_parameter("request", params, "trace")),
+        use_run_handler_pool=_bool_parameter("request", params, "use_run_handler_pool"),
+    )
+    if not decoded.outputs:  # every model output
+        decoded.outputs = [RequestedOutput(s.name) for s in entry.outputs]
+    return infer
+
+
 class KServeAdapter(Adapter[DecodedRequest]):
     """JSON, or a JSON header and binary tensors; the answer likewise, for the outputs asked in binary."""
 
@@ -366,20 +386,7 @@ class KServeAdapter(Adapter[DecodedRequest]):
         header_length = request.headers.get(HEADER_LENGTH)
         raw = _raw_input(entry) if _parse_header_length(header_length, len(body)) == 0 else None
         decoded = decode_request(body, header_length, raw)
-        _check_datatypes(entry, decoded)
-        params = decoded.parameters
-        infer = InferRequest(
-            model=entry.name,
-            version=entry.version,
-            feeds=decoded.inputs,
-            fetches=[o.name for o in decoded.outputs or ()],
-            run_options=_run_options(params),
-            trace=bool(_bool_parameter("request", params, "trace")),
-            use_run_handler_pool=_bool_parameter("request", params, "use_run_handler_pool"),
-        )
-        if not decoded.outputs:  # every model output
-            decoded.outputs = [RequestedOutput(s.name) for s in entry.outputs]
-        return infer, decoded
+        return infer_request(entry, decoded), decoded
 
     def _outputs(self, result: InferResult, decoded: DecodedRequest) -> list[tuple[str, Array, bool]]:
         return [(o.name, result.outputs[o.name], decoded.output_binary(o)) for o in decoded.outputs or ()]

@@ -35,6 +35,8 @@ class ModelEntry:
     signatures: dict[str, Signature] = field(default_factory=dict)
     signature_name: str = DEFAULT_SIGNATURE
     batcher: Batcher | None = None
+    # SavedModels: each signature's method_name (tensorflow/serving/predict, .../classify, .../regress)
+    methods: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.signatures:
@@ -174,8 +176,16 @@ def _load_saved_model(mc: ModelConfig, config: Config, proto: config_pb2.ConfigP
         have = ", ".join(sorted(saved.signatures)) or "(none)"
         raise InvalidArgumentError(f"model '{mc.name}': no signature '{name}'; its signatures: {have}")
     version = saved.version if saved.version is not None else mc.version
+    methods = {k: sd.method_name for k, sd in saved.meta_graph.signature_def.items() if k in saved.signatures}
     return ModelEntry(
-        mc.name, version, saved.session, saved.signatures[name], str(saved.path), dict(saved.signatures), name
+        mc.name,
+        version,
+        saved.session,
+        saved.signatures[name],
+        str(saved.path),
+        dict(saved.signatures),
+        name,
+        methods=methods,
     )
 
 

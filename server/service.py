@@ -159,7 +159,8 @@ class InferenceService:
         self.pool_enabled: bool = config.run_handler_pool.enabled
         self.models: dict[str, dict[int, ModelEntry]] = {}
         self.traces = TraceStore(config.traces.capacity, config.traces.capacity_bytes)
-        self.in_flight = 0  # HTTP requests being served (kept by the app's middleware, on the event loop)
+        # requests being served (kept by the HTTP middleware and the gRPC handlers, on the event loop)
+        self.in_flight = 0
         self.metrics = Metrics(
             self.pool_stats, self.traces.__len__, lambda: self.steps_running, lambda: self.in_flight
         )

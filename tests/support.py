@@ -148,7 +148,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """``poolserve serve --config CONFIG`` as a real process on 127.0.0.1 and a free port, started and
+    """``poolserve serve --config CONFIG`` as a real process on 127.0.0.1 and free ports (HTTP, gRPC), started and
     waited for (30 s at most) on construction; ``stop()`` ends it (SIGTERM, then SIGKILL after 15 s).
     POOLSERVE_* variables of the test environment are not passed on."""
 
@@ -156,12 +156,22 @@ class ServerProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.address = f"127.0.0.1:{self.port}"
+        self.grpc_port = free_port()  # never the default port: tests run beside other servers
+        self.grpc_address = f"127.0.0.1:{self.grpc_port}"
         self.log = log
         env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "poolserve.server.cli", "serve", "--config", str(config)]
-                + ["--host", "127.0.0.1", "--port", str(self.port), *args],
+                + [
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--grpc-port",
+                    str(self.grpc_port),
+                    *args,
+                ],
                 cwd=ROOT,
                 env=env,
                 stdout=out,

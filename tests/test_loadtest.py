@@ -35,8 +35,9 @@ from poolserve.loadtest.generator import (
     run_closed,
     run_open,
 )
-from poolserve.proto import serving_pb2, types_pb2
-from poolserve.server import kserve
+from poolserve.loadtest.grpc_sender import encode_grpc_request
+from poolserve.proto import grpc_service_pb2, serving_pb2, types_pb2
+from poolserve.server import kserve, kserve_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = ModelInfo("mlp", (InputSpec("input", "FP32", (-1, 64)),))
@@ -213,6 +214,22 @@ def test_kserve_body_decodes_on_the_server(binary):
     assert decoded.binary_output is binary
 
 
+@pytest.mark.parametrize("binary", [False, True])
+def test_kserve_grpc_request_decodes_on_the_server(binary):
+    model = ModelInfo(
+        "m", (InputSpec("x", "FP32", (-1, 3)), InputSpec("i", "INT64", (-1,)), InputSpec("s", "BYTES", (-1,)))
+    )
+    payload = build_payload(model, 2, np.random.default_rng(0))
+    t = encode_grpc_request(model, payload, "no_pool", timeout_ms=20, binary=binary)
+    message = grpc_service_pb2.ModelInferRequest.FromString(t.content)
+    assert t.path == "/inference.GRPCInferenceService/ModelInfer" and message.model_name == "m"
+    assert bool(message.raw_input_contents) is binary
+    decoded = kserve_grpc.decode_infer(message)
+    for name, value in payload.items():
+        np.testing.assert_array_equal(decoded.inputs[name], value)
+    assert decoded.parameters == {"use_run_handler_pool": False, "timeout": 20_000}
+
+
 def test_tfserving_body():
     payload = {"input": np.ones((1, 64), np.float32)}
     t = encode_request("tfserving", MLP, payload, "default", timeout_ms=20)
@@ -336,13 +353,18 @@ def test_closed_loop_stops_at_duration():
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server_process(tmp_path_factory):
     log = tmp_path_factory.mktemp("loadtest") / "server.log"
     proc = ServerProcess(ROOT / "configs" / "default.toml", log, "--log-level", "warning")
     try:
-        yield proc.url
+        yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture(scope="module")
+def server(server_process):
+    return server_process.url
 
 
 def check_run(run):
@@ -401,6 +423,23 @@ def test_compare_pool_report_and_plot(server, tmp_path, capsys):
     assert ratio["throughput_rps"] == pytest.approx(pool["throughput_rps"] / no_pool["throughput_rps"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "pool / no_pool" in capsys.readouterr().out
+
+
+def test_kserve_grpc_closed_loop_and_timeouts(server_process, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    argv = ["--url", server_process.url, "--grpc-address", server_process.grpc_address, "--model", "mlp"]
+    argv += ["--protocol", "kserve-grpc", "--concurrency", "3", "--requests", "30"]
+    assert cli.main([*argv, "--binary", "--report", str(out)]) == 0
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["requests"] == 30 and run["errors"] == 0
+    check_run(run)
+    argv = [*argv[:4], "--model", "cnn", "--protocol", "kserve-grpc", "--batch", "16", "--timeout-ms", "1"]
+    assert cli.main([*argv, "--requests", "6", "--concurrency", "2", "--report", str(out)]) == 1
+    body = json.loads(out.read_text())
+    (run,) = body["runs"]
+    assert run["requests"] == 6 == run["errors"] == run["timeouts"]
+    assert "deadline of 1 ms" in body["first_errors"]["504"]
+    capsys.readouterr()
 
 
 def test_timeouts_are_counted(server, tmp_path, capsys):

@@ -38,7 +38,7 @@ def test_generated_modules_are_up_to_date(tmp_path: Path) -> None:
     committed = {
         p.name: p.read_bytes()
         for p in generate.PROTO_DIR.iterdir()
-        if p.name.endswith(("_pb2.py", "_pb2.pyi"))
+        if p.name.endswith(("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"))
     }
     hint = "the generated protobuf modules are stale: run `python -m poolserve.proto.generate`"
     assert sorted(fresh) == sorted(committed), hint
@@ -50,6 +50,24 @@ def test_every_source_is_generated() -> None:
     for source in generate.sources():
         for suffix in ("_pb2.py", "_pb2.pyi"):
             assert (generate.PROTO_DIR / f"{source.stem}{suffix}").is_file(), source.name
+
+
+def test_services_have_grpc_modules_with_upstream_names() -> None:
+    assert [p.name for p in generate.services()] == [
+        "grpc_service.proto",
+        "model_service.proto",
+        "prediction_service.proto",
+    ]
+    from poolserve.proto import grpc_service_pb2, model_service_pb2, prediction_service_pb2
+
+    # the method paths clients call: /<package>.<service>/<method>
+    names = {
+        "inference.GRPCInferenceService": grpc_service_pb2,
+        "tensorflow.serving.PredictionService": prediction_service_pb2,
+        "tensorflow.serving.ModelService": model_service_pb2,
+    }
+    for full_name, module in names.items():
+        assert module.DESCRIPTOR.services_by_name[full_name.rsplit(".", 1)[1]].full_name == full_name
 
 
 # --- wire compatibility -------------------------------------------------------------------------------------

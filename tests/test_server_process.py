@@ -121,3 +121,41 @@ def test_client_disconnect_cancels_the_step(server: Server) -> None:
     assert 'model="slow",status="499"} 1.0' in text
     r = httpx.post(f"{server.url}/v1/models/add:run", json={"feeds": {"x": [[0, 0, 0]]}}, timeout=10)
     assert r.status_code == 200
+
+
+def test_sigterm_drains_in_flight_grpc_calls_and_refuses_new_ones(server: Server) -> None:
+    """gRPC on the same loop: a call in flight at SIGTERM finishes; a new one is refused; exit 0."""
+    import grpc
+
+    from poolserve.proto import predict_pb2, prediction_service_pb2_grpc
+    from poolserve.runtime.tensor import from_ndarray, to_ndarray
+
+    def predict(dims: int, timeout: float) -> np.ndarray:
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "slow"
+        request.inputs["dims"].CopyFrom(from_ndarray(np.asarray([dims, dims], np.int32)))
+        with grpc.insecure_channel(server.grpc_address) as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            return to_ndarray(stub.Predict(request, timeout=timeout).outputs["out"])
+
+    assert predict(2, 10).shape == ()  # served over gRPC before the signal
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(predict, 350, 30)
+        assert server.wait_steps(1.0, 10), "the slow call did not start"
+        server.proc.send_signal(signal.SIGTERM)
+        refused = None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                predict(2, 5)
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:  # a loaded machine: ask again
+                    continue
+                refused = e.code()
+                break
+            time.sleep(0.02)
+        # UNAVAILABLE once the server stopped listening; CANCELLED for a call that raced the stop (gRPC
+        # cancels the calls that no handler took yet)
+        assert refused in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+        assert slow.result(timeout=30).shape == ()
+    assert server.proc.wait(timeout=20) == 0, server.output()

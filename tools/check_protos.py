@@ -34,7 +34,9 @@ OUR_PACKAGE = "poolserve.tensorflow"
 TF_PACKAGE = "tensorflow"
 PROTOC_PYTHON = os.environ.get("PROTOC_PYTHON", "/opt/dev/bin/python")
 # TensorFlow's modules holding the messages we mirror (xla/tsl ones are pulled in as dependencies).
-TF_MODULE_PACKAGES = ("tensorflow.core.framework", "tensorflow.core.protobuf")
+TF_MODULE_PACKAGES = ("tensorflow.core.framework", "tensorflow.core.protobuf", "tensorflow.core.example")
+# TF Serving's (tensorflow-serving-api), checked when it is importable
+SERVING_MODULE_PACKAGES = ("tensorflow_serving.apis",)
 
 FDP = descriptor_pb2.FieldDescriptorProto
 _PACKABLE = {
@@ -44,12 +46,14 @@ _PACKABLE = {
 }
 
 
-# Sources that define poolserve's own messages (the native endpoint's), not TensorFlow's.
-OWN_PROTOS = {"proto/serving.proto"}
+# Sources that define poolserve's own messages (the native endpoint's), not TensorFlow's; KServe's gRPC API
+# is Triton's, checked against tritonclient by tests/test_server_tritonclient_grpc.py.
+OWN_PROTOS = {"poolserve/proto/serving.proto", "poolserve/proto/grpc_service.proto"}
 
 
 def our_descriptors() -> descriptor_pb2.FileDescriptorSet:
-    sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "proto").glob("*.proto"))
+    # named as the sources import each other (poolserve/proto/x.proto), or protoc reads each file twice
+    sources = sorted(f"poolserve/proto/{p.name}" for p in (ROOT / "proto").glob("*.proto"))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "ours.pb"
         cmd = [PROTOC_PYTHON, "-m", "grpc_tools.protoc", f"-I{ROOT}", f"--descriptor_set_out={out}", *sources]
@@ -61,7 +65,16 @@ def our_descriptors() -> descriptor_pb2.FileDescriptorSet:
 
 def load_tensorflow_pool() -> descriptor_pool.DescriptorPool:
     """Imports TensorFlow's generated modules so that the default pool holds their descriptors."""
-    for package_name in TF_MODULE_PACKAGES:
+    packages = list(TF_MODULE_PACKAGES)
+    try:
+        importlib.import_module("tensorflow_serving")
+        packages += SERVING_MODULE_PACKAGES
+    except ImportError:
+        print(
+            "note: tensorflow-serving-api is not installed: TF Serving's messages are not checked",
+            file=sys.stderr,
+        )
+    for package_name in packages:
         package = importlib.import_module(package_name)
         for info in pkgutil.iter_modules(package.__path__):
             if info.name.endswith("_pb2"):

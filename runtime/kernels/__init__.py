@@ -11,6 +11,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     io_ops,
     math_ops,
     nn_ops,
+    parsing_ops,
     slicing_ops,
     state_ops,
 )

@@ -1,0 +1,299 @@
+"""gRPC benchmark: KServe v2 over gRPC (raw tensors) against KServe v2 over HTTP, on one poolserve process.
+
+    python -m benchmarks.bench_grpc [--clients 8] [--rounds 4] [--seconds 5] [--repeat 20] [--json out.json]
+
+1. The example MLP (one row of 64 floats), ``--clients`` closed-loop clients, rounds alternating between
+   the HTTP binary tensor extension (httpx) and gRPC ``raw_input_contents`` (grpc.aio): throughput,
+   latency, and the server's CPU time per request (from /proc: the clients share the machine, and
+   httpx costs its client more than grpc's C core does, so the CPU per request is the fairer figure).
+2. A 1 MiB float32 input, one request at a time (median of ``--repeat``): KServe JSON over HTTP, the
+   HTTP binary extension and gRPC raw, on the branches model (1024 x 256, as bench_http) and the MLP
+   (4096 x 64, lighter compute: more of the time is the protocol's).
+3. In this process, the protocol's own work on that MLP request (no compute, no network): parsing and
+   decoding the request and encoding the answer, KServe JSON against gRPC raw (median of ``--repeat``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+
+from benchmarks.bench_http import free_port
+from poolserve.proto import grpc_service_pb2
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADER = "Inference-Header-Content-Length"
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+
+
+def start(http_port: int, grpc_port: int) -> Any:
+    import subprocess
+
+    args = ["-m", "poolserve.server.cli", "serve", "--log-level", "warning"]
+    args += ["--port", str(http_port), "--grpc-port", str(grpc_port)]
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{http_port}/v1/health/ready", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with {proc.returncode}")
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("the server did not become ready")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (all its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def http_binary(model: str, x: np.ndarray[Any, Any]) -> tuple[str, bytes, dict[str, str]]:
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    ).encode()
+    headers = {HEADER: str(len(head)), "content-type": "application/octet-stream"}
+    return f"/v2/models/{model}/infer", head + x.tobytes(), headers
+
+
+def http_json(model: str, x: np.ndarray[Any, Any]) -> tuple[str, bytes, dict[str, str]]:
+    body = {
+        "inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]
+    }
+    return f"/v2/models/{model}/infer", json.dumps(body).encode(), {"content-type": "application/json"}
+
+
+def grpc_raw(model: str, x: np.ndarray[Any, Any]) -> bytes:
+    request = grpc_service_pb2.ModelInferRequest(model_name=model)
+    request.inputs.add(name="input", datatype="FP32", shape=x.shape)
+    request.raw_input_contents.append(x.tobytes())
+    return request.SerializeToString()
+
+
+def decode_http(response: httpx.Response) -> np.ndarray[Any, Any]:
+    response.raise_for_status()
+    if HEADER in response.headers:
+        n = int(response.headers[HEADER])
+        json.loads(response.content[:n])
+        return np.frombuffer(response.content[n:], np.float32)
+    return np.asarray(response.json()["outputs"][0]["data"], np.float32)
+
+
+def decode_grpc(data: bytes) -> np.ndarray[Any, Any]:
+    response = grpc_service_pb2.ModelInferResponse.FromString(data)
+    return np.frombuffer(response.raw_output_contents[0], np.float32)
+
+
+async def loop_http(
+    base: str, target: tuple[str, bytes, dict[str, str]], clients: int, seconds: float
+) -> list[float]:
+    path, body, headers = target
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30, trust_env=False) as client:
+        stop = time.monotonic() + seconds
+
+        async def one() -> None:
+            while time.monotonic() < stop:
+                t0 = time.perf_counter()
+                decode_http(await client.post(path, content=body, headers=headers))
+                latencies.append(time.perf_counter() - t0)
+
+        await asyncio.gather(*(one() for _ in range(clients)))
+    return latencies
+
+
+async def loop_grpc(address: str, body: bytes, clients: int, seconds: float) -> list[float]:
+    latencies: list[float] = []
+    async with grpc.aio.insecure_channel(address) as channel:
+        call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(INFER)
+        stop = time.monotonic() + seconds
+
+        async def one() -> None:
+            while time.monotonic() < stop:
+                t0 = time.perf_counter()
+                decode_grpc(await call(body, timeout=30))
+                latencies.append(time.perf_counter() - t0)
+
+        await asyncio.gather(*(one() for _ in range(clients)))
+    return latencies
+
+
+def summary(latencies: list[float], seconds: float, cpu: float) -> dict[str, float]:
+    ms = np.asarray(latencies) * 1e3
+    return {
+        "requests": len(ms),
+        "throughput_rps": len(ms) / seconds,
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "server_cpu_ms_per_request": cpu * 1e3 / max(1, len(ms)),
+    }
+
+
+def bench_mlp(pid: int, base: str, address: str, clients: int, rounds: int, seconds: float) -> dict[str, Any]:
+    x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    http_target, grpc_body = http_binary("mlp", x), grpc_raw("mlp", x)
+    with httpx.Client(base_url=base, trust_env=False) as c:  # the same answer both ways
+        a = decode_http(c.post(http_target[0], content=http_target[1], headers=http_target[2]))
+    np.testing.assert_allclose(asyncio.run(_one_grpc(address, grpc_body)), a, rtol=1e-6)
+    runs: dict[str, tuple[list[float], float]] = {"http_binary": ([], 0.0), "grpc_raw": ([], 0.0)}
+    for r in range(rounds):
+        for name in ("http_binary", "grpc_raw") if r % 2 == 0 else ("grpc_raw", "http_binary"):
+            cpu0 = cpu_seconds(pid)
+            if name == "http_binary":
+                lat = asyncio.run(loop_http(base, http_target, clients, seconds))
+            else:
+                lat = asyncio.run(loop_grpc(address, grpc_body, clients, seconds))
+            got, cpu = runs[name]
+            runs[name] = (got + lat, cpu + cpu_seconds(pid) - cpu0)
+    out: dict[str, Any] = {k: summary(v, seconds * rounds, cpu) for k, (v, cpu) in runs.items()}
+    out["throughput_ratio"] = out["grpc_raw"]["throughput_rps"] / out["http_binary"]["throughput_rps"]
+    return out
+
+
+async def _one_grpc(address: str, body: bytes) -> np.ndarray[Any, Any]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(INFER)
+        return decode_grpc(await call(body, timeout=30))
+
+
+def bench_big(base: str, address: str, model: str, shape: tuple[int, int], repeat: int) -> dict[str, float]:
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    assert x.nbytes == 1 << 20
+    targets = {"json": http_json(model, x), "http_binary": http_binary(model, x)}
+    body = grpc_raw(model, x)
+    times: dict[str, list[float]] = {"json": [], "http_binary": [], "grpc_raw": []}
+    channel = grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", -1)])
+    call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(INFER)
+    answers = {}
+    with httpx.Client(base_url=base, timeout=60, trust_env=False) as client:
+        for _ in range(repeat):
+            for name, (path, content, headers) in targets.items():
+                t0 = time.perf_counter()
+                answers[name] = decode_http(client.post(path, content=content, headers=headers))
+                times[name].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            answers["grpc_raw"] = decode_grpc(call(body, timeout=60))
+            times["grpc_raw"].append(time.perf_counter() - t0)
+    channel.close()
+    np.testing.assert_allclose(answers["grpc_raw"], answers["json"], rtol=1e-4, atol=1e-5)
+    out = {f"{k}_ms": float(np.median(v) * 1e3) for k, v in times.items()}
+    out["grpc_over_json"] = out["json_ms"] / out["grpc_raw_ms"]
+    out["grpc_over_http_binary"] = out["http_binary_ms"] / out["grpc_raw_ms"]
+    return out
+
+
+def bench_codec(repeat: int) -> dict[str, float]:
+    """The server's decode + encode of a 1 MiB MLP request (4096 x 64) and its 4096 x 10 answer."""
+    from poolserve.server import kserve, kserve_grpc
+    from poolserve.server.service import InferResult
+
+    x = np.random.default_rng(1).standard_normal((4096, 64)).astype(np.float32)
+    y = np.random.default_rng(2).random((4096, 10)).astype(np.float32)
+    _, json_body, _ = http_json("mlp", x)
+    grpc_body = grpc_raw("mlp", x)
+    result = InferResult({"probabilities": y}, "id", "mlp", 1)
+
+    def json_path() -> None:
+        kserve.decode_request(json_body)
+        kserve.encode_response("mlp", "1", [("probabilities", y, False)])
+
+    def grpc_path() -> None:
+        decoded = kserve_grpc.decode_infer(grpc_service_pb2.ModelInferRequest.FromString(grpc_body))
+        decoded.outputs = [kserve.RequestedOutput("probabilities", True)]
+        kserve_grpc.encode_infer(result, decoded).SerializeToString()
+
+    out: dict[str, float] = {}
+    for name, fn in (("json", json_path), ("grpc_raw", grpc_path)):
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        out[f"{name}_ms"] = float(np.median(times) * 1e3)
+    out["grpc_over_json"] = out["json_ms"] / out["grpc_raw_ms"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("POOLSERVE_TRACES__SAMPLE_RATE", "0")
+    http_port, grpc_port = free_port(), free_port()
+    server = start(http_port, grpc_port)
+    base, address = f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
+    try:
+        load = os.getloadavg()[0]
+        mlp = bench_mlp(server.pid, base, address, args.clients, args.rounds, args.seconds)
+        print(f"example MLP, {args.clients} closed-loop clients, {args.rounds} x {args.seconds:g} s rounds")
+        for name in ("http_binary", "grpc_raw"):
+            r = mlp[name]
+            print(
+                f"  {name:12} {r['throughput_rps']:8.1f} req/s  p50 {r['p50_ms']:6.2f} ms  "
+                f"p99 {r['p99_ms']:6.2f} ms  server CPU {r['server_cpu_ms_per_request']:.2f} ms/request"
+            )
+        print(f"  gRPC raw / HTTP binary throughput: {mlp['throughput_ratio']:.2f}x")
+        big = {
+            "branches": bench_big(base, address, "branches", (1024, 256), args.repeat),
+            "mlp": bench_big(base, address, "mlp", (4096, 64), args.repeat),
+        }
+        for model, r in big.items():
+            print(
+                f"1 MiB float32 input ({model}): JSON {r['json_ms']:.1f} ms, "
+                f"HTTP binary {r['http_binary_ms']:.1f} ms, gRPC raw {r['grpc_raw_ms']:.1f} ms: "
+                f"{r['grpc_over_json']:.1f}x JSON"
+            )
+        codec = bench_codec(args.repeat)
+        print(
+            f"protocol work on that MLP request, in process: JSON {codec['json_ms']:.1f} ms, "
+            f"gRPC raw {codec['grpc_raw_ms']:.2f} ms: {codec['grpc_over_json']:.0f}x"
+        )
+        print(
+            f"(load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
+            f"on {os.cpu_count()} cores)"
+        )
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            config = vars(args) | {"json": str(args.json), "load_average": [load, os.getloadavg()[0]]}
+            args.json.write_text(
+                json.dumps({"mlp": mlp, "one_mib": big, "codec": codec, "config": config}, indent=2)
+            )
+    finally:
+        server.terminate()
+        server.wait(15)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""KServe v2 over gRPC: ``inference.GRPCInferenceService`` as Triton defines it, so tritonclient.grpc works.
+
+ModelInfer is KServe's HTTP request in protobuf: the same ``DecodedRequest``, checked and turned into the
+service's request by ``kserve.infer_request`` (datatypes, parameters ``priority``, ``timeout`` in
+microseconds, ``trace``, ``use_run_handler_pool``). Inputs come as ``raw_input_contents`` (one entry per
+input, in order: the binary extension's bytes) or as typed ``contents``, never both; outputs always go
+back as ``raw_output_contents``, as Triton sends them. The trace a request asks for comes back as the
+response parameter ``trace`` (Chrome trace JSON).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import grpc
+import numpy as np
+
+from poolserve.proto import grpc_service_pb2 as pb
+from poolserve.proto import grpc_service_pb2_grpc
+from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, UnimplementedError
+from poolserve.runtime.types import Array
+from poolserve.server import codec, kserve
+from poolserve.server.grpc_server import GrpcAdapter, guarded, serve
+from poolserve.server.kserve import DecodedRequest, RequestedOutput
+from poolserve.server.models import ModelEntry
+from poolserve.server.service import InferenceService, InferRequest, InferResult
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+# the InferTensorContents field of each datatype (FP16 has none: raw contents only)
+CONTENTS = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def parameters(params: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
+    """InferParameters as the JSON values KServe's HTTP parameters hold."""
+    out: dict[str, Any] = {}
+    for key, param in params.items():
+        kind = param.WhichOneof("parameter_choice")
+        out[key] = getattr(param, kind) if kind else None
+    return out
+
+
+def version(raw: str) -> int | None:
+    """A model version field: empty is the latest; otherwise digits (as a path's version over HTTP)."""
+    return codec.parse_version(raw or None)
+
+
+def _contents(where: str, tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...]) -> Array:
+    dtype = kserve.DATATYPES[tensor.datatype]
+    field = CONTENTS.get(tensor.datatype)
+    if field is None:
+        raise InvalidArgumentError(
+            f"{where}: datatype {tensor.datatype} has no typed contents: send it in raw_input_contents"
+        )
+    for given, _ in tensor.contents.ListFields():
+        if given.name != field:
+            raise InvalidArgumentError(
+                f"{where}: datatype {tensor.datatype} takes its values in contents.{field}, "
+                f"not contents.{given.name}"
+            )
+    return codec.from_values(where, getattr(tensor.contents, field), dtype, shape)
+
+
+def decode_infer(message: pb.ModelInferRequest) -> DecodedRequest:
+    """A ModelInferRequest as KServe's decoded request (the errors name the input or field)."""
+    raw = message.raw_input_contents
+    if not message.inputs:
+        raise InvalidArgumentError("'inputs' must be a non-empty list")
+    if raw and len(raw) != len(message.inputs):
+        raise InvalidArgumentError(
+            f"raw_input_contents has {len(raw)} entries but the request has {len(message.inputs)} inputs: "
+            "give one per input, in the order of inputs"
+        )
+    inputs: dict[str, Array] = {}
+    datatypes: dict[str, str] = {}
+    for i, tensor in enumerate(message.inputs):
+        name = tensor.name
+        if not name:
+            raise InvalidArgumentError(f"inputs[{i}] has no name")
+        where = f"input '{name}'"
+        if name in inputs:
+            raise InvalidArgumentError(f"{where} appears more than once")
+        dtype = kserve._check_datatype(where, tensor.datatype)
+        shape = tuple(tensor.shape)
+        if any(d < 0 for d in shape):
+            raise InvalidArgumentError(
+                f"{where}: 'shape' must be a list of non-negative integers, got {list(shape)}"
+            )
+        if "shared_memory_region" in tensor.parameters:
+            raise UnimplementedError(f"{where}: shared memory is not supported")
+        if raw:
+            if tensor.HasField("contents"):
+                raise InvalidArgumentError(
+                    f"{where} has contents but the request carries raw_input_contents: use one or the other"
+                )
+            inputs[name] = codec.from_binary(
+                where, memoryview(raw[i]), dtype, shape, f"raw_input_contents[{i}]"
+            )
+        else:
+            inputs[name] = _contents(where, tensor, shape)
+        datatypes[name] = tensor.datatype
+    outputs: list[RequestedOutput] = []
+    for i, out in enumerate(message.outputs):
+        if not out.name:
+            raise InvalidArgumentError(f"outputs[{i}] has no name")
+        where = f"output '{out.name}'"
+        if any(o.name == out.name for o in outputs):
+            raise InvalidArgumentError(f"{where} is requested more than once")
+        if "shared_memory_region" in out.parameters:
+            raise UnimplementedError(f"{where}: shared memory is not supported")
+        if "classification" in out.parameters:
+            raise UnimplementedError(f"{where}: the classification extension is not supported")
+        outputs.append(RequestedOutput(out.name, True))
+    return DecodedRequest(
+        inputs=inputs,
+        datatypes=datatypes,
+        outputs=outputs or None,
+        parameters=parameters(message.parameters),
+        request_id=message.id or None,
+        binary_output=True,
+    )
+
+
+def encode_infer(result: InferResult, decoded: DecodedRequest) -> pb.ModelInferResponse:
+    response = pb.ModelInferResponse(
+        model_name=result.model, model_version=str(result.version), id=decoded.request_id or ""
+    )
+    for requested in decoded.outputs or ():
+        value = np.asarray(result.outputs[requested.name])
+        response.outputs.add(name=requested.name, datatype=kserve.datatype_of(value.dtype), shape=value.shape)
+        response.raw_output_contents.append(codec.to_binary(f"output '{requested.name}'", value))
+    if result.trace is not None:
+        response.parameters["trace"].string_param = codec.dumps(result.trace).decode()
+    return response
+
+
+class ModelInferAdapter(GrpcAdapter[pb.ModelInferRequest, DecodedRequest, pb.ModelInferResponse]):
+    endpoint = "/inference.GRPCInferenceService/ModelInfer"
+
+    def model(self, message: pb.ModelInferRequest) -> tuple[str, int | None]:
+        return message.model_name, version(message.model_version)
+
+    def decode_size(self, message: pb.ModelInferRequest) -> int:
+        if message.raw_input_contents:
+            return 0
+        fields = (getattr(t.contents, CONTENTS.get(t.datatype, "bytes_contents")) for t in message.inputs)
+        return sum(8 * len(values) for values in fields)
+
+    def decode(self, message: pb.ModelInferRequest, entry: ModelEntry) -> tuple[InferRequest, DecodedRequest]:
+        decoded = decode_infer(message)
+        return kserve.infer_request(entry, decoded), decoded
+
+    def encode(self, result: InferResult, context: DecodedRequest) -> pb.ModelInferResponse:
+        return encode_infer(result, context)
+
+
+class KServeServicer:
+    """The GRPCInferenceService calls over ``service`` (method names as the service declares them)."""
+
+    def __init__(self, service: InferenceService) -> None:
+        self.service = service
+        self.infer = ModelInferAdapter()
+        self.ServerLive = guarded(self._server_live)
+        self.ServerReady = guarded(self._server_ready)
+        self.ModelReady = guarded(self._model_ready)
+        self.ServerMetadata = guarded(self._server_metadata)
+        self.ModelMetadata = guarded(self._model_metadata)
+        self.RepositoryIndex = guarded(self._repository_index)
+
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
+        return await serve(self.infer, self.service, request, context)
+
+    @property
+    def _serving(self) -> bool:
+        return self.service.ready and not self.service.draining
+
+    async def _server_live(self, request: pb.ServerLiveRequest, context: Context) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    async def _server_ready(self, request: pb.ServerReadyRequest, context: Context) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self._serving)
+
+    async def _model_ready(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
+        # a model (or version) the server does not have is not ready, as Triton answers
+        try:
+            self.service.model(request.name, version(request.version))
+        except NotFoundError:
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=self._serving)
+
+    async def _server_metadata(
+        self, request: pb.ServerMetadataRequest, context: Context
+    ) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(
+            name="poolserve", version=kserve._server_version(), extensions=kserve.EXTENSIONS
+        )
+
+    async def _model_metadata(
+        self, request: pb.ModelMetadataRequest, context: Context
+    ) -> pb.ModelMetadataResponse:
+        entry = self.service.model(request.name, version(request.version))
+        Tensor = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=entry.name,
+            versions=[str(v) for v in sorted(self.service.models[entry.name])],
+            platform=kserve.PLATFORM,
+            inputs=[Tensor(**kserve._tensor_metadata(s)) for s in entry.inputs],
+            outputs=[Tensor(**kserve._tensor_metadata(s)) for s in entry.outputs],
+        )
+
+    async def _repository_index(
+        self, request: pb.RepositoryIndexRequest, context: Context
+    ) -> pb.RepositoryIndexResponse:
+        state = "READY" if self._serving else "UNAVAILABLE"
+        if request.ready and state != "READY":
+            return pb.RepositoryIndexResponse()
+        Index = pb.RepositoryIndexResponse.ModelIndex
+        models = [Index(name=e.name, version=str(e.version), state=state) for e in self.service.list_models()]
+        return pb.RepositoryIndexResponse(models=models)
+
+
+def add_to_server(server: grpc.aio.Server, service: InferenceService) -> None:
+    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        KServeServicer(service), server
+    )

@@ -1,0 +1,327 @@
+"""TF Serving over gRPC: ``tensorflow.serving.PredictionService`` and ``ModelService``, as
+tensorflow-serving-api's stubs call them.
+
+Predict is the REST :predict in protobuf: ``model_spec`` names the model, its version (a number, or the
+label ``stable``: the latest) and the signature; inputs are TensorProtos by the signature's input names,
+each of the input's dtype; ``output_filter`` picks outputs. The answer carries the outputs and the
+``model_spec`` that served them. GetModelMetadata answers ``signature_def``; GetModelStatus the versions'
+states. Classify and Regress feed the request's tf.Examples, serialized (a context Example's features
+merged into each), to the ``inputs`` of a SavedModel signature whose method is classify or regress (TF
+Serving's rule), and read its ``classes``/``scores`` or ``outputs``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import numpy as np
+from google.protobuf import wrappers_pb2
+
+from poolserve.proto import (
+    classification_pb2,
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    meta_graph_pb2,
+    model_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+    regression_pb2,
+)
+from poolserve.runtime.errors import InvalidArgumentError
+from poolserve.runtime.signature import TensorSpec
+from poolserve.runtime.tensor import shape_to_proto
+from poolserve.runtime.types import Array
+from poolserve.server import codec, tfserving
+from poolserve.server.grpc_server import GrpcAdapter, guarded, serve
+from poolserve.server.models import ModelEntry
+from poolserve.server.service import InferenceService, InferRequest, InferResult
+
+Context = grpc.aio.ServicerContext[Any, Any]
+SIGNATURE_DEF = "signature_def"
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
+_STATE = get_model_status_pb2.ModelVersionStatus.State
+
+
+def model_of(message: Any) -> tuple[str, int | None]:
+    """The model and version a request's ``model_spec`` names (version None: the latest)."""
+    if not message.HasField("model_spec"):
+        raise InvalidArgumentError("Missing ModelSpec: the request must name the model in model_spec")
+    spec: model_pb2.ModelSpec = message.model_spec
+    if not spec.name:
+        raise InvalidArgumentError("model_spec.name is empty: name the model")
+    choice = spec.WhichOneof("version_choice")
+    if choice == "version":
+        return spec.name, spec.version.value
+    if choice == "version_label":
+        return spec.name, tfserving._label(spec.version_label)
+    return spec.name, None
+
+
+def model_spec(name: str, version: int, signature_name: str = "") -> model_pb2.ModelSpec:
+    return model_pb2.ModelSpec(
+        name=name, version=wrappers_pb2.Int64Value(value=version), signature_name=signature_name
+    )
+
+
+class PredictAdapter(GrpcAdapter[predict_pb2.PredictRequest, str, predict_pb2.PredictResponse]):
+    """The context kept for the answer: the signature that served the request."""
+
+    endpoint = "/tensorflow.serving.PredictionService/Predict"
+
+    def model(self, message: predict_pb2.PredictRequest) -> tuple[str, int | None]:
+        return model_of(message)
+
+    def decode_size(self, message: predict_pb2.PredictRequest) -> int:
+        # typed values (float_val, ...) convert one by one; tensor_content is raw bytes
+        return sum(t.ByteSize() for t in message.inputs.values() if not t.tensor_content)
+
+    def decode(self, message: predict_pb2.PredictRequest, entry: ModelEntry) -> tuple[InferRequest, str]:
+        entry = entry.for_signature(message.model_spec.signature_name or None)
+        if not message.inputs:
+            raise InvalidArgumentError("PredictRequest.inputs is empty: no inputs found in the request")
+        inputs: dict[str, Array] = {}
+        for name, proto in message.inputs.items():
+            spec = entry.input_spec(name)  # InvalidArgumentError listing the inputs
+            inputs[name] = codec.from_tensor_proto(f"input '{name}'", proto, spec.dtype)
+        infer = InferRequest(
+            entry.name,
+            inputs,
+            fetches=list(message.output_filter),
+            version=entry.version,
+            signature_name=entry.signature_name,
+        )
+        return infer, entry.signature_name
+
+    def encode(self, result: InferResult, context: str) -> predict_pb2.PredictResponse:
+        response = predict_pb2.PredictResponse(model_spec=model_spec(result.model, result.version, context))
+        for name, value in result.outputs.items():
+            response.outputs[name].CopyFrom(codec.to_tensor_proto(value))
+        return response
+
+
+def _tensor_info(spec: TensorSpec) -> meta_graph_pb2.TensorInfo:
+    return meta_graph_pb2.TensorInfo(
+        name=spec.tensor,
+        dtype=spec.dtype,  # type: ignore[arg-type]
+        tensor_shape=shape_to_proto(spec.shape),
+    )
+
+
+def signature_defs(entry: ModelEntry) -> get_model_metadata_pb2.SignatureDefMap:
+    """The model's signatures as SignatureDefs (every one a predict signature here)."""
+    out = get_model_metadata_pb2.SignatureDefMap()
+    for name, signature in entry.signatures.items():
+        sd = out.signature_def[name]
+        sd.method_name = entry.methods.get(name, tfserving.PREDICT_METHOD)
+        for s in signature.inputs:
+            sd.inputs[s.name].CopyFrom(_tensor_info(s))
+        for s in signature.outputs:
+            sd.outputs[s.name].CopyFrom(_tensor_info(s))
+    return out
+
+
+class PredictionServicer:
+    def __init__(self, service: InferenceService) -> None:
+        self.service = service
+        self.predict = PredictAdapter()
+        self.GetModelMetadata = guarded(self._get_model_metadata)
+        self.classify = ClassifyAdapter()
+        self.regress = RegressAdapter()
+
+    async def Predict(
+        self, request: predict_pb2.PredictRequest, context: Context
+    ) -> predict_pb2.PredictResponse:
+        return await serve(self.predict, self.service, request, context)
+
+    async def Classify(
+        self, request: classification_pb2.ClassificationRequest, context: Context
+    ) -> classification_pb2.ClassificationResponse:
+        response: classification_pb2.ClassificationResponse = await serve(
+            self.classify, self.service, request, context
+        )
+        return response
+
+    async def Regress(
+        self, request: regression_pb2.RegressionRequest, context: Context
+    ) -> regression_pb2.RegressionResponse:
+        response: regression_pb2.RegressionResponse = await serve(
+            self.regress, self.service, request, context
+        )
+        return response
+
+    async def _get_model_metadata(
+        self, request: get_model_metadata_pb2.GetModelMetadataRequest, context: Context
+    ) -> get_model_metadata_pb2.GetModelMetadataResponse:
+        fields = list(request.metadata_field)
+        if not fields:
+            raise InvalidArgumentError(
+                f"GetModelMetadataRequest must specify at least one metadata_field (only '{SIGNATURE_DEF}')"
+            )
+        for field in fields:
+            if field != SIGNATURE_DEF:
+                raise InvalidArgumentError(
+                    f"Metadata field {field} is not supported (only '{SIGNATURE_DEF}')"
+                )
+        name, version = model_of(request)
+        entry = self.service.model(name, version)
+        response = get_model_metadata_pb2.GetModelMetadataResponse(
+            model_spec=model_spec(entry.name, entry.version)
+        )
+        response.metadata[SIGNATURE_DEF].Pack(signature_defs(entry))
+        return response
+
+
+def serialized_examples(message: Any) -> Array:
+    """The request's Input as a vector of serialized tf.Examples (with context: the context's bytes then
+    the example's, which protobuf merges, the example's features winning)."""
+    kind = message.input.WhichOneof("kind")
+    if kind == "example_list":
+        blobs = [e.SerializeToString() for e in message.input.example_list.examples]
+    elif kind == "example_list_with_context":
+        given = message.input.example_list_with_context
+        context = given.context.SerializeToString()
+        blobs = [context + e.SerializeToString() for e in given.examples]
+    else:
+        blobs = []
+    if not blobs:
+        raise InvalidArgumentError("Input is empty: the request has no examples")
+    out = np.empty(len(blobs), dtype=object)
+    out[:] = blobs
+    return out
+
+
+class ExamplesAdapter(GrpcAdapter[Any, str, Any]):
+    """Classify and Regress: the examples fed to the signature's ``inputs``, its outputs read back."""
+
+    method = ""
+    kind = ""  # "classification" or "regression", in errors
+
+    def model(self, message: Any) -> tuple[str, int | None]:
+        return model_of(message)
+
+    def fetches(self, entry: ModelEntry) -> list[str]:
+        raise NotImplementedError
+
+    def decode(self, message: Any, entry: ModelEntry) -> tuple[InferRequest, str]:
+        entry = entry.for_signature(message.model_spec.signature_name or None)
+        method = entry.methods.get(entry.signature_name, tfserving.PREDICT_METHOD)
+        if method != self.method:
+            raise InvalidArgumentError(
+                f"Expected {self.kind} signature method_name to be {self.method}. Was: {method} "
+                f"(model '{entry.name}', signature '{entry.signature_name}')"
+            )
+        if [s.name for s in entry.inputs] != ["inputs"]:
+            raise InvalidArgumentError(
+                f"Expected one input Tensor named 'inputs' in {self.kind} signature "
+                f"'{entry.signature_name}', which has: {', '.join(s.name for s in entry.inputs)}"
+            )
+        infer = InferRequest(
+            entry.name,
+            {"inputs": serialized_examples(message)},
+            fetches=self.fetches(entry),
+            version=entry.version,
+            signature_name=entry.signature_name,
+        )
+        return infer, entry.signature_name
+
+
+class ClassifyAdapter(ExamplesAdapter):
+    endpoint = "/tensorflow.serving.PredictionService/Classify"
+    method, kind = CLASSIFY_METHOD, "classification"
+
+    def fetches(self, entry: ModelEntry) -> list[str]:
+        names: list[str] = [n for n in ("classes", "scores") if n in {s.name for s in entry.outputs}]
+        if not names:
+            raise InvalidArgumentError(
+                f"Expected classification signature '{entry.signature_name}' outputs to contain "
+                "'classes', 'scores' or both"
+            )
+        return names
+
+    def encode(self, result: InferResult, context: str) -> classification_pb2.ClassificationResponse:
+        classes: Any = result.outputs.get("classes")
+        scores: Any = result.outputs.get("scores")
+        for name, value in (("classes", classes), ("scores", scores)):
+            if value is not None and np.ndim(value) != 2:
+                raise InvalidArgumentError(
+                    f"Expected Tensor shape: [batch_size num_classes] but got {list(np.shape(value))} "
+                    f"for output '{name}'"
+                )
+        shape = np.shape(classes if classes is not None else scores)
+        if classes is not None and scores is not None and np.shape(scores) != shape:
+            raise InvalidArgumentError(
+                f"Output 'classes' has shape {list(shape)} but 'scores' {list(np.shape(scores))}"
+            )
+        response = classification_pb2.ClassificationResponse(
+            model_spec=model_spec(result.model, result.version, context)
+        )
+        for i in range(shape[0]):
+            row = response.result.classifications.add()
+            for j in range(shape[1]):
+                label = classes[i, j] if classes is not None else b""
+                row.classes.add(
+                    label=label.decode("utf-8", "replace") if isinstance(label, bytes) else str(label),
+                    score=float(scores[i, j]) if scores is not None else 0.0,
+                )
+        return response
+
+
+class RegressAdapter(ExamplesAdapter):
+    endpoint = "/tensorflow.serving.PredictionService/Regress"
+    method, kind = REGRESS_METHOD, "regression"
+
+    def fetches(self, entry: ModelEntry) -> list[str]:
+        if "outputs" not in {s.name for s in entry.outputs}:
+            raise InvalidArgumentError(
+                f"Expected one output Tensor named 'outputs' in regression signature '{entry.signature_name}'"
+            )
+        return ["outputs"]
+
+    def encode(self, result: InferResult, context: str) -> regression_pb2.RegressionResponse:
+        values = np.asarray(result.outputs["outputs"])
+        if values.ndim == 2 and values.shape[1] == 1:
+            values = values[:, 0]
+        if values.ndim != 1:
+            raise InvalidArgumentError(
+                f"Expected output Tensor shape to be either [batch_size] or [batch_size, 1] but got "
+                f"{list(np.shape(result.outputs['outputs']))}"
+            )
+        response = regression_pb2.RegressionResponse(
+            model_spec=model_spec(result.model, result.version, context)
+        )
+        for v in values.tolist():
+            response.result.regressions.add(value=float(v))
+        return response
+
+
+class ModelServicer:
+    def __init__(self, service: InferenceService) -> None:
+        self.service = service
+        self.GetModelStatus = guarded(self._get_model_status)
+
+    async def _get_model_status(
+        self, request: get_model_status_pb2.GetModelStatusRequest, context: Context
+    ) -> get_model_status_pb2.GetModelStatusResponse:
+        name, version = model_of(request)
+        if request.model_spec.WhichOneof("version_choice") == "version_label":
+            version = self.service.model(name, version).version  # the label's version only
+        self.service.model(name, version)  # NotFoundError naming the model or version
+        versions = [version] if version is not None else sorted(self.service.models[name], reverse=True)
+        state = _STATE.UNLOADING if self.service.draining else _STATE.AVAILABLE
+        response = get_model_status_pb2.GetModelStatusResponse()
+        for v in versions:
+            response.model_version_status.add(version=v, state=state)
+        return response
+
+
+def add_to_server(server: grpc.aio.Server, service: InferenceService) -> None:
+    # the generated registration functions are untyped
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        PredictionServicer(service), server
+    )
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        ModelServicer(service), server
+    )

@@ -1,0 +1,577 @@
+"""The gRPC front end on the real app and runtime, driven with stubs generated from our protos (the wire
+format tritonclient.grpc and tensorflow-serving-api speak; the real clients are in
+test_server_tritonclient_grpc.py and, for TF Serving, checked by hand: see the README).
+
+Every answer is compared with the HTTP endpoint's for the same request: one core path."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+from support import RUNS, sleep_op
+from test_server_kserve import CONFIG, write_models
+
+from poolserve.proto import (
+    classification_pb2,
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    grpc_service_pb2,
+    grpc_service_pb2_grpc,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+    regression_pb2,
+)
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.tensor import from_ndarray, to_ndarray
+from poolserve.server.app import create_app
+from poolserve.server.config import load_config
+from poolserve.server.grpc_server import GrpcServer
+from poolserve.server.kserve_grpc import ModelInferAdapter
+from poolserve.server.service import InferenceService
+
+pb = grpc_service_pb2
+pytestmark = pytest.mark.anyio
+SLEEPS = 20  # nodes of the sleepy model, 50 ms each
+FIXTURES = Path(__file__).parent / "fixtures" / "saved_models"
+EXPECTED = np.load(FIXTURES / "tf1_classify.npz")
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    folder = tmp_path_factory.mktemp("grpc")
+    write_models(folder)
+    b = GraphBuilder()
+    x: str = b.placeholder("x", np.float32, (None,))
+    for i in range(SLEEPS):
+        x = sleep_op(b, x, 0.05, f"nap{i}")
+    b.identity(x, name="y")
+    (folder / "sleepy.pb").write_bytes(b.graph_def.SerializeToString())
+    classify = FIXTURES / "tf1_classify"
+    (folder / "poolserve.toml").write_text(
+        CONFIG
+        + '[[models]]\nname = "sleepy"\npath = "sleepy.pb"\n'
+        + f'[[models]]\nname = "classify"\npath = "{classify}"\n'
+    )
+    return create_app(load_config(folder / "poolserve.toml"))
+
+
+@pytest.fixture(scope="module")
+async def channel(app: Any) -> Any:
+    server = GrpcServer(app.state.service)
+    port = await server.start("127.0.0.1", 0)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        yield ch
+    await server.stop(None)
+
+
+@pytest.fixture(scope="module")
+async def http(app: Any) -> Any:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://grpc") as c:
+        yield c
+
+
+@pytest.fixture
+def kserve(channel: Any) -> grpc_service_pb2_grpc.GRPCInferenceServiceStub:
+    return grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+
+@pytest.fixture
+def tfs(channel: Any) -> prediction_service_pb2_grpc.PredictionServiceStub:
+    return prediction_service_pb2_grpc.PredictionServiceStub(channel)
+
+
+def service_of(app: Any) -> InferenceService:
+    service: InferenceService = app.state.service
+    return service
+
+
+def raw_request(model: str, **inputs: np.ndarray) -> grpc_service_pb2.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name=model)
+    for name, value in inputs.items():
+        request.inputs.add(name=name, datatype="FP32", shape=value.shape)
+        request.raw_input_contents.append(value.tobytes())
+    return request
+
+
+def outputs_of(response: grpc_service_pb2.ModelInferResponse) -> dict[str, np.ndarray]:
+    dtypes = {"FP32": np.float32, "INT32": np.int32, "BOOL": np.bool_, "FP16": np.float16}
+    out = {}
+    for o, raw in zip(response.outputs, response.raw_output_contents, strict=True):
+        if o.datatype == "BYTES":
+            out[o.name] = raw
+        else:
+            out[o.name] = np.frombuffer(raw, dtypes[o.datatype]).reshape(tuple(o.shape))
+    return out
+
+
+async def expect_error(call: Any, code: grpc.StatusCode) -> str:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    assert info.value.code() == code, info.value.details()
+    details: str = info.value.details()
+    return details
+
+
+# --- KServe v2 -----------------------------------------------------------------------------------------
+
+
+async def test_health_and_metadata_match_http(kserve: Any, http: httpx.AsyncClient) -> None:
+    assert (await kserve.ServerLive(pb.ServerLiveRequest())).live
+    assert (await kserve.ServerReady(pb.ServerReadyRequest())).ready
+    assert (await kserve.ModelReady(pb.ModelReadyRequest(name="calc", version="1"))).ready
+    assert not (await kserve.ModelReady(pb.ModelReadyRequest(name="calc", version="9"))).ready
+    assert not (await kserve.ModelReady(pb.ModelReadyRequest(name="nope"))).ready
+    meta = await kserve.ServerMetadata(pb.ServerMetadataRequest())
+    assert (meta.name, list(meta.extensions)) == ("poolserve", ["binary_tensor_data"])
+    model = await kserve.ModelMetadata(pb.ModelMetadataRequest(name="calc"))
+    expected = (await http.get("/v2/models/calc")).json()
+    got = {
+        "name": model.name,
+        "versions": list(model.versions),
+        "platform": model.platform,
+        "inputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in model.inputs],
+        "outputs": [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in model.outputs],
+    }
+    assert got == expected
+    index = await kserve.RepositoryIndex(pb.RepositoryIndexRequest())
+    assert [(m.name, m.version, m.state) for m in index.models][:2] == [
+        ("calc", "1", "READY"),
+        ("calc", "2", "READY"),
+    ]
+
+
+@pytest.mark.parametrize("version", ["", "1"])
+async def test_infer_raw_equals_http(kserve: Any, http: httpx.AsyncClient, version: str) -> None:
+    x = np.random.default_rng(3).standard_normal((5, 3)).astype(np.float32)
+    request = raw_request("calc", x=x)
+    request.model_version, request.id = version, "r-1"
+    response = await kserve.ModelInfer(request)
+    path = f"/v2/models/calc/versions/{version}/infer" if version else "/v2/models/calc/infer"
+    body = {"inputs": [{"name": "x", "shape": [5, 3], "datatype": "FP32", "data": x.ravel().tolist()}]}
+    expected = (await http.post(path, json=body)).json()
+    assert (response.model_name, response.model_version, response.id) == ("calc", version or "2", "r-1")
+    assert expected["model_version"] == response.model_version
+    got = outputs_of(response)
+    for out in expected["outputs"]:
+        assert [o.datatype for o in response.outputs if o.name == out["name"]] == [out["datatype"]]
+        np.testing.assert_array_equal(
+            got[out["name"]], np.reshape(out["data"], out["shape"]).astype(np.float32)
+        )
+
+
+async def test_infer_typed_contents_and_output_selection(kserve: Any) -> None:
+    request = pb.ModelInferRequest(model_name="types")
+    request.inputs.add(name="a", datatype="INT32", shape=[3]).contents.int_contents.extend([1, -2, 3])
+    request.inputs.add(name="flag", datatype="BOOL", shape=[2]).contents.bool_contents.extend([True, False])
+    request.inputs.add(name="text", datatype="BYTES", shape=[2]).contents.bytes_contents.extend(
+        [b"hi", b"\xff"]
+    )
+    for name in ("a2", "not_flag", "text_out"):
+        request.outputs.add(name=name)
+    response = await kserve.ModelInfer(request)
+    assert [o.name for o in response.outputs] == ["a2", "not_flag", "text_out"]
+    got = outputs_of(response)
+    np.testing.assert_array_equal(got["a2"], [2, -4, 6])
+    np.testing.assert_array_equal(got["not_flag"], [False, True])
+    assert got["text_out"] == b"\x02\x00\x00\x00hi\x01\x00\x00\x00\xff"  # BYTES raw: length, bytes
+
+
+def _bad(**change: Any) -> grpc_service_pb2.ModelInferRequest:
+    request = raw_request("calc", x=np.ones((2, 3), np.float32))
+    if "datatype" in change:
+        request.inputs[0].datatype = change["datatype"]
+    if "raw" in change:
+        request.raw_input_contents[0] = change["raw"]
+    if "contents" in change:
+        del request.raw_input_contents[:]
+        request.inputs[0].contents.int_contents.extend(change["contents"])
+    if "fp32" in change:
+        del request.raw_input_contents[:]
+        request.inputs[0].contents.fp32_contents.extend(change["fp32"])
+    if "extra_raw" in change:
+        request.raw_input_contents.append(b"")
+    if "name" in change:
+        request.inputs[0].name = change["name"]
+    if "version" in change:
+        request.model_version = change["version"]
+    if "output" in change:
+        request.outputs.add(name=change["output"])
+    if "timeout" in change:
+        request.parameters["timeout"].string_param = change["timeout"]
+    return request
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"datatype": "FP64"},
+            "input 'x': raw_input_contents[0] is 24 bytes but shape [2, 3] of float64 needs 48",
+        ),
+        ({"datatype": "INT32"}, "input 'x' has datatype INT32 but model 'calc' expects FP32"),
+        ({"datatype": "FLOAT"}, "input 'x': unknown datatype 'FLOAT'"),
+        (
+            {"raw": b"\0" * 20},
+            "input 'x': raw_input_contents[0] is 20 bytes but shape [2, 3] of float32 needs 24",
+        ),
+        (
+            {"contents": [1, 2, 3, 4, 5, 6]},
+            "input 'x': datatype FP32 takes its values in contents.fp32_contents, not contents.int_contents",
+        ),
+        ({"fp32": [1.0, 2.0]}, "input 'x': shape [2, 3] needs 6 values but the contents hold 2"),
+        ({"extra_raw": True}, "raw_input_contents has 2 entries but the request has 1 inputs"),
+        ({"name": "z"}, "Model 'calc' has no input 'z'"),
+        ({"version": "v2"}, "The model version must be an integer, got 'v2'"),
+        ({"output": "nope"}, "Model 'calc' has no output 'nope'"),
+        (
+            {"timeout": "soon"},
+            "parameter 'timeout' must be a non-negative integer (microseconds), got 'soon'",
+        ),
+    ],
+)
+async def test_bad_infer_requests_are_invalid_argument_naming_the_field(
+    kserve: Any, change: dict[str, Any], message: str
+) -> None:
+    details = await expect_error(kserve.ModelInfer(_bad(**change)), grpc.StatusCode.INVALID_ARGUMENT)
+    assert message in details
+
+
+async def test_fp16_needs_raw_contents_and_int_range_is_checked(kserve: Any) -> None:
+    request = pb.ModelInferRequest(model_name="types")
+    request.inputs.add(name="half", datatype="FP16", shape=[2]).contents.fp32_contents.extend([1, 2])
+    details = await expect_error(kserve.ModelInfer(request), grpc.StatusCode.INVALID_ARGUMENT)
+    assert "input 'half': datatype FP16 has no typed contents: send it in raw_input_contents" in details
+    request = pb.ModelInferRequest(model_name="types")
+    request.inputs.add(name="a", datatype="INT32", shape=[1]).contents.int64_contents.append(1)
+    details = await expect_error(kserve.ModelInfer(request), grpc.StatusCode.INVALID_ARGUMENT)
+    assert "contents.int_contents, not contents.int64_contents" in details
+
+
+async def test_unknown_model_or_version_is_not_found(kserve: Any) -> None:
+    details = await expect_error(
+        kserve.ModelInfer(raw_request("nope", x=np.ones(1, np.float32))), grpc.StatusCode.NOT_FOUND
+    )
+    assert details.startswith("Model 'nope' not found; the server has: calc, ")
+    request = raw_request("calc", x=np.ones((1, 3), np.float32))
+    request.model_version = "7"
+    details = await expect_error(kserve.ModelInfer(request), grpc.StatusCode.NOT_FOUND)
+    assert details == "Model 'calc' has no version 7; it has: 1, 2"
+    details = await expect_error(
+        kserve.ModelMetadata(pb.ModelMetadataRequest(name="nope")), grpc.StatusCode.NOT_FOUND
+    )
+    assert "Model 'nope' not found" in details
+
+
+# --- request parameters --------------------------------------------------------------------------------
+
+
+async def test_priority_timeout_and_pool_parameters_reach_the_request(app: Any) -> None:
+    request = raw_request("calc", x=np.ones((1, 3), np.float32))
+    request.parameters["priority"].uint64_param = 5
+    request.parameters["timeout"].int64_param = 2500  # microseconds: 3 ms
+    request.parameters["use_run_handler_pool"].bool_param = False
+    infer, _ = ModelInferAdapter().decode(request, service_of(app).model("calc"))
+    assert infer.run_options is not None
+    assert infer.run_options.experimental.run_handler_pool_options.priority == 5
+    assert infer.run_options.timeout_in_ms == 3
+    assert infer.use_run_handler_pool is False
+
+
+@pytest.mark.parametrize("pool", [True, False])
+async def test_trace_parameter_returns_the_trace_and_use_run_handler_pool_is_honoured(
+    kserve: Any, pool: bool
+) -> None:
+    request = raw_request("calc", x=np.ones((1, 3), np.float32))
+    request.parameters["trace"].bool_param = True
+    request.parameters["use_run_handler_pool"].bool_param = pool
+    call = kserve.ModelInfer(request, metadata=(("x-request-id", f"traced-{pool}"),))
+    response = await call
+    assert dict(await call.trailing_metadata())["x-request-id"] == f"traced-{pool}"
+    trace = json.loads(response.parameters["trace"].string_param)
+    waits = [e for e in trace["traceEvents"] if e.get("name") == "wait for run handler"]
+    assert [w["args"]["run_handler_pool"] for w in waits] == [pool]
+    assert waits[0]["args"]["request_id"] == f"traced-{pool}"
+
+
+async def test_timeout_parameter_stops_the_step(kserve: Any, app: Any) -> None:
+    request = raw_request("sleepy", x=np.ones(2, np.float32))
+    request.parameters["timeout"].int64_param = 150_000
+    details = await expect_error(kserve.ModelInfer(request), grpc.StatusCode.DEADLINE_EXCEEDED)
+    assert "deadline" in details.lower() or "timeout" in details.lower()
+    assert f"nap{SLEEPS - 1}" not in RUNS
+    text, _ = service_of(app).metrics.exposition()
+    assert b'poolserve_timeouts_total{model="sleepy"}' in text
+
+
+# --- deadlines and cancellation ------------------------------------------------------------------------
+
+
+def answered(service: InferenceService, model: str, status: int) -> float:
+    """How many ModelInfer calls for ``model`` were answered with (the HTTP equivalent of) ``status``."""
+    text, _ = service.metrics.exposition()
+    key = f'endpoint="/inference.GRPCInferenceService/ModelInfer",model="{model}",status="{status}"}} '
+    for line in text.decode().splitlines():
+        if line.startswith("poolserve_requests_total{") and key in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def _steps_end(service: InferenceService) -> None:
+    """Waits for the steps, and the calls' handlers (they count their answer as they leave), to end."""
+    for _ in range(300):
+        if service.steps_running == 0 and service.in_flight == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the step did not end")
+
+
+async def test_grpc_deadline_becomes_the_step_timeout(kserve: Any, app: Any) -> None:
+    service = service_of(app)
+    await _steps_end(service)
+    timeouts = answered(service, "sleepy", 504)
+    started = time.monotonic()
+    await expect_error(
+        kserve.ModelInfer(raw_request("sleepy", x=np.ones(2, np.float32)), timeout=0.2),
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    )
+    await _steps_end(service)
+    assert time.monotonic() - started < 0.5 * SLEEPS * 0.05  # stopped, not run to its end
+    assert f"nap{SLEEPS - 1}" not in RUNS
+    assert answered(service, "sleepy", 504) == timeouts + 1, answered(service, "sleepy", 499)
+
+
+async def test_cancelled_call_cancels_the_step(kserve: Any, app: Any) -> None:
+    service = service_of(app)
+    await _steps_end(service)
+    cancelled = answered(service, "sleepy", 499)
+    call = kserve.ModelInfer(raw_request("sleepy", x=np.ones(2, np.float32)))
+    for _ in range(200):
+        if service.steps_running:
+            break
+        await asyncio.sleep(0.01)
+    assert service.steps_running == 1
+    call.cancel()
+    await _steps_end(service)
+    assert f"nap{SLEEPS - 1}" not in RUNS
+    assert answered(service, "sleepy", 499) == cancelled + 1
+
+
+# --- TF Serving ----------------------------------------------------------------------------------------
+
+
+def predict_request(model: str, **inputs: Any) -> predict_pb2.PredictRequest:
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model
+    for name, value in inputs.items():
+        request.inputs[name].CopyFrom(from_ndarray(value))
+    return request
+
+
+async def test_predict_equals_http(tfs: Any, http: httpx.AsyncClient) -> None:
+    x = np.random.default_rng(5).standard_normal((4, 3)).astype(np.float32)
+    response = await tfs.Predict(predict_request("calc", x=x))
+    expected = (await http.post("/v1/models/calc:predict", json={"inputs": {"x": x.tolist()}})).json()[
+        "outputs"
+    ]
+    assert set(response.outputs) == set(expected) == {"y", "total"}
+    for name, value in expected.items():
+        got = to_ndarray(response.outputs[name])
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, np.asarray(value, np.float32))
+    spec = response.model_spec
+    assert (spec.name, spec.version.value, spec.signature_name) == ("calc", 2, "serving_default")
+
+
+async def test_predict_version_label_and_output_filter(tfs: Any) -> None:
+    x = np.ones((2, 3), np.float32)
+    request = predict_request("calc", x=x)
+    request.model_spec.version.value = 1
+    request.output_filter.append("y")
+    response = await tfs.Predict(request)
+    assert list(response.outputs) == ["y"] and response.model_spec.version.value == 1
+    np.testing.assert_array_equal(to_ndarray(response.outputs["y"]), np.full((2, 3), 3.0, np.float32))
+    request = predict_request("calc", x=x)
+    request.model_spec.version_label = "stable"
+    assert (await tfs.Predict(request)).model_spec.version.value == 2
+    request.model_spec.version_label = "canary"
+    details = await expect_error(tfs.Predict(request), grpc.StatusCode.NOT_FOUND)
+    assert "Unrecognized servable version label: canary" in details
+
+
+@pytest.mark.parametrize(
+    ("change", "code", "message"),
+    [
+        (
+            "dtype",
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "input 'x': the model expects dtype float32 but the tensor holds float64",
+        ),
+        ("name", grpc.StatusCode.INVALID_ARGUMENT, "Model 'calc' has no input 'z'"),
+        ("signature", grpc.StatusCode.INVALID_ARGUMENT, 'Serving signature name: "other" not found'),
+        ("spec", grpc.StatusCode.INVALID_ARGUMENT, "Missing ModelSpec"),
+        ("content", grpc.StatusCode.INVALID_ARGUMENT, "input 'x': tensor_content has 5 bytes"),
+        ("model", grpc.StatusCode.NOT_FOUND, "Model 'nope' not found"),
+        ("version", grpc.StatusCode.NOT_FOUND, "Model 'calc' has no version 4"),
+    ],
+)
+async def test_bad_predict_requests(tfs: Any, change: str, code: grpc.StatusCode, message: str) -> None:
+    x = np.ones((2, 3), np.float32)
+    request = predict_request(
+        "calc", **{"z" if change == "name" else "x": x.astype(np.float64) if change == "dtype" else x}
+    )
+    if change == "signature":
+        request.model_spec.signature_name = "other"
+    elif change == "spec":
+        request.ClearField("model_spec")
+    elif change == "content":
+        request.inputs["x"].tensor_content = b"12345"
+    elif change == "model":
+        request.model_spec.name = "nope"
+    elif change == "version":
+        request.model_spec.version.value = 4
+    assert message in await expect_error(tfs.Predict(request), code)
+
+
+async def test_model_metadata_and_status(tfs: Any, channel: Any, http: httpx.AsyncClient) -> None:
+    request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+    request.model_spec.name = "calc"
+    response = await tfs.GetModelMetadata(request)
+    sigs = get_model_metadata_pb2.SignatureDefMap()
+    assert response.metadata["signature_def"].Unpack(sigs)
+    expected = (await http.get("/v1/models/calc/metadata")).json()["metadata"]["signature_def"][
+        "signature_def"
+    ]
+    assert set(sigs.signature_def) == set(expected) == {"serving_default"}
+    sd = sigs.signature_def["serving_default"]
+    assert sd.method_name == "tensorflow/serving/predict"
+    assert (sd.inputs["x"].name, sd.inputs["x"].dtype, [d.size for d in sd.inputs["x"].tensor_shape.dim]) == (
+        "x:0",
+        1,
+        [-1, 3],
+    )
+    assert set(sd.outputs) == set(expected["serving_default"]["outputs"])
+    request.metadata_field[:] = ["graph"]
+    details = await expect_error(tfs.GetModelMetadata(request), grpc.StatusCode.INVALID_ARGUMENT)
+    assert "Metadata field graph is not supported" in details
+
+    models = model_service_pb2_grpc.ModelServiceStub(channel)
+    status = await models.GetModelStatus(
+        get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "calc"})
+    )
+    available = get_model_status_pb2.ModelVersionStatus.AVAILABLE
+    assert [(s.version, s.state) for s in status.model_version_status] == [(2, available), (1, available)]
+    one = get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "calc", "version": {"value": 1}})
+    assert [s.version for s in (await models.GetModelStatus(one)).model_version_status] == [1]
+    missing = get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "nope"})
+    assert "Model 'nope' not found" in await expect_error(
+        models.GetModelStatus(missing), grpc.StatusCode.NOT_FOUND
+    )
+
+
+def examples_request(cls: Any, signature: str = "", context: bool = False) -> Any:
+    request = cls(model_spec={"name": "classify", "signature_name": signature})
+    if context:
+        given = request.input.example_list_with_context
+        given.context.features.feature["k"].int64_list.value.append(4)
+        given.examples.add().features.feature["x"].float_list.value.extend([1.0, 1.0])
+        return request
+    first = request.input.example_list.examples.add()
+    first.features.feature["x"].float_list.value.extend([1.0, 2.0])
+    second = request.input.example_list.examples.add()
+    second.features.feature["x"].float_list.value.extend([0.5, -1.0])
+    second.features.feature["k"].int64_list.value.append(2)
+    return request
+
+
+async def test_classify_and_regress_match_tensorflow(tfs: Any) -> None:
+    response = await tfs.Classify(examples_request(classification_pb2.ClassificationRequest))
+    assert (response.model_spec.name, response.model_spec.signature_name) == ("classify", "serving_default")
+    rows = response.result.classifications
+    assert [[c.label for c in row.classes] for row in rows] == [["a", "b", "c"]] * 2
+    scores = [[c.score for c in row.classes] for row in rows]
+    np.testing.assert_allclose(scores, EXPECTED["plain_scores"], rtol=1e-6)
+    context = await tfs.Classify(examples_request(classification_pb2.ClassificationRequest, context=True))
+    got = [[c.score for c in row.classes] for row in context.result.classifications]
+    np.testing.assert_allclose(got, EXPECTED["context_scores"], rtol=1e-6)
+    regression = await tfs.Regress(examples_request(regression_pb2.RegressionRequest, "regress"))
+    np.testing.assert_allclose([r.value for r in regression.result.regressions], EXPECTED["plain_value"])
+    assert regression.model_spec.signature_name == "regress"
+
+
+@pytest.mark.parametrize(
+    ("call", "request_", "message"),
+    [
+        (
+            "Classify",
+            classification_pb2.ClassificationRequest(model_spec={"name": "calc"}),
+            "Expected classification signature method_name to be tensorflow/serving/classify. Was: tensorflow/serving/predict",
+        ),
+        (
+            "Regress",
+            regression_pb2.RegressionRequest(model_spec={"name": "classify"}),
+            "Expected regression signature method_name to be tensorflow/serving/regress. Was: tensorflow/serving/classify",
+        ),
+        (
+            "Classify",
+            classification_pb2.ClassificationRequest(model_spec={"name": "classify"}),
+            "Input is empty",
+        ),
+    ],
+)
+async def test_classify_and_regress_errors(tfs: Any, call: str, request_: Any, message: str) -> None:
+    details = await expect_error(getattr(tfs, call)(request_), grpc.StatusCode.INVALID_ARGUMENT)
+    assert message in details
+
+
+async def test_missing_feature_is_invalid_argument(tfs: Any) -> None:
+    request = regression_pb2.RegressionRequest(model_spec={"name": "classify", "signature_name": "regress"})
+    request.input.example_list.examples.add().features.feature["k"].int64_list.value.append(1)
+    details = await expect_error(tfs.Regress(request), grpc.StatusCode.INVALID_ARGUMENT)
+    assert "Feature: x (data type: float) is required but could not be found" in details
+
+
+async def test_metadata_reports_each_signatures_method(tfs: Any) -> None:
+    request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+    request.model_spec.name = "classify"
+    sigs = get_model_metadata_pb2.SignatureDefMap()
+    (await tfs.GetModelMetadata(request)).metadata["signature_def"].Unpack(sigs)
+    methods = {name: sd.method_name for name, sd in sigs.signature_def.items()}
+    assert methods == {
+        "serving_default": "tensorflow/serving/classify",
+        "regress": "tensorflow/serving/regress",
+        "predict": "tensorflow/serving/predict",
+    }
+
+
+async def test_http_and_grpc_share_metrics_and_traces(app: Any, tfs: Any) -> None:
+    x = np.ones((1, 3), np.float32)
+    call = tfs.Predict(predict_request("calc", x=x))
+    await call
+    request_id = dict(await call.trailing_metadata())["x-request-id"]
+    assert len(request_id) == 32
+    text, _ = service_of(app).metrics.exposition()
+    assert b'endpoint="/tensorflow.serving.PredictionService/Predict",model="calc",status="200"}' in text
+
+
+async def test_taken_port_is_an_error(app: Any, channel: Any) -> None:
+    first = GrpcServer(service_of(app))
+    port = await first.start("127.0.0.1", 0)
+    try:
+        with pytest.raises(RuntimeError, match=f"cannot listen for gRPC on 127.0.0.1:{port}"):
+            await GrpcServer(service_of(app)).start("127.0.0.1", port)
+    finally:
+        await first.stop(None)
