@@ -54,7 +54,8 @@ class GrpcAdapter(ABC, Generic[M, C, R]):
     endpoint: str  # the metrics' endpoint label: the method's path
 
     @abstractmethod
-    def model(self, message: M) -> tuple[str, int | None]: ...
+    def model(self, message: M) -> tuple[str, int | str | None]:
+        """The model the message names, and its version: a number, a label, or None (the latest)."""
 
     @abstractmethod
     def decode(self, message: M, entry: ModelEntry) -> tuple[InferRequest, C]: ...
@@ -112,13 +113,16 @@ async def serve(
     service.in_flight += 1
     try:
         name, version = adapter.model(message)
-        entry = service.model(name, version)
-        model = entry.name
-        infer, kept = await codec.sized(adapter.decode_size(message), adapter.decode, message, entry)
-        infer.request_id, infer.received_at = request_id, received
-        apply_deadline(infer, context.time_remaining())
-        result = await service.infer(infer)
-        answer = adapter.encode(result, kept)
+        if isinstance(version, str):  # a label: the version the config names for it
+            version = service.repository.label_version(name, version)
+        # the call holds its model version to its answer, as an HTTP request does (server.adapter.serve)
+        with service.repository.hold(name, version) as entry:
+            model = entry.name
+            infer, kept = await codec.sized(adapter.decode_size(message), adapter.decode, message, entry)
+            infer.request_id, infer.received_at = request_id, received
+            apply_deadline(infer, context.time_remaining())
+            result = await service.infer(infer)
+            answer = adapter.encode(result, kept)
         status = 200
         return answer
     except OpError as e:

@@ -10,6 +10,7 @@ response parameter ``trace`` (Chrome trace JSON).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from poolserve.proto import grpc_service_pb2 as pb
 from poolserve.proto import grpc_service_pb2_grpc
-from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, UnimplementedError
+from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, UnavailableError, UnimplementedError
 from poolserve.runtime.types import Array
 from poolserve.server import codec, kserve
 from poolserve.server.grpc_server import GrpcAdapter, guarded, serve
@@ -180,6 +181,8 @@ class KServeServicer:
         self.ServerMetadata = guarded(self._server_metadata)
         self.ModelMetadata = guarded(self._model_metadata)
         self.RepositoryIndex = guarded(self._repository_index)
+        self.RepositoryModelLoad = guarded(self._repository_load)
+        self.RepositoryModelUnload = guarded(self._repository_unload)
 
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
         return await serve(self.infer, self.service, request, context)
@@ -198,7 +201,7 @@ class KServeServicer:
         # a model (or version) the server does not have is not ready, as Triton answers
         try:
             self.service.model(request.name, version(request.version))
-        except NotFoundError:
+        except (NotFoundError, UnavailableError):  # unknown, or known and not loaded
             return pb.ModelReadyResponse(ready=False)
         return pb.ModelReadyResponse(ready=self._serving)
 
@@ -225,12 +228,41 @@ class KServeServicer:
     async def _repository_index(
         self, request: pb.RepositoryIndexRequest, context: Context
     ) -> pb.RepositoryIndexResponse:
-        state = "READY" if self._serving else "UNAVAILABLE"
-        if request.ready and state != "READY":
-            return pb.RepositoryIndexResponse()
+        _admin(self.service, context)
+        rows = self.service.repository.index(request.ready)
         Index = pb.RepositoryIndexResponse.ModelIndex
-        models = [Index(name=e.name, version=str(e.version), state=state) for e in self.service.list_models()]
-        return pb.RepositoryIndexResponse(models=models)
+        fields = ("name", "version", "state", "reason")  # the index's labels are HTTP's only
+        return pb.RepositoryIndexResponse(models=[Index(**{k: r[k] for k in fields if k in r}) for r in rows])
+
+    async def _repository_load(
+        self, request: pb.RepositoryModelLoadRequest, context: Context
+    ) -> pb.RepositoryModelLoadResponse:
+        _admin(self.service, context)
+        _no_parameters(request.parameters)
+        await asyncio.to_thread(self.service.repository.load, request.model_name)  # loading computes
+        return pb.RepositoryModelLoadResponse()
+
+    async def _repository_unload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Context
+    ) -> pb.RepositoryModelUnloadResponse:
+        _admin(self.service, context)
+        _no_parameters(request.parameters)
+        await asyncio.to_thread(self.service.repository.unload, request.model_name)
+        return pb.RepositoryModelUnloadResponse()
+
+
+def _admin(service: InferenceService, context: Context) -> None:
+    """The repository calls need the admin token, as over HTTP: ``authorization: Bearer <token>``."""
+    metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    service.check_admin(metadata)
+
+
+def _no_parameters(parameters: Any) -> None:
+    unsupported = sorted(k for k in parameters if k == "config" or k.startswith("file:"))
+    if unsupported:
+        raise UnimplementedError(
+            f"load parameters {unsupported} are not supported: change the model in the config file"
+        )
 
 
 def add_to_server(server: grpc.aio.Server, service: InferenceService) -> None:

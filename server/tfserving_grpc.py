@@ -28,6 +28,7 @@ from poolserve.proto import (
     predict_pb2,
     prediction_service_pb2_grpc,
     regression_pb2,
+    status_pb2,
 )
 from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.signature import TensorSpec
@@ -45,8 +46,8 @@ REGRESS_METHOD = "tensorflow/serving/regress"
 _STATE = get_model_status_pb2.ModelVersionStatus.State
 
 
-def model_of(message: Any) -> tuple[str, int | None]:
-    """The model and version a request's ``model_spec`` names (version None: the latest)."""
+def model_of(message: Any) -> tuple[str, int | str | None]:
+    """The model and version a request's ``model_spec`` names: a number, a label, or None (the latest)."""
     if not message.HasField("model_spec"):
         raise InvalidArgumentError("Missing ModelSpec: the request must name the model in model_spec")
     spec: model_pb2.ModelSpec = message.model_spec
@@ -56,8 +57,16 @@ def model_of(message: Any) -> tuple[str, int | None]:
     if choice == "version":
         return spec.name, spec.version.value
     if choice == "version_label":
-        return spec.name, tfserving._label(spec.version_label)
+        return spec.name, spec.version_label
     return spec.name, None
+
+
+def resolved(service: InferenceService, message: Any) -> tuple[str, int | None]:
+    """``model_of`` with a label turned into the version the config names for it."""
+    name, version = model_of(message)
+    if isinstance(version, str):
+        return name, service.repository.label_version(name, version)
+    return name, version
 
 
 def model_spec(name: str, version: int, signature_name: str = "") -> model_pb2.ModelSpec:
@@ -71,7 +80,7 @@ class PredictAdapter(GrpcAdapter[predict_pb2.PredictRequest, str, predict_pb2.Pr
 
     endpoint = "/tensorflow.serving.PredictionService/Predict"
 
-    def model(self, message: predict_pb2.PredictRequest) -> tuple[str, int | None]:
+    def model(self, message: predict_pb2.PredictRequest) -> tuple[str, int | str | None]:
         return model_of(message)
 
     def decode_size(self, message: predict_pb2.PredictRequest) -> int:
@@ -165,7 +174,7 @@ class PredictionServicer:
                 raise InvalidArgumentError(
                     f"Metadata field {field} is not supported (only '{SIGNATURE_DEF}')"
                 )
-        name, version = model_of(request)
+        name, version = resolved(self.service, request)
         entry = self.service.model(name, version)
         response = get_model_metadata_pb2.GetModelMetadataResponse(
             model_spec=model_spec(entry.name, entry.version)
@@ -199,7 +208,7 @@ class ExamplesAdapter(GrpcAdapter[Any, str, Any]):
     method = ""
     kind = ""  # "classification" or "regression", in errors
 
-    def model(self, message: Any) -> tuple[str, int | None]:
+    def model(self, message: Any) -> tuple[str, int | str | None]:
         return model_of(message)
 
     def fetches(self, entry: ModelEntry) -> list[str]:
@@ -305,15 +314,19 @@ class ModelServicer:
     async def _get_model_status(
         self, request: get_model_status_pb2.GetModelStatusRequest, context: Context
     ) -> get_model_status_pb2.GetModelStatusResponse:
-        name, version = model_of(request)
-        if request.model_spec.WhichOneof("version_choice") == "version_label":
-            version = self.service.model(name, version).version  # the label's version only
-        self.service.model(name, version)  # NotFoundError naming the model or version
-        versions = [version] if version is not None else sorted(self.service.models[name], reverse=True)
-        state = _STATE.UNLOADING if self.service.draining else _STATE.AVAILABLE
+        name, version = resolved(self.service, request)
+        # the repository's states (LOADING, AVAILABLE, UNLOADING, END) and load errors, as over REST
+        statuses = tfserving.model_status(self.service, name, version)["model_version_status"]
         response = get_model_status_pb2.GetModelStatusResponse()
-        for v in versions:
-            response.model_version_status.add(version=v, state=state)
+        for st in statuses:
+            response.model_version_status.add(
+                version=int(st["version"]),
+                state=_STATE.Value(st["state"]),
+                status=status_pb2.StatusProto(
+                    error_code=st["status"]["error_code"],
+                    error_message=st["status"]["error_message"],
+                ),
+            )
         return response
 
 

@@ -136,7 +136,8 @@ async def test_health_and_metadata_match_http(kserve: Any, http: httpx.AsyncClie
     assert not (await kserve.ModelReady(pb.ModelReadyRequest(name="calc", version="9"))).ready
     assert not (await kserve.ModelReady(pb.ModelReadyRequest(name="nope"))).ready
     meta = await kserve.ServerMetadata(pb.ServerMetadataRequest())
-    assert (meta.name, list(meta.extensions)) == ("poolserve", ["binary_tensor_data"])
+    assert (meta.name, list(meta.extensions)) == ("poolserve", (await http.get("/v2")).json()["extensions"])
+    assert list(meta.extensions) == ["binary_tensor_data", "model_repository"]
     model = await kserve.ModelMetadata(pb.ModelMetadataRequest(name="calc"))
     expected = (await http.get("/v2/models/calc")).json()
     got = {
@@ -575,3 +576,33 @@ async def test_taken_port_is_an_error(app: Any, channel: Any) -> None:
             await GrpcServer(service_of(app)).start("127.0.0.1", port)
     finally:
         await first.stop(None)
+
+
+async def test_repository_index_load_and_unload_over_grpc(kserve: Any, app: Any) -> None:
+    index = await kserve.RepositoryIndex(grpc_service_pb2.RepositoryIndexRequest())
+    assert {(m.name, m.state) for m in index.models} >= {("sleepy", "READY"), ("classify", "READY")}
+    service = service_of(app)
+    service.config.server.admin_token = "grpc-admin"
+    try:
+        unload = grpc_service_pb2.RepositoryModelUnloadRequest(model_name="sleepy")
+        await expect_error(kserve.RepositoryModelUnload(unload), grpc.StatusCode.UNAUTHENTICATED)
+        admin = (("authorization", "Bearer grpc-admin"),)
+        await kserve.RepositoryModelUnload(unload, metadata=admin)
+        ready = await kserve.ModelReady(grpc_service_pb2.ModelReadyRequest(name="sleepy"))
+        assert not ready.ready
+        index = await kserve.RepositoryIndex(
+            grpc_service_pb2.RepositoryIndexRequest(ready=True), metadata=admin
+        )
+        assert "sleepy" not in {m.name for m in index.models}
+        load = grpc_service_pb2.RepositoryModelLoadRequest(model_name="sleepy")
+        await kserve.RepositoryModelLoad(load, metadata=admin)
+        assert (await kserve.ModelReady(grpc_service_pb2.ModelReadyRequest(name="sleepy"))).ready
+        missing = grpc_service_pb2.RepositoryModelLoadRequest(model_name="nope")
+        await expect_error(kserve.RepositoryModelLoad(missing, metadata=admin), grpc.StatusCode.NOT_FOUND)
+        load.parameters["config"].string_param = "{}"
+        message = await expect_error(
+            kserve.RepositoryModelLoad(load, metadata=admin), grpc.StatusCode.UNIMPLEMENTED
+        )
+        assert "config" in message
+    finally:
+        service.config.server.admin_token = None
