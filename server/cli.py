@@ -1,8 +1,10 @@
 """``poolserve``: the command line.
 
-``poolserve serve [--config PATH] [--host H] [--port P] [--log-level L]`` runs the server with uvicorn
-(the embedded configs/default.toml without --config). On SIGTERM the server stops reporting ready and
-accepting connections, lets requests in flight finish (up to ``server.drain_seconds``) and exits 0.
+``poolserve serve [--config PATH] [--host H] [--port P] [--workers N|auto] [--log-level L]`` runs the
+server with uvicorn (the embedded configs/default.toml without --config). On SIGTERM the server stops
+reporting ready and accepting connections, lets requests in flight finish (up to
+``server.drain_seconds``) and exits 0. With more than one worker a supervisor runs that same server in
+each worker process (server/workers.py).
 ``poolserve loadtest ...`` runs the load generator when it is installed.
 """
 
@@ -13,14 +15,20 @@ import gc
 import importlib
 import importlib.util
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from types import FrameType
+from typing import TYPE_CHECKING, Literal
 
 import uvicorn
 
-from poolserve.server.config import ConfigError, load_config
+from poolserve.server.config import Config, ConfigError, load_config
+from poolserve.server.trace_db import resolve_path
+
+if TYPE_CHECKING:
+    from poolserve.server.workers import Worker
 
 log = logging.getLogger("poolserve")
 
@@ -47,8 +55,6 @@ def _exit_zero(signum: int, frame: FrameType | None) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from poolserve.server.app import create_app  # imports the runtime and the kernels: only when serving
-
     logging.basicConfig(level=args.log_level.upper() if args.log_level != "trace" else "DEBUG")
     try:
         config = load_config(args.config)
@@ -59,12 +65,29 @@ def serve(args: argparse.Namespace) -> int:
         config.server.host = args.host
     if args.port is not None:
         config.server.port = args.port
+    if args.workers is not None:
+        config.server.workers = args.workers
+    config.traces.path = resolve_path(config.traces, config.server.port)
+    workers = worker_count(config.server.workers)
+    if workers > 1:
+        from poolserve.server.workers import supervise
+
+        return supervise(config, args, workers)
+    return run_server(config, args)
+
+
+def run_server(config: Config, args: argparse.Namespace, worker: Worker | None = None) -> int:
+    """The server in this process: the only one, or one ``worker`` of several."""
+    from poolserve.server.app import create_app  # imports the runtime and the kernels: only when serving
+
     try:
         app = create_app(config)
     except Exception as e:  # a model that does not load: say which, without a traceback
         print(f"poolserve: cannot start: {e}", file=sys.stderr)
         return 1
     service = app.state.service
+    if worker is not None:
+        worker.attach(app)
     uv_config = uvicorn.Config(
         app,
         host=config.server.host,
@@ -82,10 +105,27 @@ def serve(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     try:
-        server.run()
+        server.run(sockets=worker.sockets() if worker is not None else None)
     except KeyboardInterrupt:
         return 130
     return 0 if server.started or not server.should_exit else 1
+
+
+def _workers_arg(value: str) -> int | Literal["auto"]:
+    if value == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1 or 'auto', got {value!r}")
+    return n
+
+
+def worker_count(value: int | Literal["auto"]) -> int:
+    """``server.workers`` as a number: "auto" is one per core."""
+    return (os.cpu_count() or 1) if value == "auto" else int(value)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,6 +137,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--config", help="a TOML config (default: the embedded configs/default.toml)")
     s.add_argument("--host", help="address to listen on (overrides server.host)")
     s.add_argument("--port", type=int, help="port to listen on (overrides server.port)")
+    s.add_argument(
+        "--workers",
+        type=_workers_arg,
+        help="worker processes on the port: a number or 'auto' (one per core); overrides server.workers",
+    )
     s.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     sub.add_parser("loadtest", help="run the load generator (loadtest.cli)", add_help=False)
     return parser

@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from google.protobuf import text_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -41,6 +41,8 @@ class ServerSettings(_Section):
     admin_token: str | None = None
     drain_seconds: float = Field(default=30.0, ge=0)
     max_in_flight: int = Field(default=256, gt=0)
+    # worker processes on the port (server/workers.py); "auto": one per core. --workers overrides it.
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
 
 
 class RuntimeSettings(_Section):
@@ -68,6 +70,10 @@ class TraceSettings(_Section):
     capacity: int = Field(default=1000, ge=0)
     capacity_bytes: int = Field(default=64 * MiB, ge=0)
     sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    # where traces are kept (server/trace_db.py): a SQLite file shared by the workers and kept across
+    # restarts; ":memory:" keeps them in the process; "auto": `poolserve serve` uses
+    # $XDG_STATE_HOME/poolserve/traces-<port>.sqlite3 (~/.local/state/...), an app made in-process memory
+    path: str = "auto"
 
 
 class SessionSettings(_Section):
