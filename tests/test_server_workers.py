@@ -1,0 +1,195 @@
+"""server/workers.py: ``poolserve serve --workers 2`` as real processes on 127.0.0.1. Both workers answer,
+/metrics adds them up, a trace is found through either, the pool toggle reaches both, a killed worker is
+replaced, and SIGTERM drains them all and exits 0.
+
+Each request goes on a fresh connection: the kernel spreads connections (not requests) over the workers'
+SO_REUSEPORT sockets, and the X-Poolserve-Worker header names the worker that answered. The tests share one
+server; the last one stops it."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from support import ServerProcess
+from test_server_process import slow_body, write_models
+
+from poolserve.server.workers import WORKER_HEADER
+
+ADD = {"feeds": {"x": [[1, 2, 3]]}}
+# a connection per request (no keep-alive), without httpx.get's cost of a client per call (80 ms)
+HTTP = httpx.Client(timeout=10, limits=httpx.Limits(max_keepalive_connections=0))
+
+
+class Workers(ServerProcess):
+    def __init__(self, tmp: Path) -> None:
+        write_models(tmp)
+        config = tmp / "server.toml"
+        config.write_text(
+            '[server]\ndrain_seconds = 20\n\n[traces]\npath = "traces.sqlite3"\n\n'
+            '[[models]]\nname = "add"\npath = "add.pb"\n\n[[models]]\nname = "slow"\npath = "slow.pb"\n'
+        )
+        super().__init__(config, tmp / "server.log", "--workers", "2")
+        self.wait_for(lambda: len(self.pids()) == 2, "both workers to answer")
+
+    def get(self, path: str) -> httpx.Response:
+        return HTTP.get(f"{self.url}{path}")
+
+    def pids(self, tries: int = 30) -> set[str]:
+        seen: set[str] = set()
+        for _ in range(tries):
+            try:
+                r = self.get("/v1/health/ready")
+            except httpx.TransportError:
+                continue
+            if r.status_code == 200:
+                seen.add(r.headers[WORKER_HEADER])
+        return seen
+
+    def wait_for(self, done: Callable[[], bool], what: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {self.output()[-2000:]}"
+            time.sleep(0.05)
+
+    def metric(self, name: str) -> float:
+        text = self.get("/metrics").text
+        m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    s = Workers(tmp_path_factory.mktemp("workers"))
+    yield s
+    s.stop()
+
+
+def test_both_workers_answer_and_metrics_add_up(workers: Workers) -> None:
+    answered: dict[str, int] = {}
+    for _ in range(24):
+        r = HTTP.post(f"{workers.url}/v1/models/add:run", json=ADD)
+        assert r.status_code == 200 and r.json()["outputs"]["out"]["data"] == [3, 5, 7]
+        answered[r.headers[WORKER_HEADER]] = answered.get(r.headers[WORKER_HEADER], 0) + 1
+    assert len(answered) == 2, answered
+    name = 'poolserve_requests_total{endpoint="/v1/models/{model}:run",model="add",status="200"}'
+    # one scrape, answered by one worker, counts both workers' requests
+    assert workers.metric(name) == 24
+    assert workers.metric("poolserve_in_flight_requests") <= 1  # a gauge, summed over the live workers
+
+
+def test_a_trace_recorded_by_one_worker_is_found_through_either(workers: Workers) -> None:
+    r = HTTP.post(
+        f"{workers.url}/v1/models/add:run",
+        json={**ADD, "trace": "response"},
+        headers={"X-Request-Id": "traced-1"},
+        timeout=10,
+    )
+    assert r.status_code == 200
+    recorded_by = r.headers[WORKER_HEADER]
+    found: dict[str, dict[str, object]] = {}
+
+    def both_found() -> bool:
+        got = workers.get("/v1/traces/traced-1")
+        if got.status_code == 200:
+            found[got.headers[WORKER_HEADER]] = got.json()
+        else:  # the other worker, before the recording worker's writer committed the trace
+            assert got.status_code == 404, got.text
+        return len(found) == 2
+
+    workers.wait_for(both_found, "the trace through both workers")
+    assert recorded_by in found
+    a, b = found.values()
+    assert a == b
+    spans = [e["name"] for e in a["traceEvents"] if e.get("cat") == "Server"]  # type: ignore[union-attr]
+    assert spans[0] == "receive+decode" and spans[-1] == "encode"
+
+
+def test_the_pool_toggle_reaches_every_worker(workers: Workers) -> None:
+    try:
+        for enabled in (False, True):
+            r = HTTP.put(f"{workers.url}/v1/runtime/run_handler_pool", json={"enabled": enabled}, timeout=10)
+            assert r.status_code == 200 and r.json()["enabled"] is enabled
+            seen: dict[str, bool] = {}
+            for _ in range(30):
+                got = workers.get("/v1/runtime/run_handler_pool")
+                seen[got.headers[WORKER_HEADER]] = got.json()["enabled"]
+            assert len(seen) == 2 and set(seen.values()) == {enabled}, seen
+    finally:
+        HTTP.put(f"{workers.url}/v1/runtime/run_handler_pool", json={"enabled": True})
+
+
+def test_a_killed_worker_loses_only_its_requests_and_is_replaced(workers: Workers) -> None:
+    before = workers.pids()
+    assert len(before) == 2
+    victim = sorted(before)[0]
+    clients, stop = 4, threading.Event()
+    statuses: list[int] = []
+    dropped: list[str] = []
+
+    def client() -> None:
+        deadline = time.monotonic() + 15
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                r = HTTP.post(f"{workers.url}/v1/models/add:run", json=ADD)
+                statuses.append(r.status_code)
+            except httpx.TransportError as e:
+                dropped.append(repr(e))
+
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        running = [pool.submit(client) for _ in range(clients)]
+        workers.wait_for(lambda: len(statuses) >= 20, "load before the kill")
+        os.kill(int(victim), signal.SIGKILL)
+        served = len(statuses)
+        workers.wait_for(lambda: len(statuses) >= served + 20, "the surviving worker to keep answering")
+        stop.set()
+        for f in running:
+            f.result(timeout=20)
+    assert set(statuses) == {200}
+    # a client has one request in flight at a time: at most that one per client went down with the worker
+    assert len(dropped) <= clients, dropped
+    workers.wait_for(lambda: (p := workers.pids()) and victim not in p and len(p) == 2, "a new worker")
+
+
+def test_workers_flag_is_checked() -> None:
+    from poolserve.server.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--workers", "0"])
+    assert exit_info.value.code == 2
+
+
+def test_sigterm_drains_every_worker_and_exits_0(workers: Workers) -> None:
+    # the last test of the module: it stops the shared server
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        slow = [
+            pool.submit(
+                HTTP.post,
+                f"{workers.url}/v1/models/slow:run",
+                content=slow_body(150),
+                headers={"content-type": "application/json"},
+                timeout=30,
+            )
+            for _ in range(3)
+        ]
+        workers.wait_for(lambda: workers.metric("poolserve_steps_running") >= 2, "the slow steps to start")
+        workers.proc.send_signal(signal.SIGTERM)
+        workers.wait_for(lambda: _refused_or_503(workers), "new requests to be refused")
+        answers = [f.result(timeout=30) for f in slow]
+    assert [r.status_code for r in answers] == [200] * 3, [r.text for r in answers]
+    assert workers.proc.wait(timeout=30) == 0, workers.output()
+
+
+def _refused_or_503(server: Workers) -> bool:
+    try:
+        return server.get("/v1/health/ready").status_code == 503
+    except httpx.TransportError:
+        return True
