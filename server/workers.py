@@ -134,6 +134,18 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _reserve(host: str, port: int) -> socket.socket:
+    """A socket that holds the port while workers come and go (bound, not listening: it takes no
+    connections). A plain bind first: SO_REUSEPORT alone would let this server share the port with
+    another one of the same user already on it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+        port = probe.getsockname()[1]
+    return reuseport_socket(host, port)
+
+
 def _worker_main(worker: Worker, config: Config, args: argparse.Namespace, share: int) -> None:
     """The worker process: the single-process server on its own socket."""
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -273,8 +285,7 @@ def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
         return 1
     host = config.server.host
     try:
-        # holds the port while workers come and go (bound, not listening: it takes no connections)
-        reserved = reuseport_socket(host, config.server.port)
+        reserved = _reserve(host, config.server.port)
     except OSError as e:
         print(f"poolserve: cannot listen on {host}:{config.server.port}: {e.strerror}", file=sys.stderr)
         return 1
