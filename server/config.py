@@ -2,7 +2,7 @@
 
 ``load_config(path)`` reads a TOML file (or the embedded ``configs/default.toml`` without one); environment
 variables ``POOLSERVE_<SECTION>__<KEY>`` override it (``POOLSERVE_SERVER__PORT=9000``). Relative model
-paths resolve against the config file's folder.
+paths and a relative ``[traces] path`` resolve against the config file's folder.
 """
 
 from __future__ import annotations
@@ -215,6 +215,9 @@ def make_config(data: Mapping[str, Any], base_dir: Path | None = None) -> Config
         for m in config.models:
             if not m.path.is_absolute():
                 m.path = (base_dir / m.path).resolve()
+        traces = config.traces
+        if traces.path not in ("auto", ":memory:", "") and not Path(traces.path).is_absolute():
+            traces.path = str((base_dir / traces.path).resolve())
     return config
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from poolserve.proto import config_pb2
 from poolserve.runtime.errors import NotFoundError
-from poolserve.server.config import TraceSettings
+from poolserve.server.config import TraceSettings, load_config
 from poolserve.server.trace_db import SqliteTraceStore, TraceStoreError, open_trace_store, resolve_path
 from poolserve.server.traces import Span, TraceRecord, TraceStore
 
@@ -136,6 +136,8 @@ def test_trace_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_path(TraceSettings(), 8500) == str(tmp_path / "xdg" / "poolserve" / "traces-8500.sqlite3")
     assert resolve_path(TraceSettings(path=":memory:"), 8500) == ":memory:"
     assert isinstance(open_trace_store(TraceSettings()), TraceStore)  # "auto" in-process: memory
+    (tmp_path / "server.toml").write_text('[traces]\npath = "state/traces.sqlite3"\n')
+    assert load_config(tmp_path / "server.toml").traces.path == str(tmp_path / "state" / "traces.sqlite3")
     (tmp_path / "file").write_text("")
     with pytest.raises(TraceStoreError, match="traces.*file/t.sqlite3"):
         SqliteTraceStore(str(tmp_path / "file" / "t.sqlite3"), 10, 1000)
