@@ -274,7 +274,8 @@ class Supervisor:
             codes.append(process.exitcode)
         if self.failed is not None:
             return self.failed
-        return 0 if all(c == 0 for c in codes) else 1
+        # 130: a worker that got Ctrl-C's SIGINT itself (the terminal signals the whole group) and drained
+        return 0 if all(c in (0, 130) for c in codes) else 1
 
 
 def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
