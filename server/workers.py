@@ -233,12 +233,15 @@ class Supervisor:
                 try:
                     slot.ready.recv()
                     slot.loaded_at = now
-                except EOFError:
+                except EOFError:  # it exits without having loaded: seen below
                     pass
             if process.is_alive():
                 continue
             process.join()
             self._forget(process.pid)
+            if slot.ready is not None:  # at its end of file now: no longer worth waiting on
+                slot.ready.close()
+                slot.ready = None
             code = process.exitcode
             if not slot.loaded_at and code is not None and code > 0:
                 # a model that does not load, a port taken: every restart would fail the same way
