@@ -133,7 +133,7 @@ def test_a_killed_worker_loses_only_its_requests_and_is_replaced(workers: Worker
     victim = sorted(before)[0]
     clients, stop = 4, threading.Event()
     statuses: list[int] = []
-    dropped: list[str] = []
+    dropped: list[float] = []  # when
 
     def client() -> None:
         deadline = time.monotonic() + 15
@@ -141,12 +141,13 @@ def test_a_killed_worker_loses_only_its_requests_and_is_replaced(workers: Worker
             try:
                 r = HTTP.post(f"{workers.url}/v1/models/add:run", json=ADD)
                 statuses.append(r.status_code)
-            except httpx.TransportError as e:
-                dropped.append(repr(e))
+            except httpx.TransportError:
+                dropped.append(time.monotonic())
 
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         running = [pool.submit(client) for _ in range(clients)]
         workers.wait_for(lambda: len(statuses) >= 20, "load before the kill")
+        killed_at = time.monotonic()
         os.kill(int(victim), signal.SIGKILL)
         served = len(statuses)
         workers.wait_for(lambda: len(statuses) >= served + 20, "the surviving worker to keep answering")
@@ -154,8 +155,10 @@ def test_a_killed_worker_loses_only_its_requests_and_is_replaced(workers: Worker
         for f in running:
             f.result(timeout=20)
     assert set(statuses) == {200}
-    # a client has one request in flight at a time: at most that one per client went down with the worker
-    assert len(dropped) <= clients, dropped
+    # lost: what each client had in flight at the victim, and connections the kernel queued on the victim's
+    # socket while the process was going away; nothing once it had gone
+    assert len(dropped) <= 2 * clients, dropped
+    assert all(t - killed_at < 2.0 for t in dropped), [t - killed_at for t in dropped]
     workers.wait_for(lambda: (p := workers.pids()) and victim not in p and len(p) == 2, "a new worker")
 
 
