@@ -135,6 +135,7 @@ class SqliteTraceStore:
         self._writing: dict[str, TraceRecord] = {}
         self._late: OrderedDict[str, None] = OrderedDict()  # written before their request finished
         self._finishes: list[tuple[str, int, float]] = []
+        self._committing = False  # the writer holds taken traces or finishes not yet committed
         self._wake = threading.Event()
         self._closed = False
         try:
@@ -262,7 +263,7 @@ class SqliteTraceStore:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                if not (self._queued or self._writing or self._finishes):
+                if not (self._queued or self._writing or self._finishes or self._committing):
                     return
                 for rid, (record, _) in self._queued.items():  # written now, finished or not
                     self._queued[rid] = (record, 0.0)
@@ -300,6 +301,7 @@ class SqliteTraceStore:
                     if len(self._late) > _LATE_FINISHES:
                         self._late.popitem(last=False)
             finishes, self._finishes = self._finishes, []
+            self._committing = bool(rows or finishes)
         return rows, finishes
 
     def _write_loop(self) -> None:
@@ -321,6 +323,7 @@ class SqliteTraceStore:
                 with self._lock:
                     for row in rows:
                         self._writing.pop(row[0], None)
+                    self._committing = False
             elif self._closed:
                 db.close()
                 return
