@@ -181,7 +181,7 @@ def test_sigterm_drains_every_worker_and_exits_0(workers: Workers) -> None:
                 headers={"content-type": "application/json"},
                 timeout=30,
             )
-            for _ in range(3)
+            for _ in range(2)
         ]
         workers.wait_for(lambda: workers.metric("poolserve_steps_running") >= 1, "the slow steps to start")
         workers.proc.send_signal(signal.SIGTERM)
