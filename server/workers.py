@@ -2,16 +2,17 @@
 
 The supervisor (the process started) loads no model. It reserves the port, makes a runtime folder
 (prometheus-client's multiprocess files, the shared RunHandlerPool flag), forks the workers, restarts one
-that dies, and on SIGTERM (or SIGINT) passes the signal on and waits for every worker to drain; it exits
-0 when they did. Each worker binds its own listening socket to the port with SO_REUSEPORT (the kernel
-spreads new connections over the workers' sockets), loads the models and runs exactly the single-process
-server (``cli.run_server``: same middleware, same drain on SIGTERM), with the pool's threads and the BLAS
-threads sized to its share of the cores.
+that dies, and on SIGTERM (or SIGINT) passes the signal on and waits for every worker to drain, answering
+new connections 503 meanwhile; it exits 0 when they did. Each worker binds its own listening socket to
+the port with SO_REUSEPORT (the kernel spreads new connections over the workers' sockets), loads the
+models and runs exactly the single-process server (``cli.run_server``: same middleware, same drain on
+SIGTERM), with the pool's threads and the BLAS threads sized to its share of the cores.
 
 uvicorn's own supervisor (uvicorn.supervisors.Multiprocess, 0.54) restarts dead workers too, but runs a
 plain ``uvicorn.Server`` from an import string on one shared socket: no hook for our per-worker set-up or
-our drain, and no SO_REUSEPORT. The workers are forked (not spawned) from this lean process, which has
-loaded neither the runtime's threads nor prometheus-client: forking is fast and safe here.
+our drain, and no SO_REUSEPORT. The workers are forked (not spawned) from this process, which has
+started no thread and imported prometheus-client only once its multiprocess variable was set: forking is
+fast and safe here.
 """
 
 from __future__ import annotations
@@ -47,6 +48,14 @@ _QUICK_DEATH_S = 1.0
 # what a worker still draining gets beyond drain_seconds before it is killed
 _STOP_GRACE_S = 10.0
 _MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# while the workers drain, what a new connection gets from the supervisor (it reads no more than this
+# long from one client: it answers them one by one)
+_ANSWER_TIMEOUT_S = 0.2
+_UNAVAILABLE_BODY = b'{"error":"The server is shutting down; retry later","code":"UNAVAILABLE"}'
+_UNAVAILABLE = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_UNAVAILABLE_BODY), _UNAVAILABLE_BODY)
+)
 
 
 def core_share(workers: int) -> int:
@@ -179,10 +188,19 @@ class _Slot:
 
 
 class Supervisor:
-    def __init__(self, config: Config, args: argparse.Namespace, workers: int, runtime_dir: Path) -> None:
+    def __init__(
+        self,
+        config: Config,
+        args: argparse.Namespace,
+        workers: int,
+        runtime_dir: Path,
+        reserved: socket.socket,
+    ) -> None:
         self.config = config
         self.args = args
         self.runtime_dir = runtime_dir
+        self.reserved = reserved
+        self.listening = False
         self.metrics_dir = runtime_dir / "metrics"
         self.share = core_share(workers)
         self.slots = [_Slot(i) for i in range(workers)]
@@ -206,6 +224,7 @@ class Supervisor:
     def stop(self, signum: int, frame: FrameType | None) -> None:
         if not self.stopping:
             log.info("supervisor: %s, draining the workers", signal.Signals(signum).name)
+            self._listen()
         self.stopping = True
         for slot in self.slots:
             if slot.process is not None and slot.process.is_alive():
@@ -262,18 +281,51 @@ class Supervisor:
 
         multiprocess.mark_process_dead(pid, str(self.metrics_dir))  # type: ignore[no-untyped-call]
 
+    def _listen(self) -> None:
+        """The reserved socket joins the port's listeners: as the workers close theirs to drain, new
+        connections reach this one and are answered 503, not refused."""
+        try:
+            self.reserved.listen(128)
+            self.reserved.setblocking(False)
+            self.listening = True
+        except OSError as e:
+            log.warning("supervisor: new connections will be refused while draining: %s", e)
+
+    def _answer_unavailable(self) -> None:
+        try:
+            conn, _ = self.reserved.accept()
+        except OSError:  # taken by a worker's socket after all, or gone
+            return
+        with conn:
+            conn.settimeout(_ANSWER_TIMEOUT_S)
+            try:
+                conn.recv(65536)  # the request, as far as it came: closing on unread data would reset
+                conn.sendall(_UNAVAILABLE)
+                conn.shutdown(socket.SHUT_WR)
+                while conn.recv(65536):  # until the client closes (or the timeout)
+                    pass
+            except OSError:
+                pass
+
     def _drain(self) -> int:
         deadline = time.monotonic() + self.config.server.drain_seconds + _STOP_GRACE_S
+        processes = [slot.process for slot in self.slots if slot.process is not None]
+        while time.monotonic() < deadline:
+            alive = [p for p in processes if p.is_alive()]
+            if not alive:
+                break
+            waitables: list[Any] = [p.sentinel for p in alive]
+            if self.listening:
+                waitables.append(self.reserved)
+            for ready in multiprocessing.connection.wait(waitables, timeout=_POLL_S):
+                if ready is self.reserved:
+                    self._answer_unavailable()
         codes: list[int | None] = []
-        for slot in self.slots:
-            process = slot.process
-            if process is None:
-                continue
-            process.join(max(0.0, deadline - time.monotonic()))
+        for process in processes:
             if process.is_alive():
-                log.error("worker %d did not drain in time; killing it", slot.index)
+                log.error("worker (pid %d) did not drain in time; killing it", process.pid)
                 process.kill()
-                process.join(5.0)
+            process.join(5.0)
             self._forget(process.pid)
             codes.append(process.exitcode)
         if self.failed is not None:
@@ -305,7 +357,7 @@ def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
     # each on this machine) and shares their pages. Importing them starts no thread.
     importlib.import_module("poolserve.server.app")
     SharedFlag.create(runtime_dir / "run_handler_pool", config.run_handler_pool.enabled)
-    supervisor = Supervisor(config, args, workers, runtime_dir)
+    supervisor = Supervisor(config, args, workers, runtime_dir, reserved)
     previous = {sig: signal.signal(sig, supervisor.stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     log.info(
         "poolserve: %d workers on %s:%d, %d thread(s) each",

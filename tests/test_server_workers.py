@@ -9,9 +9,11 @@ server; the last one stops it."""
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import re
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from support import ServerProcess
-from test_server_process import slow_body, write_models
+from test_server_process import write_models
 
 from poolserve.server.workers import WORKER_HEADER
 
@@ -172,27 +174,34 @@ def test_workers_flag_is_checked() -> None:
 
 def test_sigterm_drains_every_worker_and_exits_0(workers: Workers) -> None:
     # the last test of the module: it stops the shared server
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        slow = [
-            pool.submit(
-                HTTP.post,
-                f"{workers.url}/v1/models/slow:run",
-                content=slow_body(200),
-                headers={"content-type": "application/json"},
-                timeout=30,
-            )
-            for _ in range(2)
-        ]
-        workers.wait_for(lambda: workers.metric("poolserve_steps_running") >= 1, "the slow steps to start")
+    body = json.dumps(ADD).encode()
+    with socket.create_connection(("127.0.0.1", workers.port), timeout=10) as sock:
+        # a request in flight, for as long as the test likes: its body arrives in two parts
+        sock.sendall(
+            b"POST /v1/models/add:run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body[:5]
+        )
+        workers.wait_for(lambda: workers.metric("poolserve_in_flight_requests") >= 1, "the request to start")
         workers.proc.send_signal(signal.SIGTERM)
-        workers.wait_for(lambda: _refused_or_503(workers), "new requests to be refused")
-        answers = [f.result(timeout=30) for f in slow]
-    assert [r.status_code for r in answers] == [200] * 2, [r.text for r in answers]
+        # new connections: once the workers have closed their sockets, answered 503 by the supervisor
+        workers.wait_for(
+            lambda: all(_from_supervisor(workers) for _ in range(3)), "the supervisor to answer 503"
+        )
+        assert workers.proc.poll() is None
+        sock.sendall(body[5:])
+        answer = b""
+        while chunk := sock.recv(65536):  # to the end: the draining worker closes the connection
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    assert b'"data":[3.0,5.0,7.0]' in answer, answer
     assert workers.proc.wait(timeout=30) == 0, workers.output()
 
 
-def _refused_or_503(server: Workers) -> bool:
+def _from_supervisor(server: Workers) -> bool:
     try:
-        return server.get("/v1/health/ready").status_code == 503
-    except httpx.TransportError:
-        return True
+        r = server.get("/v1/models")
+    except httpx.TransportError:  # a connection queued on a worker's socket as it closed
+        return False
+    assert r.status_code in (200, 503), r.text  # a worker not yet closed still serves
+    return r.status_code == 503 and "shutting down" in r.text and r.headers["retry-after"] == "1"
