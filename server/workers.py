@@ -18,6 +18,7 @@ fast and safe here.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib
 import logging
 import mmap
@@ -48,6 +49,7 @@ _QUICK_DEATH_S = 1.0
 # what a worker still draining gets beyond drain_seconds before it is killed
 _STOP_GRACE_S = 10.0
 _MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # while the workers drain, what a new connection gets from the supervisor (it reads no more than this
 # long from one client: it answers them one by one)
 _ANSWER_TIMEOUT_S = 0.2
@@ -156,10 +158,25 @@ def _reserve(host: str, port: int) -> socket.socket:
     return reuseport_socket(host, port)
 
 
-def _worker_main(worker: Worker, config: Config, args: argparse.Namespace, share: int) -> None:
+def _drain_when_orphaned(supervisor: int) -> None:
+    """A supervisor killed outright (kill -9) leaves no worker behind: Linux sends each a SIGTERM (they
+    drain) when it goes."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: orphans keep serving until stopped
+        return
+    if os.getppid() != supervisor:  # it went before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _worker_main(
+    worker: Worker, config: Config, args: argparse.Namespace, share: int, supervisor: int
+) -> None:
     """The worker process: the single-process server on its own socket."""
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL)  # the supervisor's handlers are not ours
+    _drain_when_orphaned(supervisor)
     from threadpoolctl import threadpool_limits
 
     from poolserve.runtime import threadpool
@@ -213,7 +230,7 @@ class Supervisor:
         worker = Worker(slot.index, self.config.server.host, self.config.server.port, self.runtime_dir, send)
         process = self._ctx.Process(
             target=_worker_main,
-            args=(worker, self.config, self.args, self.share),
+            args=(worker, self.config, self.args, self.share, os.getpid()),
             name=f"poolserve-worker-{slot.index}",
         )
         process.start()
