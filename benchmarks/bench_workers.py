@@ -7,7 +7,8 @@ not the arithmetic, sets the step time), then alternates rounds of ``poolserve s
 ``--workers 2`` on 127.0.0.1, each loaded by ``poolserve loadtest`` (closed loop, native protocol) for the
 same time. With ``--pin`` (and more than two cores) the load generator runs on the last core and the
 server on the others (taskset); on a two-core machine they share the cores in both arms. Reports
-throughput, p50/p99 latency and each process's RSS after the load.
+throughput, p50/p99 latency, each process's RSS after the load, and the server's CPU during the load
+(the cores it got, and its CPU per request).
 """
 
 from __future__ import annotations
@@ -94,17 +95,19 @@ def one_round(
                 raise RuntimeError("the server did not start")
             time.sleep(0.1)
         time.sleep(1.0 if workers > 1 else 0.2)  # the other workers load too
+        pids = [server.pid, *children(server.pid)] if workers > 1 else [server.pid]
+        cpu_before = sum(cpu_seconds(p) for p in pids)
         report = config.parent / f"report-{workers}-{port}.json"
         gen = subprocess.Popen([*load, "--report", str(report)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
         gen.wait(timeout=args.seconds + 60)
         result = json.loads(report.read_text())
-        pids = [server.pid, *children(server.pid)] if workers > 1 else [server.pid]
         rss = [round(rss_mib(p), 1) for p in pids]
         cpu = [round(cpu_seconds(p), 1) for p in pids]
+        load_cpu = sum(cpu_seconds(p) for p in pids) - cpu_before  # warm-up and measured load
     finally:
         server.terminate()
         server.wait(timeout=60)
-    return {"workers": workers, "result": result, "rss_mib": rss, "cpu_s": cpu}
+    return {"workers": workers, "result": result, "rss_mib": rss, "cpu_s": cpu, "load_cpu_s": load_cpu}
 
 
 def summary(run: dict[str, Any]) -> dict[str, Any]:
@@ -117,6 +120,12 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
         "p99_ms": round(r["latency_ms"]["p99"], 2),
         "rss_mib": run["rss_mib"],
         "server_cpu_s": run["cpu_s"],
+        # cores the server got during the load, and what a request cost it
+        "server_cores": round(run["load_cpu_s"] / (run["result"]["generator"]["wall_s"] or 1), 2),
+        # (the warm-up's requests are not counted: taken at the measured rate)
+        "server_cpu_ms_per_request": round(
+            1e3 * run["load_cpu_s"] / max(1.0, r["throughput_rps"] * run["result"]["generator"]["wall_s"]), 2
+        ),
         "generator_cpu": round(run["result"]["generator"]["cpu_fraction"], 2),
     }
 
