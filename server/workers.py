@@ -142,14 +142,13 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
     except OSError:
         sock.close()
         raise
-    sock.set_inheritable(True)
     return sock
 
 
 def _reserve(host: str, port: int) -> socket.socket:
-    """A socket that holds the port while workers come and go (bound, not listening: it takes no
-    connections). A plain bind first: SO_REUSEPORT alone would let this server share the port with
-    another one of the same user already on it."""
+    """A socket that holds the port while workers come and go (bound, and listening only during the
+    drain: until then it takes no connections). A plain bind first: SO_REUSEPORT alone would let this
+    server share the port with another one of the same user already on it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
