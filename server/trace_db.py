@@ -180,7 +180,8 @@ class SqliteTraceStore:
             self._evict(db)  # the bounds may be smaller than the last run's
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
 
     # --- the request path: memory only --------------------------------------------------------------------
