@@ -22,8 +22,18 @@ class Scheduler(Protocol):
     def schedule(self, fn: Closure) -> None: ...
 
 
+_core_share = 0  # this process's share of the cores (0: all of them)
+
+
 def default_num_threads() -> int:
-    return os.cpu_count() or 1
+    return _core_share or os.cpu_count() or 1
+
+
+def share_cores(n: int) -> None:
+    """Gives this process ``n`` of the cores (a worker of several): pools and BLAS thread counts made
+    from here on use ``n`` where they would use every core."""
+    global _core_share
+    _core_share = max(0, n)
 
 
 def worker_init() -> None:

@@ -1,9 +1,11 @@
 """``poolserve``: the command line.
 
-``poolserve serve [--config PATH] [--host H] [--port P] [--grpc-port G] [--log-level L] [--access-log]``
-runs the server with uvicorn (the embedded configs/default.toml without --config), and its gRPC API on the
-same event loop; ``--access-log`` logs every request. On SIGTERM the server stops reporting ready and
-accepting connections, lets requests in flight finish (up to ``server.drain_seconds``) and exits 0.
+``poolserve serve [--config PATH] [--host H] [--port P] [--grpc-port G] [--workers N|auto] [--log-level L]
+[--access-log]`` runs the server with uvicorn (the embedded configs/default.toml without --config), and its
+gRPC API on the same event loop; ``--access-log`` logs every request. On SIGTERM the server stops reporting
+ready and accepting connections, lets requests in flight finish (up to ``server.drain_seconds``) and exits
+0. With more than one worker a supervisor runs that same server in each worker process (server/workers.py);
+the workers share the HTTP and the gRPC port.
 ``poolserve loadtest ...`` runs the load generator when it is installed.
 """
 
@@ -15,19 +17,22 @@ import gc
 import importlib
 import importlib.util
 import logging
+import os
 import signal
 import socket
 import sys
 from collections.abc import Sequence
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import uvicorn
 
-from poolserve.server.config import ConfigError, load_config
+from poolserve.server.config import Config, ConfigError, load_config
+from poolserve.server.trace_db import resolve_path
 
 if TYPE_CHECKING:
     from poolserve.server.grpc_server import GrpcServer
+    from poolserve.server.workers import Worker
 
 log = logging.getLogger("poolserve")
 
@@ -80,9 +85,6 @@ def _exit_zero(signum: int, frame: FrameType | None) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from poolserve.server.app import create_app  # imports the runtime and the kernels: only when serving
-    from poolserve.server.protocol import protocol_class
-
     logging.basicConfig(level=args.log_level.upper() if args.log_level != "trace" else "DEBUG")
     try:
         config = load_config(args.config)
@@ -95,12 +97,30 @@ def serve(args: argparse.Namespace) -> int:
         config.server.port = args.port
     if args.grpc_port is not None:
         config.server.grpc_port = args.grpc_port
+    if args.workers is not None:
+        config.server.workers = args.workers
+    config.traces.path = resolve_path(config.traces, config.server.port)
+    workers = worker_count(config.server.workers)
+    if workers > 1:
+        from poolserve.server.workers import supervise
+
+        return supervise(config, args, workers)
+    return run_server(config, args)
+
+
+def run_server(config: Config, args: argparse.Namespace, worker: Worker | None = None) -> int:
+    """The server in this process: the only one, or one ``worker`` of several."""
+    from poolserve.server.app import create_app  # imports the runtime and the kernels: only when serving
+    from poolserve.server.protocol import protocol_class
+
     try:
         app = create_app(config)
     except Exception as e:  # a model that does not load: say which, without a traceback
         print(f"poolserve: cannot start: {e}", file=sys.stderr)
         return 1
     service = app.state.service
+    if worker is not None:
+        worker.attach(app)
     uv_config = uvicorn.Config(
         app,
         host=config.server.host,
@@ -119,7 +139,13 @@ def serve(args: argparse.Namespace) -> int:
     if config.server.grpc_port:
         from poolserve.server.grpc_server import GrpcServer
 
-        grpc = (GrpcServer(service), config.server.host, config.server.grpc_port)
+        # workers share the port as they share the HTTP one (SO_REUSEPORT); one server alone refuses a
+        # taken port instead of sharing another process's calls
+        grpc = (
+            GrpcServer(service, reuse_port=worker is not None),
+            config.server.host,
+            config.server.grpc_port,
+        )
     server = _Server(uv_config, [service], grpc)
     signal.signal(signal.SIGTERM, _exit_zero)
     # Everything loaded so far (modules, graphs, constants) lives as long as the process: out of the cyclic
@@ -128,10 +154,27 @@ def serve(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     try:
-        server.run()
+        server.run(sockets=worker.sockets() if worker is not None else None)
     except KeyboardInterrupt:
         return 130
     return 0 if server.started or not server.should_exit else 1
+
+
+def _workers_arg(value: str) -> int | Literal["auto"]:
+    if value == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1 or 'auto', got {value!r}")
+    return n
+
+
+def worker_count(value: int | Literal["auto"]) -> int:
+    """``server.workers`` as a number: "auto" is one per core."""
+    return (os.cpu_count() or 1) if value == "auto" else int(value)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -144,6 +187,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--host", help="address to listen on (overrides server.host)")
     s.add_argument("--port", type=int, help="port to listen on (overrides server.port)")
     s.add_argument("--grpc-port", type=int, help="gRPC port, 0 for none (overrides server.grpc_port)")
+    s.add_argument(
+        "--workers",
+        type=_workers_arg,
+        help="worker processes on the port: a number or 'auto' (one per core); overrides server.workers",
+    )
     s.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     s.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
     sub.add_parser("loadtest", help="run the load generator (loadtest.cli)", add_help=False)

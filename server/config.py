@@ -2,7 +2,7 @@
 
 ``load_config(path)`` reads a TOML file (or the embedded ``configs/default.toml`` without one); environment
 variables ``POOLSERVE_<SECTION>__<KEY>`` override it (``POOLSERVE_SERVER__PORT=9000``). Relative model
-paths resolve against the config file's folder.
+paths and a relative ``[traces] path`` resolve against the config file's folder.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from google.protobuf import text_format
 from pydantic import (
@@ -61,6 +61,8 @@ class ServerSettings(_Section):
     body_timeout_ms: int = Field(default=30000, gt=0)  # from arrival to the body's last byte (408)
     max_header_bytes: int = Field(default=64 * 1024, gt=0)  # request line and headers (431)
     max_connections: int = Field(default=1024, gt=0)  # open connections; past it requests get 503
+    # worker processes on the port (server/workers.py); "auto": one per core. --workers overrides it.
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
 
 
 class RuntimeSettings(_Section):
@@ -88,6 +90,10 @@ class TraceSettings(_Section):
     capacity: int = Field(default=1000, ge=0)
     capacity_bytes: int = Field(default=64 * MiB, ge=0)
     sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    # where traces are kept (server/trace_db.py): a SQLite file shared by the workers and kept across
+    # restarts; ":memory:" keeps them in the process; "auto": `poolserve serve` uses
+    # $XDG_STATE_HOME/poolserve/traces-<port>.sqlite3 (~/.local/state/...), an app made in-process memory
+    path: str = "auto"
 
 
 class SessionSettings(_Section):
@@ -264,6 +270,9 @@ def make_config(data: Mapping[str, Any], base_dir: Path | None = None) -> Config
         for m in config.models:
             if not m.path.is_absolute():
                 m.path = (base_dir / m.path).resolve()
+        traces = config.traces
+        if traces.path not in ("auto", ":memory:", "") and not Path(traces.path).is_absolute():
+            traces.path = str((base_dir / traces.path).resolve())
     return config
 
 

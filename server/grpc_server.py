@@ -182,10 +182,11 @@ class GrpcServer:
     """grpcio's asyncio server with both protocols' services over ``service``. ``start`` on the event loop
     that serves HTTP (grpc.aio runs its calls on the loop it starts on)."""
 
-    def __init__(self, service: InferenceService) -> None:
+    def __init__(self, service: InferenceService, reuse_port: bool = False) -> None:
         self.service = service
         self._server: grpc.aio.Server | None = None
         self.port = 0
+        self._reuse_port = reuse_port  # worker processes share one port
 
     async def start(self, host: str, port: int) -> int:
         """Listens on ``host:port`` (port 0: a free one) and returns the port; RuntimeError when it cannot
@@ -197,8 +198,9 @@ class GrpcServer:
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", -1),
-                # without this a second server binds the same port and shares its calls, silently
-                ("grpc.so_reuseport", 0),
+                # without this a second server binds the same port and shares its calls, silently (what
+                # worker processes of one server want)
+                ("grpc.so_reuseport", int(self._reuse_port)),
             ]
         )
         kserve_grpc.add_to_server(server, self.service)

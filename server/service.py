@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from poolserve.proto import config_pb2
 from poolserve.runtime import run_handler
@@ -46,7 +46,8 @@ from poolserve.server.errors import http_status
 from poolserve.server.metrics import Metrics
 from poolserve.server.models import ModelEntry
 from poolserve.server.repository import Repository
-from poolserve.server.traces import Span, TraceRecord, TraceStore
+from poolserve.server.trace_db import open_trace_store
+from poolserve.server.traces import Span, TraceRecord
 
 log = logging.getLogger("poolserve")
 
@@ -151,14 +152,26 @@ class InferResult:
 # --- the service ----------------------------------------------------------------------------------------
 
 
+class PoolDefault(Protocol):
+    """The server's RunHandlerPool default: a plain value, or one that several workers share
+    (server/workers.py)."""
+
+    enabled: bool
+
+
+class _PoolDefault:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+
 class InferenceService:
     """One server's models, its RunHandlerPool default, trace store and metrics, and the inference path."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.pool_enabled: bool = config.run_handler_pool.enabled
+        self.pool_default: PoolDefault = _PoolDefault(config.run_handler_pool.enabled)
         self.models: dict[str, dict[int, ModelEntry]] = {}
-        self.traces = TraceStore(config.traces.capacity, config.traces.capacity_bytes)
+        self.traces = open_trace_store(config.traces)
         # requests being served (kept by the HTTP middleware and the gRPC handlers, on the event loop)
         self.in_flight = 0
         self.metrics = Metrics(
@@ -206,6 +219,15 @@ class InferenceService:
         for versions in self.models.values():
             for entry in versions.values():
                 entry.session.close()
+        self.traces.close()
+
+    @property
+    def pool_enabled(self) -> bool:
+        return self.pool_default.enabled
+
+    @pool_enabled.setter
+    def pool_enabled(self, value: bool) -> None:
+        self.pool_default.enabled = value
 
     def add_model(self, entry: ModelEntry) -> None:
         """Serves an entry loaded outside the config (the repository neither polls nor unloads it)."""

@@ -142,22 +142,14 @@ class TraceStore:
         used the same id) is left as it is."""
         with self._lock:
             record = self._records.get(request_id)
-            if record is None or record.finished:
-                return
-            record.finished = True
-            encode_start = record.spans[-1].end if record.spans else record.start_monotonic
-            if end >= encode_start:
-                record.spans.append(Span("encode", encode_start, end, {}))
-            record.status = status
-            record.end_monotonic = end
+            if record is not None:
+                finish_record(record, status, end)
 
     def get(self, request_id: str) -> TraceRecord:
         with self._lock:
             record = self._records.get(request_id)
         if record is None:
-            raise NotFoundError(
-                f"No trace for request '{request_id}' (not traced, or evicted from the store)"
-            )
+            raise not_found(request_id)
         return record
 
     def recent(self, limit: int = 100) -> list[TraceRecord]:
@@ -170,3 +162,22 @@ class TraceStore:
         """One timeline from several requests' traces; NotFoundError names a missing id."""
         records = [self.get(rid) for rid in request_ids]
         return merge_chrome_traces(r.chrome_trace() for r in records)
+
+    def close(self) -> None:
+        """Nothing to write out: the traces go with the process."""
+
+
+def finish_record(record: TraceRecord, status: int, end: float) -> None:
+    """``TraceStore.finish`` on one record (unless it was finished before)."""
+    if record.finished:
+        return
+    record.finished = True
+    encode_start = record.spans[-1].end if record.spans else record.start_monotonic
+    if end >= encode_start:
+        record.spans.append(Span("encode", encode_start, end, {}))
+    record.status = status
+    record.end_monotonic = end
+
+
+def not_found(request_id: str) -> NotFoundError:
+    return NotFoundError(f"No trace for request '{request_id}' (not traced, or evicted from the store)")

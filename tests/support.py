@@ -150,7 +150,8 @@ def free_port() -> int:
 class ServerProcess:
     """``poolserve serve --config CONFIG`` as a real process on 127.0.0.1 and free ports (HTTP, gRPC), started and
     waited for (30 s at most) on construction; ``stop()`` ends it (SIGTERM, then SIGKILL after 15 s).
-    POOLSERVE_* variables of the test environment are not passed on."""
+    POOLSERVE_* variables of the test environment are not passed on; its state (the trace store's file)
+    goes beside ``log``."""
 
     def __init__(self, config: Path, log: Path, *args: str) -> None:
         self.port = free_port()
@@ -160,6 +161,7 @@ class ServerProcess:
         self.grpc_address = f"127.0.0.1:{self.grpc_port}"
         self.log = log
         env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
+        env["XDG_STATE_HOME"] = str(log.parent / "state")
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "poolserve.server.cli", "serve", "--config", str(config)]

@@ -1,0 +1,392 @@
+"""``poolserve serve --workers N``: N worker processes serving one port.
+
+The supervisor (the process started) loads no model. It reserves the port, makes a runtime folder
+(prometheus-client's multiprocess files, the shared RunHandlerPool flag), forks the workers, restarts one
+that dies, and on SIGTERM (or SIGINT) passes the signal on and waits for every worker to drain, answering
+new connections 503 meanwhile; it exits 0 when they did. Each worker binds its own listening socket to
+the port with SO_REUSEPORT (the kernel spreads new connections over the workers' sockets), loads the
+models and runs exactly the single-process server (``cli.run_server``: same middleware, same drain on
+SIGTERM), with the pool's threads and the BLAS threads sized to its share of the cores.
+
+uvicorn's own supervisor (uvicorn.supervisors.Multiprocess, 0.54) restarts dead workers too, but runs a
+plain ``uvicorn.Server`` from an import string on one shared socket: no hook for our per-worker set-up or
+our drain, and no SO_REUSEPORT. The workers are forked (not spawned) from this process, which has
+started no thread and imported prometheus-client only once its multiprocess variable was set: forking is
+fast and safe here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib
+import logging
+import mmap
+import multiprocessing
+import multiprocessing.connection
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from poolserve.server.config import Config
+
+log = logging.getLogger("poolserve")
+
+WORKER_HEADER = "X-Poolserve-Worker"  # every answer of a worker of several names its pid
+_POLL_S = 0.2
+# a worker that dies this soon after loading is restarted only after a pause (a crash loop costs little)
+_QUICK_DEATH_S = 1.0
+# what a worker still draining gets beyond drain_seconds before it is killed
+_STOP_GRACE_S = 10.0
+_MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# while the workers drain, what a new connection gets from the supervisor (it reads no more than this
+# long from one client: it answers them one by one)
+_ANSWER_TIMEOUT_S = 0.2
+_UNAVAILABLE_BODY = b'{"error":"The server is shutting down; retry later","code":"UNAVAILABLE"}'
+_UNAVAILABLE = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_UNAVAILABLE_BODY), _UNAVAILABLE_BODY)
+)
+
+
+def core_share(workers: int) -> int:
+    """Threads each worker's pool and BLAS get: its share of the cores, at least one."""
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+# --- what the workers share ------------------------------------------------------------------------------
+
+
+class SharedFlag:
+    """One byte in a file every worker maps: the RunHandlerPool default that ``PUT
+    /v1/runtime/run_handler_pool`` sets. A write through one worker's map is what every other reads next
+    (MAP_SHARED, one page cache), with no system call per read."""
+
+    def __init__(self, path: Path) -> None:
+        with path.open("r+b") as f:
+            self._map = mmap.mmap(f.fileno(), 1)
+
+    @staticmethod
+    def create(path: Path, enabled: bool) -> None:
+        path.write_bytes(bytes([int(enabled)]))
+
+    @property
+    def enabled(self) -> bool:
+        return self._map[0] == 1
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self._map[0] = int(value)
+
+
+class WorkerHeader:
+    """Adds ``X-Poolserve-Worker: <pid>`` to every answer (which worker served it)."""
+
+    def __init__(self, app: ASGIApp, pid: int) -> None:
+        self.app = app
+        self.header = (WORKER_HEADER.lower().encode(), str(pid).encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_header(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), self.header]
+            await send(message)
+
+        await self.app(scope, receive, send_with_header)
+
+
+@dataclass
+class Worker:
+    """What a worker process needs from its supervisor; used on the worker's side of the fork."""
+
+    index: int
+    host: str
+    port: int
+    runtime_dir: Path
+    ready: multiprocessing.connection.Connection  # the worker sends "loaded" once its models are
+
+    def attach(self, app: Any) -> None:
+        """Makes a freshly created app one worker of several (called by ``cli.run_server``)."""
+        service = app.state.service
+        service.pool_default = SharedFlag(self.runtime_dir / "run_handler_pool")
+        app.add_middleware(WorkerHeader, pid=os.getpid())
+        self.ready.send("loaded")
+
+    def sockets(self) -> list[socket.socket]:
+        """This worker's listening socket: its own, on the shared port."""
+        return [reuseport_socket(self.host, self.port)]
+
+
+def reuseport_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _reserve(host: str, port: int) -> socket.socket:
+    """A socket that holds the port while workers come and go (bound, and listening only during the
+    drain: until then it takes no connections). A plain bind first: SO_REUSEPORT alone would let this
+    server share the port with another one of the same user already on it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+        port = probe.getsockname()[1]
+    return reuseport_socket(host, port)
+
+
+def _drain_when_orphaned(supervisor: int) -> None:
+    """A supervisor killed outright (kill -9) leaves no worker behind: Linux sends each a SIGTERM (they
+    drain) when it goes."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: orphans keep serving until stopped
+        return
+    if os.getppid() != supervisor:  # it went before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _worker_main(
+    worker: Worker, config: Config, args: argparse.Namespace, share: int, supervisor: int
+) -> None:
+    """The worker process: the single-process server on its own socket."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)  # the supervisor's handlers are not ours
+    _drain_when_orphaned(supervisor)
+    from threadpoolctl import threadpool_limits
+
+    from poolserve.runtime import threadpool
+    from poolserve.server import cli
+
+    # BLAS's own thread count is what KernelThreads takes for a whole process: the share, not every core
+    limits = threadpool_limits(limits=share, user_api="blas")
+    threadpool.share_cores(share)
+    try:
+        code = cli.run_server(config, args, worker)
+    finally:
+        del limits
+    sys.exit(code)
+
+
+# --- the supervisor --------------------------------------------------------------------------------------
+
+
+class _Slot:
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.process: Any = None
+        self.ready: multiprocessing.connection.Connection | None = None
+        self.loaded_at = 0.0  # when its worker said its models were loaded (0: not yet)
+        self.restart_at = 0.0
+
+
+class Supervisor:
+    def __init__(
+        self,
+        config: Config,
+        args: argparse.Namespace,
+        workers: int,
+        runtime_dir: Path,
+        reserved: socket.socket,
+    ) -> None:
+        self.config = config
+        self.args = args
+        self.runtime_dir = runtime_dir
+        self.reserved = reserved
+        self.listening = False
+        self.metrics_dir = runtime_dir / "metrics"
+        self.share = core_share(workers)
+        self.slots = [_Slot(i) for i in range(workers)]
+        self.stopping = False
+        self.failed: int | None = None  # exit code of a worker that could not start
+        self._ctx = multiprocessing.get_context("fork")
+
+    def start(self, slot: _Slot) -> None:
+        receive, send = self._ctx.Pipe(duplex=False)
+        worker = Worker(slot.index, self.config.server.host, self.config.server.port, self.runtime_dir, send)
+        process = self._ctx.Process(
+            target=_worker_main,
+            args=(worker, self.config, self.args, self.share, os.getpid()),
+            name=f"poolserve-worker-{slot.index}",
+        )
+        process.start()
+        send.close()
+        slot.process, slot.ready, slot.loaded_at, slot.restart_at = process, receive, 0.0, 0.0
+        log.info("worker %d started (pid %d)", slot.index, process.pid)
+
+    def stop(self, signum: int, frame: FrameType | None) -> None:
+        if not self.stopping:
+            log.info("supervisor: %s, draining the workers", signal.Signals(signum).name)
+            self._listen()
+        self.stopping = True
+        for slot in self.slots:
+            if slot.process is not None and slot.process.is_alive():
+                os.kill(slot.process.pid, signal.SIGTERM)
+
+    def run(self) -> int:
+        for slot in self.slots:
+            self.start(slot)
+        while not self.stopping and self.failed is None:
+            waitables: list[Any] = [s.process.sentinel for s in self.slots if s.process is not None]
+            waitables += [s.ready for s in self.slots if s.ready is not None and not s.loaded_at]
+            multiprocessing.connection.wait(waitables, timeout=_POLL_S)
+            if not self.stopping:
+                self._check()
+        return self._drain()
+
+    def _check(self) -> None:
+        now = time.monotonic()
+        for slot in self.slots:
+            process = slot.process
+            if process is None:
+                if now >= slot.restart_at:
+                    self.start(slot)
+                continue
+            if not slot.loaded_at and slot.ready is not None and slot.ready.poll():
+                try:
+                    slot.ready.recv()
+                    slot.loaded_at = now
+                except EOFError:  # it exits without having loaded: seen below
+                    pass
+            if process.is_alive():
+                continue
+            process.join()
+            self._forget(process.pid)
+            if slot.ready is not None:  # at its end of file now: no longer worth waiting on
+                slot.ready.close()
+                slot.ready = None
+            code = process.exitcode
+            if not slot.loaded_at and code is not None and code > 0:
+                # a model that does not load, a port taken: every restart would fail the same way
+                log.error("worker %d exited with %d while starting; stopping", slot.index, code)
+                self.failed = code
+                self.stop(signal.SIGTERM, None)
+                return
+            log.warning("worker %d (pid %d) died (exit %s); starting another", slot.index, process.pid, code)
+            quick = slot.loaded_at and now - slot.loaded_at < _QUICK_DEATH_S
+            slot.process = None
+            slot.restart_at = now + (_QUICK_DEATH_S if quick else 0.0)
+            if not quick:
+                self.start(slot)
+
+    def _forget(self, pid: int) -> None:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid, str(self.metrics_dir))  # type: ignore[no-untyped-call]
+
+    def _listen(self) -> None:
+        """The reserved socket joins the port's listeners: as the workers close theirs to drain, new
+        connections reach this one and are answered 503, not refused."""
+        try:
+            self.reserved.listen(128)
+            self.reserved.setblocking(False)
+            self.listening = True
+        except OSError as e:
+            log.warning("supervisor: new connections will be refused while draining: %s", e)
+
+    def _answer_unavailable(self) -> None:
+        try:
+            conn, _ = self.reserved.accept()
+        except OSError:  # taken by a worker's socket after all, or gone
+            return
+        with conn:
+            conn.settimeout(_ANSWER_TIMEOUT_S)
+            try:
+                conn.recv(65536)  # the request, as far as it came: closing on unread data would reset
+                conn.sendall(_UNAVAILABLE)
+                conn.shutdown(socket.SHUT_WR)
+                while conn.recv(65536):  # until the client closes (or the timeout)
+                    pass
+            except OSError:
+                pass
+
+    def _drain(self) -> int:
+        deadline = time.monotonic() + self.config.server.drain_seconds + _STOP_GRACE_S
+        processes = [slot.process for slot in self.slots if slot.process is not None]
+        while time.monotonic() < deadline:
+            alive = [p for p in processes if p.is_alive()]
+            if not alive:
+                break
+            waitables: list[Any] = [p.sentinel for p in alive]
+            if self.listening:
+                waitables.append(self.reserved)
+            for ready in multiprocessing.connection.wait(waitables, timeout=_POLL_S):
+                if ready is self.reserved:
+                    self._answer_unavailable()
+        codes: list[int | None] = []
+        for process in processes:
+            if process.is_alive():
+                log.error("worker (pid %d) did not drain in time; killing it", process.pid)
+                process.kill()
+            process.join(5.0)
+            self._forget(process.pid)
+            codes.append(process.exitcode)
+        if self.failed is not None:
+            return self.failed
+        # 130: a worker that got Ctrl-C's SIGINT itself (the terminal signals the whole group) and drained
+        return 0 if all(c in (0, 130) for c in codes) else 1
+
+
+def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
+    """Runs ``workers`` worker processes on config.server's host and port until SIGTERM; the exit code."""
+    if "prometheus_client" in sys.modules:
+        # its value class (one process or many) is fixed at import: it must see the variable first
+        print("poolserve: cannot run workers: prometheus_client was imported too early", file=sys.stderr)
+        return 1
+    host = config.server.host
+    try:
+        reserved = _reserve(host, config.server.port)
+    except OSError as e:
+        print(f"poolserve: cannot listen on {host}:{config.server.port}: {e.strerror}", file=sys.stderr)
+        return 1
+    config.server.port = reserved.getsockname()[1]
+    if config.traces.path == ":memory:":
+        log.warning("traces kept in memory: each worker finds only the traces it recorded")
+    runtime_dir = Path(tempfile.mkdtemp(prefix="poolserve-"))
+    (runtime_dir / "metrics").mkdir()
+    os.environ[_MULTIPROC_ENV] = str(runtime_dir / "metrics")
+    # the app's modules (FastAPI, prometheus-client in its multiprocess mode now, the runtime's kernels)
+    # imported once here: each worker, and each replacement, starts without importing them (about 1 s
+    # each on this machine) and shares their pages. Importing them starts no thread.
+    importlib.import_module("poolserve.server.app")
+    SharedFlag.create(runtime_dir / "run_handler_pool", config.run_handler_pool.enabled)
+    supervisor = Supervisor(config, args, workers, runtime_dir, reserved)
+    previous = {sig: signal.signal(sig, supervisor.stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    log.info(
+        "poolserve: %d workers on %s:%d, %d thread(s) each",
+        workers,
+        host,
+        config.server.port,
+        supervisor.share,
+    )
+    try:
+        return supervisor.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        reserved.close()
+        os.environ.pop(_MULTIPROC_ENV, None)
+        shutil.rmtree(runtime_dir, ignore_errors=True)

@@ -1,0 +1,207 @@
+"""server/workers.py: ``poolserve serve --workers 2`` as real processes on 127.0.0.1. Both workers answer,
+/metrics adds them up, a trace is found through either, the pool toggle reaches both, a killed worker is
+replaced, and SIGTERM drains them all and exits 0.
+
+Each request goes on a fresh connection: the kernel spreads connections (not requests) over the workers'
+SO_REUSEPORT sockets, and the X-Poolserve-Worker header names the worker that answered. The tests share one
+server; the last one stops it."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from support import ServerProcess
+from test_server_process import write_models
+
+from poolserve.server.workers import WORKER_HEADER
+
+ADD = {"feeds": {"x": [[1, 2, 3]]}}
+# a connection per request (no keep-alive), without httpx.get's cost of a client per call (80 ms)
+HTTP = httpx.Client(timeout=10, limits=httpx.Limits(max_keepalive_connections=0))
+
+
+class Workers(ServerProcess):
+    def __init__(self, tmp: Path) -> None:
+        write_models(tmp)
+        config = tmp / "server.toml"
+        config.write_text(
+            '[server]\ndrain_seconds = 20\n\n[traces]\npath = "traces.sqlite3"\n\n'
+            '[[models]]\nname = "add"\npath = "add.pb"\n\n[[models]]\nname = "slow"\npath = "slow.pb"\n'
+        )
+        super().__init__(config, tmp / "server.log", "--workers", "2")
+        self.wait_for(lambda: len(self.pids()) == 2, "both workers to answer")
+
+    def get(self, path: str) -> httpx.Response:
+        return HTTP.get(f"{self.url}{path}")
+
+    def pids(self, tries: int = 30) -> set[str]:
+        seen: set[str] = set()
+        for _ in range(tries):
+            try:
+                r = self.get("/v1/health/ready")
+            except httpx.TransportError:
+                continue
+            if r.status_code == 200:
+                seen.add(r.headers[WORKER_HEADER])
+        return seen
+
+    def wait_for(self, done: Callable[[], bool], what: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {self.output()[-2000:]}"
+            time.sleep(0.05)
+
+    def metric(self, name: str) -> float:
+        text = self.get("/metrics").text
+        m = re.search(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, re.M)
+        return float(m.group(1)) if m else 0.0
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    s = Workers(tmp_path_factory.mktemp("workers"))
+    yield s
+    s.stop()
+
+
+def test_both_workers_answer_and_metrics_add_up(workers: Workers) -> None:
+    answered: dict[str, int] = {}
+    for _ in range(24):
+        r = HTTP.post(f"{workers.url}/v1/models/add:run", json=ADD)
+        assert r.status_code == 200 and r.json()["outputs"]["out"]["data"] == [3, 5, 7]
+        answered[r.headers[WORKER_HEADER]] = answered.get(r.headers[WORKER_HEADER], 0) + 1
+    assert len(answered) == 2, answered
+    name = 'poolserve_requests_total{endpoint="/v1/models/{model}:run",model="add",status="200"}'
+    # one scrape, answered by one worker, counts both workers' requests
+    assert workers.metric(name) == 24
+    assert workers.metric("poolserve_in_flight_requests") <= 1  # a gauge, summed over the live workers
+
+
+def test_a_trace_recorded_by_one_worker_is_found_through_either(workers: Workers) -> None:
+    r = HTTP.post(
+        f"{workers.url}/v1/models/add:run",
+        json={**ADD, "trace": "response"},
+        headers={"X-Request-Id": "traced-1"},
+        timeout=10,
+    )
+    assert r.status_code == 200
+    recorded_by = r.headers[WORKER_HEADER]
+    found: dict[str, dict[str, object]] = {}
+
+    def both_found() -> bool:
+        got = workers.get("/v1/traces/traced-1")
+        if got.status_code == 200:
+            found[got.headers[WORKER_HEADER]] = got.json()
+        else:  # the other worker, before the recording worker's writer committed the trace
+            assert got.status_code == 404, got.text
+        return len(found) == 2
+
+    workers.wait_for(both_found, "the trace through both workers")
+    assert recorded_by in found
+    a, b = found.values()
+    assert a == b
+    spans = [e["name"] for e in a["traceEvents"] if e.get("cat") == "Server"]  # type: ignore[union-attr]
+    assert spans[0] == "receive+decode" and spans[-1] == "encode"
+
+
+def test_the_pool_toggle_reaches_every_worker(workers: Workers) -> None:
+    try:
+        for enabled in (False, True):
+            r = HTTP.put(f"{workers.url}/v1/runtime/run_handler_pool", json={"enabled": enabled}, timeout=10)
+            assert r.status_code == 200 and r.json()["enabled"] is enabled
+            seen: dict[str, bool] = {}
+            for _ in range(30):
+                got = workers.get("/v1/runtime/run_handler_pool")
+                seen[got.headers[WORKER_HEADER]] = got.json()["enabled"]
+            assert len(seen) == 2 and set(seen.values()) == {enabled}, seen
+    finally:
+        HTTP.put(f"{workers.url}/v1/runtime/run_handler_pool", json={"enabled": True})
+
+
+def test_a_killed_worker_loses_only_its_requests_and_is_replaced(workers: Workers) -> None:
+    before = workers.pids()
+    assert len(before) == 2
+    victim = sorted(before)[0]
+    clients, stop = 4, threading.Event()
+    statuses: list[int] = []
+    dropped: list[float] = []  # when
+
+    def client() -> None:
+        deadline = time.monotonic() + 15
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                r = HTTP.post(f"{workers.url}/v1/models/add:run", json=ADD)
+                statuses.append(r.status_code)
+            except httpx.TransportError:
+                dropped.append(time.monotonic())
+
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        running = [pool.submit(client) for _ in range(clients)]
+        workers.wait_for(lambda: len(statuses) >= 20, "load before the kill")
+        killed_at = time.monotonic()
+        os.kill(int(victim), signal.SIGKILL)
+        served = len(statuses)
+        workers.wait_for(lambda: len(statuses) >= served + 20, "the surviving worker to keep answering")
+        stop.set()
+        for f in running:
+            f.result(timeout=20)
+    assert set(statuses) == {200}
+    # lost: what each client had in flight at the victim, and connections the kernel queued on the victim's
+    # socket while the process was going away; nothing once it had gone
+    assert len(dropped) <= 2 * clients, dropped
+    assert all(t - killed_at < 2.0 for t in dropped), [t - killed_at for t in dropped]
+    workers.wait_for(lambda: (p := workers.pids()) and victim not in p and len(p) == 2, "a new worker")
+
+
+def test_workers_flag_is_checked() -> None:
+    from poolserve.server.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "--workers", "0"])
+    assert exit_info.value.code == 2
+
+
+def test_sigterm_drains_every_worker_and_exits_0(workers: Workers) -> None:
+    # the last test of the module: it stops the shared server
+    body = json.dumps(ADD).encode()
+    with socket.create_connection(("127.0.0.1", workers.port), timeout=10) as sock:
+        # a request in flight, for as long as the test likes: its body arrives in two parts
+        sock.sendall(
+            b"POST /v1/models/add:run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body[:5]
+        )
+        workers.wait_for(lambda: workers.metric("poolserve_in_flight_requests") >= 1, "the request to start")
+        workers.proc.send_signal(signal.SIGTERM)
+        # new connections: once the workers have closed their sockets, answered 503 by the supervisor
+        workers.wait_for(
+            lambda: all(_from_supervisor(workers) for _ in range(3)), "the supervisor to answer 503"
+        )
+        assert workers.proc.poll() is None
+        sock.sendall(body[5:])
+        answer = b""
+        while chunk := sock.recv(65536):  # to the end: the draining worker closes the connection
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    assert b'"data":[3.0,5.0,7.0]' in answer, answer
+    assert workers.proc.wait(timeout=30) == 0, workers.output()
+
+
+def _from_supervisor(server: Workers) -> bool:
+    try:
+        r = server.get("/v1/models")
+    except httpx.TransportError:  # a connection queued on a worker's socket as it closed
+        return False
+    assert r.status_code in (200, 503), r.text  # a worker not yet closed still serves
+    return r.status_code == 503 and "shutting down" in r.text and r.headers["retry-after"] == "1"
