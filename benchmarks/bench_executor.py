@@ -133,7 +133,7 @@ def bench_model(name: str) -> dict[str, Any]:
         t_caller = best_of(lambda: s.run(fetches, feeds, options=caller))
         # the same plan's kernels called directly, in order: the floor for any runtime
         feed_ids = sorted(graph.tensor(k) for k in feeds)
-        plan = s._plan(feed_ids, sorted(graph.tensor(f) for f in fetches), [], None)
+        plan = s._calls.plan(feed_ids, sorted(graph.tensor(f) for f in fetches), [], None)
         by_id = {graph.tensor(k): v for k, v in feeds.items()}
         ctx = OpContext()
 

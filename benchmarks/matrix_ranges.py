@@ -44,7 +44,7 @@ def table(runs: list[dict[str, Any]]) -> str:
                 cells: dict[str, list[float]] = {"p99": [], "tput": [], "tf_p99": [], "tf_tput": []}
                 for run in runs:
                     for engine, prefix in (("poolserve", ""), ("tensorflow", "tf_")):
-                        loads = run.get(engine, {}).get(workload, {}).get("loads", {})
+                        loads = (run.get(engine) or {}).get(workload, {}).get("loads", {})
                         r = _ratios(loads[load], graph) if load in loads else None
                         if r is not None:
                             cells[prefix + "p99"].append(r[0])

@@ -8,6 +8,10 @@ A step runs TensorFlow's dataflow rule: when a node finishes, consumers whose in
 ready; cheap ones run inline on the same thread, expensive ones go to the scheduler (an inter-op pool or a
 run handler), except the last expensive one, which runs inline when nothing else is ready. Cost estimates
 of expensive kernels are learned from measured times, so a kernel that turns out cheap runs inline.
+
+Plans with v1 control flow (Switch, Merge, Enter...) have ``frames`` and run in ``runtime/frames.py``
+instead, with frames, iterations and dead tensors; the loops here never see them. Steps with a memory limit
+or a trace count live bytes (``runtime/step_memory.py``) in the instrumented loop; others pay nothing.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ from poolserve.runtime.errors import (
     OpError,
     ResourceExhaustedError,
 )
+from poolserve.runtime.frames import FrameInfo, has_control_flow, run_frames
 from poolserve.runtime.graph import Graph
 from poolserve.runtime.kernels.registry import Compute, OpContext, ResourceContainer
 from poolserve.runtime.node import Node
+from poolserve.runtime.step_memory import StepMemory
 from poolserve.runtime.threadpool import CallerThread, Scheduler, kernel_clock
 from poolserve.runtime.types import TensorId
 
@@ -241,6 +247,12 @@ class Plan:
         self.fetch_slots = [slot_of[t] for t in self.fetches]
         self.slot_of = slot_of
         self.index_of = index_of
+        # per slot, how many inputs read it (StepMemory's, made by the first step that counts memory)
+        self.slot_uses: list[int] | None = None
+        # v1 control flow (Switch, Merge, Enter...): the plan runs with frames (runtime/frames.py)
+        self.frames: FrameInfo | None = None
+        if has_control_flow([pn.op for pn in self.nodes]):
+            self.frames = FrameInfo(self)
 
     @property
     def num_nodes(self) -> int:
@@ -254,12 +266,34 @@ class Plan:
 class NodeRecord:
     """What tracing records about one executed node (times in nanoseconds since the epoch)."""
 
-    __slots__ = ("end_ns", "index", "outputs", "scheduled_ns", "start_ns", "thread_id")
+    __slots__ = (
+        "bytes_in_use",
+        "end_ns",
+        "index",
+        "label",
+        "name",
+        "outputs",
+        "scheduled_ns",
+        "start_ns",
+        "thread_id",
+    )
 
     def __init__(
-        self, index: int, scheduled_ns: int, start_ns: int, end_ns: int, outputs: Sequence[Any]
+        self,
+        index: int,
+        scheduled_ns: int,
+        start_ns: int,
+        end_ns: int,
+        outputs: Sequence[Any],
+        bytes_in_use: int = 0,
     ) -> None:
         self.index = index
+        # the step's live bytes once this node's outputs were allocated (StepMemory.live)
+        self.bytes_in_use = bytes_in_use
+        # a node of a function some node of the step ran (If, While, a call; index -1): its name under
+        # the caller's, "caller/node", and its timeline label; empty for the plan's own nodes
+        self.name = ""
+        self.label = ""
         self.scheduled_ns = scheduled_ns
         self.start_ns = start_ns
         self.end_ns = end_ns
@@ -277,6 +311,20 @@ class StepTrace:
         self.thread_names: dict[int, str] = {}
         # names what scheduled the step (e.g. its run handler): step_stats' thread names carry it
         self.scheduler_label = scheduler_label
+
+    def adopt(self, inner: StepTrace, caller: str, plan: Plan) -> None:
+        """Takes the records of a function's step (of ``plan``, run by the node named ``caller``), naming
+        its nodes under the caller's name, as TensorFlow's timeline shows function bodies."""
+        for rec in inner.records:
+            if not rec.name:
+                pn = plan.nodes[rec.index]
+                rec.name, rec.label = pn.name, pn.label
+            rec.name = f"{caller}/{rec.name}"
+            rec.label = f"{caller}/{rec.label}"
+            rec.index = -1
+            self.records.append(rec)
+        for tid, name in inner.thread_names.items():
+            self.thread_names.setdefault(tid, name)
 
     def record(self, rec: NodeRecord) -> None:
         self.records.append(rec)  # list.append is atomic
@@ -300,10 +348,10 @@ class Step:
         "_pending",
         "_remaining",
         "_running",
-        "bytes_allocated",
         "ctx",
         "done",
         "inline_all",
+        "memory",
         "memory_limit",
         "plan",
         "preempted",
@@ -331,6 +379,7 @@ class Step:
         values[: len(feed_values)] = feed_values
         self.values: list[Any] = values
         self.ctx = OpContext(resources, self.step_id)
+        self.ctx.trace = trace
         self.schedule = scheduler.schedule
         # on the caller's thread there is nothing to hand off to: every node runs inline
         self.inline_all = isinstance(scheduler, CallerThread)
@@ -341,7 +390,10 @@ class Step:
         self.done = done
         self.trace = trace
         self.memory_limit = memory_limit
-        self.bytes_allocated = 0
+        # live-bytes accounting: only steps with a limit or a trace pay for it
+        self.memory = (
+            StepMemory(plan, memory_limit) if memory_limit is not None or trace is not None else None
+        )
         self.status: OpError | None = None
         self._pending = plan.initial_pending.copy()
         self._remaining = plan.num_nodes
@@ -358,6 +410,13 @@ class Step:
         wait otherwise), else in one closure. Each expensive root gets a closure of its own, except that
         the caller takes one when it has nothing cheap to do.
         """
+        if self.plan.frames is not None:
+            # control flow: one thread runs the whole step (runtime/frames.py)
+            if inline:
+                self._run_frames()
+            else:
+                self.schedule(self._run_frames)
+            return
         roots = self.plan.roots
         if not roots:
             self._running += 1
@@ -396,6 +455,11 @@ class Step:
     def finished(self) -> bool:
         return self._finished
 
+    @property
+    def bytes_allocated(self) -> int:
+        """Bytes the step's nodes produced so far, freed or not (0 when memory is not counted)."""
+        return self.memory.allocated if self.memory is not None else 0
+
     def fetched(self) -> list[Any]:
         values = self.values
         return [values[s] for s in self.plan.fetch_slots]
@@ -431,13 +495,27 @@ class Step:
                 return
             self._running += 1
         try:
-            if self.trace is None and self.memory_limit is None:
+            if self.memory is None:
                 self._loop(stack)
             else:
                 self._loop_instrumented(stack)
         except BaseException as e:  # a bug in the executor itself: fail the step, never hang it
             self._fail(InternalError(f"executor failure: {type(e).__name__}: {e}"))
         finally:
+            self._exit()
+
+    def _run_frames(self) -> None:
+        with self._lock:
+            if self._finished:
+                return
+            self._running += 1
+        try:
+            run_frames(self)
+        except BaseException as e:  # a bug in the executor itself: fail the step, never hang it
+            self._fail(InternalError(f"executor failure: {type(e).__name__}: {e}"))
+        finally:
+            with self._lock:
+                self._remaining = 0
             self._exit()
 
     def _loop(self, stack: list[int]) -> None:
@@ -506,6 +584,7 @@ class Step:
         lock = self._lock
         ctx = self.ctx
         trace = self.trace
+        memory = self.memory
         while stack:
             if self.status is not None:
                 return
@@ -520,16 +599,14 @@ class Step:
             if node.measure:
                 node.learn((end - start) / 1e3)
                 kernel_clock.seconds += (end - start) / 1e9
-            if trace is not None:
-                trace.record(NodeRecord(node.index, trace.ready_ns[node.index], start, end, outs))
-            if self.memory_limit is not None:
-                size = sum(getattr(o, "nbytes", 0) for o in outs)
-                with lock:
-                    self.bytes_allocated += size
-                    over = self.bytes_allocated > self.memory_limit
-                if over:
-                    self._fail(self._oom(node, outs))
+            in_use = 0
+            if memory is not None:
+                error, in_use = memory.allocate(node, outs)
+                if error is not None:
+                    self._fail(error)
                     return
+            if trace is not None:
+                trace.record(NodeRecord(node.index, trace.ready_ns[node.index], start, end, outs, in_use))
             b = node.out_base
             for o in outs:
                 values[b] = o
@@ -560,22 +637,17 @@ class Step:
             if last is not None:
                 stack.append(last)
 
-    def _oom(self, node: PlanNode, outs: Sequence[Any]) -> ResourceExhaustedError:
-        shape = ",".join(str(d) for d in getattr(outs[0], "shape", ())) if outs else ""
-        dtype = getattr(outs[0], "dtype", "") if outs else ""
-        return ResourceExhaustedError(
-            f"OOM when allocating tensor with shape[{shape}] and type {dtype} on {DEVICE} by allocator cpu: "
-            f"the step allocated {self.bytes_allocated} bytes, over the session's memory limit of "
-            f"{self.memory_limit} bytes\n\t [[{{{{node {node.name}}}}}]]",
-            node.name,
-        )
-
     def live_tensors(self) -> list[tuple[int, str]]:
-        """(bytes, node name) of the outputs this step holds, largest first (for the OOM report)."""
+        """(bytes, node name) of the outputs this step holds alive, largest first (for the OOM report):
+        freed tensors are not listed when the step counts memory."""
+        live = self.memory.live_slots() if self.memory is not None else None
         sizes: dict[str, int] = {}
         for pn in self.plan.nodes:
             for port in range(pn.num_outputs):
-                v = self.values[pn.out_base + port]
+                slot = pn.out_base + port
+                if live is not None and slot not in live and slot not in self.plan.fetch_slots:
+                    continue
+                v = self.values[slot]
                 if v is not None:
                     sizes[pn.name] = sizes.get(pn.name, 0) + int(getattr(v, "nbytes", 0))
         return sorted(((b, n) for n, b in sizes.items() if b), reverse=True)

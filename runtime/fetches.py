@@ -7,6 +7,9 @@ import collections
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
+from poolserve.runtime.kernels.state_ops import UninitializedValue
 from poolserve.runtime.types import Fetches
 
 
@@ -64,3 +67,14 @@ def is_op_name(name: str) -> bool:
     """A fetch without ':port' names an operation: it is run and its result is None, as in TensorFlow."""
     _, sep, port = name.rpartition(":")
     return not (sep and port.isdigit())
+
+
+def as_output(value: Any) -> Any:
+    """Fetched values are the caller's to keep: fresh writable arrays, never views of graph constants."""
+    if isinstance(value, np.ndarray):
+        return value if value.flags.writeable else value.copy()
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if isinstance(value, UninitializedValue):
+        value._fail()
+    return value

@@ -1,8 +1,8 @@
 """Graphs: load a GraphDef, validate it, order it, prune it.
 
 ``Graph(graph_def)`` checks what TensorFlow's importer checks (unique names, existing inputs and ports,
-known ops, valid attrs, no cycles) and binds every node's kernel once. ``prune`` keeps what some fetches
-and targets need, with fed tensors cutting the graph.
+known ops, valid attrs, no cycles but a v1 loop's back edges) and binds every node's kernel once.
+``prune`` keeps what some fetches and targets need, with fed tensors cutting the graph.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from poolserve.proto import graph_pb2, node_def_pb2
 from poolserve.runtime import dtypes, kernels
 from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, OpError
 from poolserve.runtime.functions import FunctionLibrary
+from poolserve.runtime.kernels.control_flow_ops import NEXT_ITERATION_OPS
 from poolserve.runtime.kernels.registry import Compute, KernelDef
 from poolserve.runtime.node import Node, parse_tensor_name
 from poolserve.runtime.tensor import as_array
@@ -155,10 +156,14 @@ class Graph:
                     )
 
     def _topological_order(self) -> list[Node]:
+        """GraphDef nodes ordered so that each comes after its inputs. TensorFlow allows a cycle only
+        through NextIteration (a v1 loop's back edge into its Merge), so edges out of NextIteration are not
+        ordered: any other cycle is an error."""
         pending: dict[str, int] = {}
         consumers: dict[str, list[str]] = {name: [] for name in self.nodes}
         for node in self.nodes.values():
             deps = {src for src, _ in node.inputs} | set(node.control_inputs)
+            deps = {d for d in deps if self.nodes[d].op not in NEXT_ITERATION_OPS}
             pending[node.name] = len(deps)
             for src in deps:
                 consumers[src].append(node.name)

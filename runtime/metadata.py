@@ -29,9 +29,10 @@ def fill_step_stats(stats: step_stats_pb2.StepStats, plan: Plan, trace: StepTrac
     for tid, name in trace.thread_names.items():
         dev.thread_names[tid & 0x7FFFFFFF] = name
     for rec in sorted(trace.records, key=lambda r: r.start_ns):
-        pn = plan.nodes[rec.index]
+        name, label = (rec.name, rec.label) if rec.name else (plan.nodes[rec.index].name, "")
+        label = label or plan.nodes[rec.index].label
         ns = dev.node_stats.add()
-        ns.node_name = pn.name
+        ns.node_name = name
         start_us = rec.start_ns // 1000
         dur_ns = rec.end_ns - rec.start_ns
         ns.all_start_micros = start_us
@@ -63,9 +64,26 @@ def fill_step_stats(stats: step_stats_pb2.StepStats, plan: Plan, trace: StepTrac
             mem.total_bytes = total
             mem.peak_bytes = total
             mem.live_bytes = total
+            # the step's live bytes once this node's outputs were allocated: step_peak_bytes is their max
+            mem.allocator_bytes_in_use = rec.bytes_in_use
             ns.memory_stats.temp_memory_size = 0
         prefix = f"[{ALLOCATOR} {total / _MB:.1f}MB {total / _MB:.1f}MB] " if total >= 0.1 * _MB else ""
-        ns.timeline_label = prefix + pn.label
+        ns.timeline_label = prefix + label
+
+
+def step_peak_bytes(stats: step_stats_pb2.StepStats) -> int:
+    """The step's peak of live tensor bytes (what the memory limit is checked against), from step_stats:
+    the highest ``allocator_bytes_in_use`` of the CPU allocator over its nodes' ``memory`` records."""
+    return max(
+        (
+            m.allocator_bytes_in_use
+            for dev in stats.dev_stats
+            for ns in dev.node_stats
+            for m in ns.memory
+            if m.allocator_name == ALLOCATOR
+        ),
+        default=0,
+    )
 
 
 def fill_cost_graph(cost: cost_graph_pb2.CostGraphDef, plan: Plan, trace: StepTrace | None) -> None:

@@ -73,7 +73,10 @@ def passes(config: config_pb2.ConfigProto) -> Passes | None:
 
 
 def optimize(plan: Plan, folder: ConstantFolder | None, which: Passes) -> Plan:
-    """The plan of the rewritten graph, or ``plan`` itself when nothing applies."""
+    """The plan of the rewritten graph, or ``plan`` itself when nothing applies (or the plan has v1
+    control flow: rewrites must not move nodes across its frames)."""
+    if plan.frames is not None:
+        return plan
     node_defs = _Rewriter(plan, which).run()
     if not node_defs:
         return plan

@@ -290,6 +290,7 @@ class RunHandlerPool:
         self.fair = fair
         self._groups: dict[tuple[object, int], _Group] = {}
         self._ungrouped = 0  # active handlers in no flow yet
+        self._entered = 0  # callers running a short step on a slot they took with enter()
         self._vtime: dict[int, float] = {}  # per priority: the tag of the flow furthest behind
         # per worker: the thread CPU time and kernel time when its closure started
         self._local = threading.local()
@@ -439,6 +440,46 @@ class RunHandlerPool:
         local.k0, local.c0 = h.inline[1], h.inline[0]
         return True
 
+    def enter(self) -> int | None:
+        """Takes a slot for a caller that runs a short step from start to end on its own thread, with no
+        run handler: only when a slot is free and nobody waits for one (so nobody is passed over). Returns
+        an id unique among handlers (for traces) when the caller holds the slot; it must ``leave()`` when
+        the step ends. None: no slot.
+
+        A handler's bookkeeping (joining its flow, arrival order, the closure hand-offs, the charge per
+        closure) cost 45 us of CPU a step; a step of 160 us (branches1.b1, one caller) took 207 us of CPU
+        with the pool against 161 without it. The slot keeps the cores from being oversubscribed all the
+        same, and a step this short gives up nothing by not being preempted or split between threads."""
+        with self._lock:
+            if not self._slots or self._queued or self._waiters:
+                return None
+            if len(self._active) + self._entered >= self.max_handlers:
+                return None
+            self._slots -= 1
+            self._entered += 1
+            self._acquired += 1
+            n = self.num_threads - self._slots
+            slot_id = next(self._seq)
+        if self._wants[n] != self._kernel_threads.current:
+            self._kernel_threads.running(n)
+        return slot_id
+
+    def leave(self, kind: object, priority: int, cpu: float, kernel: float) -> None:
+        """Gives back the slot ``enter()`` took; the step of ``kind`` took ``cpu`` seconds of thread CPU
+        time, ``kernel`` of them in measured kernels. Its flow, if active, is charged for it."""
+        with self._lock:
+            self._slots += 1
+            self._entered -= 1
+            g = self._groups.get((kind, priority))
+            if g is not None:
+                self._charge_group(g, self._cost(cpu, kernel))
+            wake = self._dispatch() if self._queued else []
+            idle = self._slots == self.num_threads
+        for w in wake:
+            w.parker.unpark()
+        if idle and self._kernel_threads.current != self._wants[0]:
+            self._kernel_threads.running(0)
+
     def _join(self, h: RunHandler, kind: object) -> None:
         """With the lock held: puts ``h`` in the flow of its kind (moving it out of its own first)."""
         if h.group is not None:
@@ -525,9 +566,10 @@ class RunHandlerPool:
     def _charge(self, h: RunHandler, cpu: float) -> None:
         """With the lock held: ``h``'s flow received ``cpu`` seconds; the virtual time of its priority
         follows the flow that is furthest behind."""
-        g = h.group
-        if g is None:
-            return
+        if h.group is not None:
+            self._charge_group(h.group, cpu)
+
+    def _charge_group(self, g: _Group, cpu: float) -> None:
         g.tag += cpu / max(1, g.active)
         behind = min(x.tag for x in self._groups.values() if x.priority == g.priority)
         if behind > self._vtime.get(g.priority, 0.0):
@@ -718,7 +760,7 @@ class RunHandlerPool:
             return PoolStats(
                 threads=self.num_threads,
                 max_handlers=self.max_handlers,
-                active_handlers=len(self._active),
+                active_handlers=len(self._active) + self._entered,
                 waiting_requests=sum(1 for _, w in self._waiters if not w.done),
                 queued_closures=self._queued,
                 running_closures=self.num_threads - self._slots,

@@ -21,22 +21,24 @@ from typing import Any
 import numpy as np
 
 from poolserve.proto import config_pb2, graph_pb2
-from poolserve.runtime import aio, optimizer
-from poolserve.runtime.deadline import Deadline, deadline_timer, watch_cancellation
-from poolserve.runtime.debug import debug_wrapper, watch_summary
+from poolserve.runtime import aio
+from poolserve.runtime.calls import Calls, Signature
+from poolserve.runtime.deadline import Cancellable, Deadline, deadline_timer, watch_cancellation
+from poolserve.runtime.debug import watch_summary
 from poolserve.runtime.errors import (
     InvalidArgumentError,
     OpError,
     ResourceExhaustedError,
 )
 from poolserve.runtime.executor import DEVICE, ConstantFolder, Plan, Step, StepTrace
-from poolserve.runtime.fetches import FetchMapper, is_op_name
+from poolserve.runtime.fetches import as_output
+from poolserve.runtime.frames import DEAD
 from poolserve.runtime.functions import FunctionLibrary
 from poolserve.runtime.graph import Graph, prepare_feed
 from poolserve.runtime.kernels.registry import ResourceContainer
-from poolserve.runtime.kernels.state_ops import UninitializedValue
 from poolserve.runtime.memory import keep_freed_memory
 from poolserve.runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report, plan_graph_def
+from poolserve.runtime.partial_run import PartialRuns
 from poolserve.runtime.run_handler import RunHandler, RunHandlerPool, get_pool
 from poolserve.runtime.targets import DeviceAttributes, session_factory, split_args
 from poolserve.runtime.threadpool import (
@@ -46,6 +48,7 @@ from poolserve.runtime.threadpool import (
     default_num_threads,
     default_pool,
     global_pool,
+    kernel_clock,
     set_intra_op_threads,
 )
 from poolserve.runtime.types import Feeds, Fetches, TensorId
@@ -55,8 +58,11 @@ CLOSED_MESSAGE = "Attempted to use a closed Session."
 # hand-rolled FastAPI endpoint would: the hand-off to a thread and back cost 7-40 us a call on the
 # example models (mlp 238 -> 198 us with the pool off, 261 -> 255 us with it on; best of 4 x 1500 calls)
 INLINE_STEP_S = 200e-6
-# Resolved call signatures kept per session; past this many (a client inventing fetch lists) start over.
-_MAX_SIGNATURES = 1024
+# A run that uses the RunHandlerPool and whose step is expected to take less CPU than this runs it from start
+# to end on the caller's thread, on a pool slot and with no run handler, when a slot is free and nobody
+# waits (``RunHandlerPool.enter``). Its branches then run one after the other: below this, a hand-off to a
+# second thread costs about what the parallel branch would save (branches2.b1: ~290 us of CPU a step).
+SLOT_STEP_S = 500e-6
 
 
 # --- the session -----------------------------------------------------------------------------------------
@@ -65,7 +71,7 @@ _MAX_SIGNATURES = 1024
 class RunFuture(concurrent.futures.Future[Any]):
     """A running step's result. ``cancel()`` cancels the step itself (CancelledError, as TensorFlow's)."""
 
-    _step: Step | None = None
+    _step: Cancellable | None = None
 
     def cancel(self) -> bool:
         step = self._step
@@ -82,17 +88,6 @@ class StepRecord:
     used_pool: bool = False  # the RunHandlerPool scheduled it
     handler_id: int | None = None  # its run handler (unique in the process)
     started_at: float = 0.0  # time.monotonic() when the step started, after any wait for a handler
-
-
-class _Signature:
-    """What a call resolved: the plan, the feeds in plan order, and how to shape the results."""
-
-    __slots__ = ("fetch_index", "mapper", "plan")
-
-    def __init__(self, plan: Plan, mapper: FetchMapper, fetch_index: list[int | None]) -> None:
-        self.plan = plan
-        self.mapper = mapper
-        self.fetch_index = fetch_index
 
 
 _live: weakref.WeakSet[Session] = weakref.WeakSet()  # in-process sessions not yet closed, for reset()
@@ -140,14 +135,12 @@ class Session:
         self._graph = graph if isinstance(graph, Graph) else Graph(graph)
         self._resources = ResourceContainer()
         self._folder = self._make_folder(self._graph)
-        self._plans: dict[str, Plan] = {}
-        self._signatures: dict[tuple[Any, ...], tuple[_Signature, list[TensorId]]] = {}
+        self._calls = Calls(self._graph, self._folder, self._config)
         self._lock = threading.Lock()
         self._active: set[Step] = set()
         self._closed = False
         self._memory_limit = memory_limit_bytes
-        self._partial: dict[str, _PartialRun] = {}
-        self._partial_ids = 0
+        self._partial = PartialRuns()
         self._owned_pools: list[ThreadPool] = []
         self._pools: list[Scheduler] = self._make_pools()
         if self._config.intra_op_parallelism_threads > 0:
@@ -207,118 +200,8 @@ class Session:
         graph = Graph(merged, library)
         with self._lock:
             folder = self._folder.extended(graph)
-            self._graph, self._folder, self._plans, self._signatures = graph, folder, {}, {}
-
-    # --- signature ---------------------------------------------------------------------------------------
-
-    def _plan(
-        self,
-        feed_ids: list[TensorId],
-        fetch_ids: list[TensorId],
-        targets: list[str],
-        options: config_pb2.RunOptions | None,
-        partial: bool = False,
-    ) -> Plan:
-        watches = watch_summary(options)
-        feeds = [f"{n}:{p}" for n, p in feed_ids]
-        fetches = [f"{n}:{p}" for n, p in fetch_ids]
-        key = f"{','.join(feeds)}->{','.join(fetches)}/{','.join(targets)}/{int(partial)}/{watches}"
-        plan = self._plans.get(key)
-        if plan is not None:
-            return plan
-        sorted_key = (
-            f"{','.join(sorted(feeds))}->{','.join(sorted(fetches))}/{','.join(sorted(targets))}/"
-            f"{int(partial)}/{watches}"
-        )
-        with self._lock:
-            plan = self._plans.get(sorted_key)
-            if plan is None:
-                wrap = debug_wrapper(options.debug_options) if watches and options is not None else None
-                plan = Plan(
-                    self._graph,
-                    sorted(feed_ids),
-                    sorted(fetch_ids),
-                    sorted(targets),
-                    folder=self._folder,
-                    wrap=wrap,
-                )
-                rewrites = optimizer.passes(self._config)
-                if rewrites is not None and wrap is None:  # debug watches see the graph as written
-                    plan = optimizer.optimize(plan, self._folder, rewrites)
-                self._plans[sorted_key] = plan
-            self._plans[key] = plan
-        return plan
-
-    def _resolve(
-        self, fetches: Fetches, feed_dict: Feeds | None, options: config_pb2.RunOptions | None
-    ) -> tuple[_Signature, list[Any]]:
-        """The call's signature and its feeds in plan order. Flat fetch lists (what servers send) are
-        resolved once per (fetches, feed names, watches); later calls only check the fed values."""
-        feed_names = tuple(feed_dict) if feed_dict else ()
-        key: tuple[Any, ...] | None = None
-        if isinstance(fetches, str) or (
-            type(fetches) in (list, tuple) and all(isinstance(f, str) for f in fetches)
-        ):
-            key = (type(fetches), fetches if isinstance(fetches, str) else tuple(fetches), feed_names)
-            key += (watch_summary(options),)
-            cached = self._signatures.get(key)
-            if cached is not None:
-                sig, feed_ids = cached
-                graph = self._graph
-                feeds = feed_dict or {}
-                by_id = {
-                    t: prepare_feed(graph, t, feeds[n]) for n, t in zip(feed_names, feed_ids, strict=True)
-                }
-                return sig, [by_id[t] for t in sig.plan.feeds]
-        sig, feed_values = self._resolve_uncached(fetches, feed_dict, options)
-        if key is not None:
-            if len(self._signatures) >= _MAX_SIGNATURES:
-                self._signatures.clear()
-            graph = self._graph
-            self._signatures[key] = (sig, [graph.tensor(n) for n in feed_names])
-        return sig, [feed_values[t] for t in sig.plan.feeds]
-
-    def _resolve_uncached(
-        self, fetches: Fetches, feed_dict: Feeds | None, options: config_pb2.RunOptions | None
-    ) -> tuple[_Signature, dict[TensorId, Any]]:
-        graph = self._graph
-        feed_values: dict[TensorId, Any] = {}
-        for name, value in (feed_dict or {}).items():
-            if not isinstance(name, str):
-                raise TypeError(f"feed_dict keys must be tensor names, got {name!r}")
-            tid = graph.tensor(name)
-            if tid in feed_values:
-                raise InvalidArgumentError(f"Tensor '{name}' is fed twice")
-            feed_values[tid] = prepare_feed(graph, tid, value)
-        return self._bind(fetches, list(feed_values), options), feed_values
-
-    def _bind(
-        self, fetches: Fetches, feed_ids: list[TensorId], options: config_pb2.RunOptions | None
-    ) -> _Signature:
-        """The signature of fetching ``fetches`` with these tensors fed (their plan, compiled once)."""
-        graph = self._graph
-        mapper = FetchMapper(fetches)
-        fetch_ids: list[TensorId] = []
-        targets: list[str] = []
-        fetch_index: list[int | None] = []
-        seen: dict[TensorId, int] = {}
-        for name in mapper.names:
-            if is_op_name(name):
-                graph.node(name)
-                if name not in targets:
-                    targets.append(name)
-                fetch_index.append(None)
-                continue
-            tid = graph.tensor(name)
-            if tid not in seen:
-                seen[tid] = len(fetch_ids)
-                fetch_ids.append(tid)
-            fetch_index.append(seen[tid])
-        plan = self._plan(feed_ids, fetch_ids, targets, options)
-        # results come back in plan order: map the caller's unique fetches onto it
-        position = {t: i for i, t in enumerate(plan.fetches)}
-        order = [position[t] for t in fetch_ids]
-        return _Signature(plan, mapper, [None if i is None else order[i] for i in fetch_index])
+            self._graph, self._folder = graph, folder
+            self._calls = Calls(graph, folder, self._config)
 
     # --- running -----------------------------------------------------------------------------------------
 
@@ -362,11 +245,11 @@ class Session:
 
     def _prepare(
         self, fetches: Fetches, feed_dict: Feeds | None, options: config_pb2.RunOptions | None
-    ) -> tuple[_Signature, list[Any], Scheduler]:
+    ) -> tuple[Signature, list[Any], Scheduler]:
         """Everything a call can get wrong, checked before it waits for anything: the session is open, the
         names exist, the feeds fit, the thread pool index is valid."""
         self._check_open()
-        sig, feed_values = self._resolve(fetches, feed_dict, options)
+        sig, feed_values = self._calls.resolve(fetches, feed_dict, options)
         return sig, feed_values, self._scheduler(options)
 
     def _take_handler(
@@ -380,6 +263,60 @@ class Session:
         handler = self.run_handler_pool().get(0, deadline.wait_ms() if deadline else 0, priority)
         return self._check_handler(handler, deadline)
 
+    def _enter_pool(
+        self, sig: Signature, options: config_pb2.RunOptions | None, below: float
+    ) -> tuple[RunHandlerPool, int] | None:
+        """The RunHandlerPool and the id of a slot taken for this caller (``RunHandlerPool.enter``), if
+        this run uses the pool, its plan's steps took less than ``below`` seconds of CPU and a slot is
+        free."""
+        if not 0.0 < sig.plan.cpu < below or not self.uses_run_handler_pool(options):
+            return None
+        pool = self.run_handler_pool()
+        slot_id = pool.enter()
+        return None if slot_id is None else (pool, slot_id)
+
+    def _run_in_slot(
+        self,
+        slot: tuple[RunHandlerPool, int],
+        sig: Signature,
+        feeds: list[Any],
+        options: config_pb2.RunOptions | None,
+        run_metadata: config_pb2.RunMetadata | None,
+        on_done: Callable[[Any, OpError | None], None],
+        deadline: Deadline | None,
+        timer: bool,
+    ) -> Step:
+        """Runs a short step from start to end on this thread, on the pool slot ``_enter_pool`` took. Its
+        cost is this thread's CPU time (wall time would count the GIL and the cores taken by others, and
+        push a busy server's short plans off this path)."""
+        assert options is not None
+        pool, slot_id = slot
+        t0, k0 = time.thread_time(), kernel_clock.seconds
+        try:
+            if deadline is not None:
+                deadline.check("starting the step")
+            step, _ = self._launch(
+                sig,
+                feeds,
+                _CALLER,
+                options,
+                run_metadata,
+                on_done,
+                True,
+                None,
+                deadline,
+                timer,
+                slot_id=slot_id,
+            )
+        finally:
+            cpu = time.thread_time() - t0
+            priority = options.experimental.run_handler_pool_options.priority
+            pool.leave(sig.plan, priority, cpu, kernel_clock.seconds - k0)
+        # the CPU time includes the answer: a traced step's metadata would count as the plan's cost
+        if step.status is None and not (options.trace_level or options.output_partition_graphs):
+            sig.plan.learn_cpu(cpu)
+        return step
+
     def _check_handler(self, handler: RunHandler, deadline: Deadline | None) -> RunHandler:
         try:
             self._check_open()
@@ -392,7 +329,7 @@ class Session:
 
     def _launch(
         self,
-        sig: _Signature,
+        sig: Signature,
         feed_values: list[Any],
         scheduler: Scheduler,
         options: config_pb2.RunOptions | None,
@@ -403,11 +340,13 @@ class Session:
         deadline: Deadline | None,
         timer: bool = True,
         short: bool = False,
+        slot_id: int | None = None,
     ) -> tuple[Step, bool]:
         """Starts a step. With a run handler, every closure of the step goes through it, and it is
         released when the step ends, however it ends. ``timer``: the deadline thread cancels the step at
         its deadline (``arun`` uses a timer of its event loop instead). ``short``: the caller, which must
-        not wait (an event loop), runs the step itself if the pool has a slot free at once.
+        not wait (an event loop), runs the step itself if the pool has a slot free at once. ``slot_id``:
+        the step runs on a pool slot the caller took (``_run_in_slot``), under this id.
 
         Returns the step, and whether the caller must call ``handler.help()`` (it took a slot, or waits
         for one)."""
@@ -427,7 +366,8 @@ class Session:
         trace_level = options.trace_level if options is not None else 0
         trace: StepTrace | None = None
         if trace_level > 0:
-            trace = StepTrace(sig.plan.num_nodes, f"run handler {handler.id}" if handler is not None else "")
+            pool_id = handler.id if handler is not None else slot_id
+            trace = StepTrace(sig.plan.num_nodes, f"run handler {pool_id}" if pool_id is not None else "")
         report_oom = options is not None and options.report_tensor_allocations_upon_oom
 
         def done(step: Step) -> None:
@@ -442,7 +382,7 @@ class Session:
             try:
                 if error is None:
                     values = step.fetched()
-                    results = [None if i is None else _as_output(values[i]) for i in sig.fetch_index]
+                    results = [None if i is None else as_output(values[i]) for i in sig.fetch_index]
                     result = sig.mapper.build(results)
                 elif isinstance(error, ResourceExhaustedError) and "OOM" in error.message:
                     extra = oom_report(step) if report_oom else OOM_HINT
@@ -507,7 +447,7 @@ class Session:
 
     def _run_prepared(
         self,
-        sig: _Signature,
+        sig: Signature,
         feeds: list[Any],
         scheduler: Scheduler,
         options: config_pb2.RunOptions | None,
@@ -523,10 +463,14 @@ class Session:
             finished.release()
 
         with np.errstate(all="ignore"):
-            handler = self._take_handler(options, deadline)
-            self._launch(sig, feeds, scheduler, options, run_metadata, on_done, True, handler, deadline)
-            if handler is not None:
-                handler.help()
+            slot = self._enter_pool(sig, options, SLOT_STEP_S)
+            if slot is not None:
+                self._run_in_slot(slot, sig, feeds, options, run_metadata, on_done, deadline, True)
+            else:
+                handler = self._take_handler(options, deadline)
+                self._launch(sig, feeds, scheduler, options, run_metadata, on_done, True, handler, deadline)
+                if handler is not None:
+                    handler.help()
         finished.acquire()
         result, error = box[0]
         if error is not None:
@@ -545,13 +489,13 @@ class Session:
         feed_ids = [graph.tensor(n) for n in feed_list or ()]
         if len(set(feed_ids)) != len(feed_ids):
             raise InvalidArgumentError(f"A tensor is fed twice in feed_list {list(feed_list or ())}")
-        bound: dict[str, tuple[_Signature, list[int]]] = {}
+        bound: dict[str, tuple[Signature, list[int]]] = {}
 
-        def signature(options: config_pb2.RunOptions | None) -> tuple[_Signature, list[int]]:
+        def signature(options: config_pb2.RunOptions | None) -> tuple[Signature, list[int]]:
             watches = watch_summary(options)
             entry = bound.get(watches)
             if entry is None:
-                sig = self._bind(fetches, feed_ids, options)
+                sig = self._calls.bind(fetches, feed_ids, options)
                 entry = bound[watches] = (sig, [feed_ids.index(t) for t in sig.plan.feeds])
             return entry
 
@@ -632,6 +576,20 @@ class Session:
         if deadline is None:
             deadline = self.deadline(options)
         sig, feeds, scheduler = self._prepare(fetches, feed_dict, options)
+        slot = self._enter_pool(sig, options, INLINE_STEP_S)
+        if slot is not None:  # a short step, a free slot: it runs here, on the loop, with no hand-off
+            if record is not None:
+                record.used_pool = True
+                record.handler_id = slot[1]
+                record.started_at = time.monotonic()
+            box: list[tuple[Any, OpError | None]] = []
+            self._run_in_slot(
+                slot, sig, feeds, options, run_metadata, lambda r, e: box.append((r, e)), deadline, False
+            )
+            result, error = box[0]
+            if error is not None:
+                raise error
+            return result
         handler: RunHandler | None = None
         if self.uses_run_handler_pool(options):
             assert options is not None
@@ -686,80 +644,14 @@ class Session:
     def partial_run_setup(self, fetches: Fetches, feeds: Sequence[str] | None = None) -> str:
         """Declares the fetches and feeds of a partial run; returns its handle."""
         self._check_open()
-        mapper = FetchMapper(fetches)
-        fetch_names = set()
-        targets = set()
-        for name in mapper.names:
-            if is_op_name(name):
-                self._graph.node(name)
-                targets.add(name)
-            else:
-                fetch_names.add(self._graph.tensor(name))
-        feed_ids = {self._graph.tensor(f) for f in feeds or ()}
-        with self._lock:
-            self._partial_ids += 1
-            handle = f"partial_run_{self._partial_ids}"
-            self._partial[handle] = _PartialRun(feed_ids, fetch_names, targets)
-        return handle
+        return self._partial.setup(self._graph, fetches, feeds)
 
     def partial_run(self, handle: str, fetches: Fetches, feed_dict: Feeds | None = None) -> Any:
         """Feeds more values and fetches more tensors of a partial run; each node runs at most once."""
         self._check_open()
-        state = self._partial.get(handle)
-        if state is None:
-            raise InvalidArgumentError(
-                f"The partial run handle '{handle}' is not valid: call partial_run_setup first"
-            )
-        graph = self._graph
-        mapper = FetchMapper(fetches)
-        wanted: list[TensorId] = []
-        targets: list[str] = []
-        for name in mapper.names:
-            if is_op_name(name):
-                if name not in state.targets:
-                    raise InvalidArgumentError(f"Target '{name}' was not declared in partial_run_setup")
-                targets.append(name)
-                continue
-            tid = graph.tensor(name)
-            if tid not in state.fetches:
-                raise InvalidArgumentError(f"Fetch '{name}' was not declared in partial_run_setup")
-            if tid in state.fetched:
-                raise InvalidArgumentError(f"Tensor '{name}' has already been fetched in this partial run")
-            wanted.append(tid)
-        new_values: dict[TensorId, Any] = {}
-        for name, value in (feed_dict or {}).items():
-            tid = graph.tensor(name)
-            if tid not in state.feeds:
-                raise InvalidArgumentError(f"Tensor '{name}' was not declared as a feed in partial_run_setup")
-            if tid in state.values:
-                raise InvalidArgumentError(f"Tensor '{name}' has already been fed in this partial run")
-            new_values[tid] = prepare_feed(graph, tid, value)
-        values = {**state.values, **new_values}
-        todo = sorted({t for t in wanted if t not in values})
-        fresh_targets = sorted({t for t in targets if t not in state.ran})
-        if todo or fresh_targets:
-            known = sorted(values)
-            plan = Plan(graph, known, todo, fresh_targets, folder=self._folder)
-            missing = {
-                f"{n}:{p}"
-                for pn in plan.nodes
-                for n, p in pn.node.inputs
-                if (n, p) in state.feeds and (n, p) not in values
-            }
-            if missing:
-                raise InvalidArgumentError(
-                    f"Partial run: the fetches need feed(s) not given yet: {', '.join(sorted(missing))}"
-                )
-            values.update(self._run_plan_collect(plan, [values[t] for t in known]))
-            state.ran.update(pn.name for pn in plan.nodes)
-            state.ran.update(fresh_targets)
-        state.values = values  # only once the whole call has succeeded
-        state.fetched.update(wanted)
-        results = [None if is_op_name(n) else _as_output(state.values[graph.tensor(n)]) for n in mapper.names]
-        if state.fetched >= state.fetches and state.targets <= state.ran:
-            with self._lock:
-                self._partial.pop(handle, None)
-        return mapper.build(results)
+        return self._partial.run(
+            self._graph, self._folder, handle, fetches, feed_dict, self._run_plan_collect
+        )
 
     def _run_plan_collect(self, plan: Plan, feed_values: list[Any]) -> dict[TensorId, Any]:
         """Runs a plan and returns every tensor it computed (partial runs keep them for later calls)."""
@@ -786,7 +678,7 @@ class Session:
         out: dict[TensorId, Any] = {}
         for tid, slot in plan.slot_of.items():
             value = step.values[slot]
-            if value is not None:
+            if value is not None and value is not DEAD:
                 out[tid] = value
         return out
 
@@ -888,25 +780,41 @@ def callable_of(
 
 class InteractiveSession(Session):
     """A session that makes itself the default on creation (for shells and notebooks), as TensorFlow's: a
-    later ``get_default_session()`` on this thread returns it until it is closed."""
+    later ``get_default_session()`` on this thread returns it until it is closed. With a target it is that
+    target's session (``Session(target)``), interactive."""
+
+    def __new__(
+        cls, target: Any = None, graph: Any = None, config: Any = None, **kwargs: Any
+    ) -> InteractiveSession:
+        factory = session_factory(split_args(target, graph, config)[0])
+        kind = _interactive(factory) if cls is InteractiveSession and factory is not Session else cls
+        return object.__new__(kind)
 
     def __init__(
         self,
         target: str | graph_pb2.GraphDef | Graph | None = None,
         graph: graph_pb2.GraphDef | Graph | config_pb2.ConfigProto | None = None,
         config: config_pb2.ConfigProto | None = None,
-        *,
-        memory_limit_bytes: int | None = None,
-        run_handler_pool: RunHandlerPool | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            target, graph, config, memory_limit_bytes=memory_limit_bytes, run_handler_pool=run_handler_pool
-        )
+        super().__init__(target, graph, config, **kwargs)
         _default_stack().append(self)
 
     def close(self) -> None:
         _pop_default(self)
         super().close()
+
+
+_interactive_kinds: dict[type[Session], type[InteractiveSession]] = {}
+
+
+def _interactive(factory: type[Session]) -> type[InteractiveSession]:
+    """An InteractiveSession of another target's kind (a RemoteSession, say)."""
+    kind = _interactive_kinds.get(factory)
+    if kind is None:
+        name = f"Interactive{factory.__name__}"
+        kind = _interactive_kinds[factory] = type(name, (InteractiveSession, factory), {})
+    return kind
 
 
 _defaults = threading.local()
@@ -934,28 +842,7 @@ def get_default_session() -> Session | None:
     return stack[-1] if stack else None
 
 
-class _PartialRun:
-    def __init__(self, feeds: set[TensorId], fetches: set[TensorId], targets: set[str]) -> None:
-        self.feeds = feeds
-        self.fetches = fetches
-        self.targets = targets
-        self.values: dict[TensorId, Any] = {}
-        self.fetched: set[TensorId] = set()
-        self.ran: set[str] = set()
-
-
 _CALLER = CallerThread()
-
-
-def _as_output(value: Any) -> Any:
-    """Fetched values are the caller's to keep: fresh writable arrays, never views of graph constants."""
-    if isinstance(value, np.ndarray):
-        return value if value.flags.writeable else value.copy()
-    if isinstance(value, np.generic):
-        return np.asarray(value)
-    if isinstance(value, UninitializedValue):
-        value._fail()
-    return value
 
 
 __all__ = [

@@ -331,6 +331,7 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
     app = FastAPI(title="poolserve", lifespan=lifespan, docs_url="/docs", redoc_url=None)
     openapi.install(app, service)
     app.state.service = service
+    app.state.sessions = store
     app.state.admission = admission.Admission()
     errors.install(app)
     # The inference routes first, as plain Starlette routes: they take nearly all the traffic, and

@@ -101,6 +101,11 @@ class SessionStore:
         """The bytes of the graphs clients shipped to the sessions held."""
         return sum(e.graph_bytes for e in self._entries.values())
 
+    @property
+    def steps_running(self) -> int:
+        """Steps of the remote sessions that have started and not yet ended."""
+        return sum(e.session.steps_running for e in self._entries.values() if e.owned)
+
     def get(self, handle: str) -> RemoteEntry:
         entry = self._entries.get(handle)
         if entry is None:

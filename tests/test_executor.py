@@ -418,14 +418,18 @@ def test_memory_limit_fails_the_step_that_goes_over_it():
     step, done = start_step(plan, feed, memory_limit=10_000)
     done.wait()
     assert step.status is None and step.bytes_allocated == 1200
+    assert (
+        step.memory is not None and step.memory.peak == 800 and step.memory.live == 400
+    )  # the fetched output
 
-    step, done = start_step(plan, feed, memory_limit=600)  # the step's total counts, not one tensor
+    step, done = start_step(plan, feed, memory_limit=600)  # y counts with big, which it reads
     done.wait()
     err = step.status
     assert isinstance(err, ResourceExhaustedError) and err.node_name == "y"
     assert err.message == (
         f"OOM when allocating tensor with shape[100] and type float32 on {DEVICE} by allocator cpu: "
-        "the step allocated 800 bytes, over the session's memory limit of 600 bytes\n\t [[{{node y}}]]"
+        "the step's live tensors would take 800 bytes, over the session's memory limit of 600 bytes"
+        "\n\t [[{{node y}}]]"
     )
     assert done.steps == [step] and RUNS.get("after_oom") == 1  # only the first, unlimited step ran it
     assert step.live_tensors() == [(400, "big")]  # y's output was refused

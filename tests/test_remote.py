@@ -4,11 +4,13 @@ cancellation across the wire, errors as the same OpError classes, model binding,
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import uvicorn
@@ -16,6 +18,7 @@ from support import free_port, gate_op, load_fixture_io, sleep_op
 
 from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder, shape
+from poolserve.runtime.deadline import Deadline
 from poolserve.runtime.errors import (
     CancelledError,
     DeadlineExceededError,
@@ -27,7 +30,7 @@ from poolserve.runtime.errors import (
 )
 from poolserve.runtime.graph import load_graph_def
 from poolserve.runtime.remote import RemoteSession
-from poolserve.runtime.session import Session
+from poolserve.runtime.session import InteractiveSession, Session, get_default_session
 from poolserve.server.app import create_app
 from poolserve.server.config import make_config
 
@@ -41,7 +44,7 @@ class LoopbackServer:
     def __init__(self, sections: dict[str, object]) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        app = create_app(make_config(sections))
+        app = self.app = create_app(make_config(sections))
         self.server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
         )
@@ -74,6 +77,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackServer]
         yield s
     finally:
         s.stop()
+
+
+def gone(server: LoopbackServer) -> bool:
+    """The server answered a remote run with 499: its client went away."""
+    text = httpx.get(f"{server.url}/metrics", timeout=5).text
+    return 'endpoint="/v1/sessions/{handle}:run",model="",status="499"}' in text
+
+
+def far_steps(server: LoopbackServer) -> int:
+    """Steps of the server's remote sessions still running."""
+    return int(server.app.state.sessions.steps_running)
 
 
 def remote(server: LoopbackServer, graph: object = None, config: object = None) -> Session:
@@ -281,3 +295,81 @@ def test_a_run_step_that_feeds_a_tensor_twice_is_refused_naming_it(server):
         )
     assert answer.status_code == 400
     assert answer.json() == {"error": "Tensor 'x:0' is fed twice", "code": "INVALID_ARGUMENT"}
+
+
+def test_submit_and_arun_run_remotely_and_cancel_the_servers_step(server):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None,))
+    y = b.mul(x, b.constant(np.float32(2.0)), name="y")
+    gated, gate = gate_op(b, None, "remote_submit_gate")
+    with remote(server, b.graph_def) as far:
+        future = far.submit(y, {x: np.arange(3, dtype=np.float32)})
+        np.testing.assert_array_equal(future.result(10), [0.0, 2.0, 4.0])
+
+        async def both():
+            return await asyncio.gather(
+                far.arun(y, {x: np.ones(2, np.float32)}), far.arun([y], {x: np.full(1, 3.0, np.float32)})
+            )
+
+        first, second = asyncio.run(both())
+        np.testing.assert_array_equal(first, [2.0, 2.0])
+        np.testing.assert_array_equal(second[0], [6.0])
+
+        blocked = far.submit(gated)
+        try:
+            assert gate.started.wait(5)
+            assert far_steps(server) == 1
+            assert blocked.cancel()
+            with pytest.raises(CancelledError):
+                blocked.result(10)
+            # the server noticed the client leaving and cancelled the request (a 499), while the step's
+            # kernel was still inside the gate
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline and not gone(server):
+                time.sleep(0.02)
+            assert gone(server) and far_steps(server) == 1
+            cancelled = [
+                s.status for e in server.app.state.sessions._entries.values() for s in e.session._active
+            ]
+            assert len(cancelled) == 1 and isinstance(cancelled[0], CancelledError)
+        finally:
+            gate.open()
+        np.testing.assert_array_equal(far.run(y, {x: np.ones(1, np.float32)}), [2.0])
+
+
+def test_a_remote_arun_takes_its_deadline(server):
+    b = GraphBuilder()
+    out = sleep_op(b, None, 5.0, "remote_arun_sleep")
+    with remote(server, b.graph_def) as far:
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExceededError):
+            asyncio.run(far.arun(out, deadline=Deadline(150)))
+        assert time.monotonic() - t0 < 3.0
+
+
+def test_an_interactive_session_with_a_target_is_remote_and_the_default(server):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None,))
+    y = b.mul(x, b.constant(np.float32(3.0)), name="y")
+    s = InteractiveSession(server.url, b.graph_def, token=TOKEN)
+    try:
+        assert isinstance(s, RemoteSession) and isinstance(s, InteractiveSession)
+        assert get_default_session() is s
+        np.testing.assert_array_equal(s.run(y, {x: np.ones(2, np.float32)}), [3.0, 3.0])
+    finally:
+        s.close()
+    assert get_default_session() is not s
+    with pytest.raises(RuntimeError, match="closed Session"):
+        s.run(y, {x: np.ones(1, np.float32)})
+
+
+def test_a_remote_session_keeps_its_connection_between_runs(server):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None,))
+    y = b.identity(x, name="y")
+    with remote(server, b.graph_def) as far:
+        far.run(y, {x: np.ones(1, np.float32)})
+        (conn,) = far._http._all
+        for _ in range(5):
+            far.run(y, {x: np.ones(1, np.float32)})
+        assert far._http._all == [conn]  # one connection, kept alive (no connect per call)

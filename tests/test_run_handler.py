@@ -251,9 +251,9 @@ def test_session_learns_the_cpu_time_of_its_steps_on_the_pool():
         s.run(y, feed)  # runs off the pool teach nothing
         with pytest.raises(DeadlineExceededError):  # nor do steps cut short
             s.run(slow, feed, options=pool_options(timeout_ms=10))
-        assert [p.cpu for p in set(s._plans.values())] == [0.0, 0.0]
+        assert [p.cpu for p in set(s._calls.plans.values())] == [0.0, 0.0]
         s.run(y, feed, options=pool_options())
-        learned = sorted(p.cpu for p in set(s._plans.values()))
+        learned = sorted(p.cpu for p in set(s._calls.plans.values()))
         assert learned[0] == 0.0 and learned[1] > 0.0
 
 
@@ -597,3 +597,129 @@ def test_a_caller_with_a_free_slot_runs_its_step_itself_and_gives_the_slot_back(
     assert ran == ["second caller"] and not helper.is_alive()
     stats = pool.stats()
     assert stats.running_closures == 0 and stats.active_handlers == 0
+
+
+def short_graph():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None,))
+    y = b.reshape(b.relu(b.add(x, b.constant(np.float32(1.0)))), [2, 2])
+    return b.graph_def, x, y
+
+
+def test_enter_takes_a_free_slot_only_when_nobody_waits_for_one():
+    pool = RunHandlerPool(num_threads=1)
+    slot = pool.enter()
+    assert slot is not None and pool.stats().running_closures == 1
+    assert pool.enter() is None  # the only slot is taken
+    pool.leave("A", 0, 0.001, 0.0)
+    assert pool.stats().running_closures == 0
+    hb, gate = blocker(pool)  # a handler's closure holds the slot
+    queued = pool.get()
+    queued.schedule(lambda: None)  # and work waits for it
+    gate.set()
+    deadline = time.monotonic() + 5
+    while pool.stats().queued_closures and time.monotonic() < deadline:
+        assert pool.enter() is None or pool.stats().queued_closures == 0
+        time.sleep(0.001)
+    for h in (hb, queued):
+        h.release()
+    second = pool.enter()
+    assert second is not None and second != slot
+    pool.leave("A", 0, 0.001, 0.0)
+    stats = pool.stats()
+    assert stats.running_closures == 0 and stats.active_handlers == 0
+
+
+def test_a_short_step_with_a_free_slot_runs_on_its_callers_thread_without_a_handler():
+    graph_def, x, y = short_graph()
+    pool = RunHandlerPool(num_threads=2)
+    opts = pool_options()
+    with Session(graph_def, run_handler_pool=pool) as s:
+        s.run(y, {x: np.arange(4, dtype=np.float32)}, options=opts)  # learns what a step costs
+        acquired = pool.stats().handlers_acquired
+        gets = []
+        get = pool.get
+        pool.get = lambda *a, **k: gets.append(a) or get(*a, **k)
+        opts.trace_level = config_pb2.RunOptions.FULL_TRACE
+        md = config_pb2.RunMetadata()
+        out = s.run(y, {x: np.arange(4, dtype=np.float32)}, options=opts, run_metadata=md)
+    np.testing.assert_array_equal(out, np.arange(1, 5, dtype=np.float32).reshape(2, 2))
+    assert pool.stats().handlers_acquired == acquired + 1  # it counts as a request the pool served
+    assert gets == []  # and took no run handler
+    names = {n for d in md.step_stats.dev_stats for n in d.thread_names.values()}
+    me = threading.current_thread().name
+    assert names and all(re.fullmatch(re.escape(me) + r" \(run handler \d+\)", n) for n in names)
+    stats = pool.stats()
+    assert stats.running_closures == 0 and stats.active_handlers == 0
+
+
+def test_a_short_step_waits_its_turn_when_no_slot_is_free():
+    graph_def, x, y = short_graph()
+    pool = RunHandlerPool(num_threads=1)
+    opts = pool_options()
+    with Session(graph_def, run_handler_pool=pool) as s:
+        s.run(y, {x: np.arange(4, dtype=np.float32)}, options=opts)
+        hb, gate = blocker(pool)
+        finished = threading.Event()
+        t = threading.Thread(
+            target=lambda: (s.run(y, {x: np.ones(4, np.float32)}, options=opts), finished.set())
+        )
+        t.start()
+        assert not finished.wait(0.1)  # a request ahead holds the only slot
+        gate.set()
+        assert finished.wait(5)
+        t.join(5)
+        hb.release()
+    stats = pool.stats()
+    assert stats.running_closures == 0 and stats.active_handlers == 0
+
+
+def test_a_short_step_that_fails_gives_its_slot_back():
+    graph_def, x, y = short_graph()
+    pool = RunHandlerPool(num_threads=1)
+    opts = pool_options()
+    with Session(graph_def, run_handler_pool=pool) as s:
+        s.run(y, {x: np.arange(4, dtype=np.float32)}, options=opts)
+        with pytest.raises(InvalidArgumentError, match="Reshape"):
+            s.run(y, {x: np.arange(3, dtype=np.float32)}, options=opts)  # 3 values cannot be 2 x 2
+        assert pool.stats().running_closures == 0
+        out = s.run(y, {x: np.zeros(4, np.float32)}, options=opts)
+    np.testing.assert_array_equal(out, np.ones((2, 2), np.float32))
+
+
+def wait_idle(pool):
+    """Until the pool's threads have given their slots back (a step's caller is answered a moment before)."""
+    deadline = time.monotonic() + 5
+    while pool.stats().running_closures and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert pool.stats().running_closures == 0
+
+
+def test_arun_runs_a_short_step_on_the_loop_on_a_free_slot():
+    from poolserve.runtime.session import INLINE_STEP_S, StepRecord
+
+    graph_def, x, y = short_graph()
+    pool = RunHandlerPool(num_threads=1)
+    opts = pool_options()
+    traced = pool_options()
+    traced.trace_level = config_pb2.RunOptions.FULL_TRACE
+
+    async def main(s):
+        await s.arun(y, {x: np.arange(4, dtype=np.float32)}, options=opts)
+        wait_idle(pool)
+        for plan in s._calls.plans.values():
+            plan.cpu = INLINE_STEP_S / 4  # short, whatever this machine measured just now
+        gets = []
+        get_async = pool.get_async
+        pool.get_async = lambda *a, **k: gets.append(a) or get_async(*a, **k)
+        record, md = StepRecord(), config_pb2.RunMetadata()
+        out = await s.arun(y, {x: np.arange(4, dtype=np.float32)}, traced, md, record=record)
+        threads = {n.thread_id for d in md.step_stats.dev_stats for n in d.node_stats}
+        return out, record, threads, gets
+
+    with Session(graph_def, run_handler_pool=pool) as s:
+        out, record, threads, gets = asyncio.run(main(s))
+    np.testing.assert_array_equal(out, np.arange(1, 5, dtype=np.float32).reshape(2, 2))
+    assert record.used_pool and record.handler_id is not None and gets == []
+    assert threads == {threading.get_ident() & 0x7FFFFFFF}  # it ran here, on the event loop's thread
+    assert pool.stats().running_closures == 0

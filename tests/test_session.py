@@ -168,11 +168,11 @@ def test_plan_cache_keyed_by_signature_in_any_order():
     with Session(b.graph_def) as s:
         s.run([s2, s1], {c: 2, a: 1})
         s.run([s1, s2], {c: 2, a: 1}, options=config_pb2.RunOptions(timeout_in_ms=1000))
-        plans = set(map(id, s._plans.values()))
+        plans = set(map(id, s._calls.plans.values()))
         assert len(plans) == 1  # reordered signature and other options hit the same plan
-        assert len(s._plans) == 3  # caller-order keys of both calls, plus the sorted key
+        assert len(s._calls.plans) == 3  # caller-order keys of both calls, plus the sorted key
         s.run([s1, s2], {a: 1, c: 2})  # the sorted order itself: no new key
-        assert len(s._plans) == 3
+        assert len(s._calls.plans) == 3
         assert s.run([s2, s1], {c: 2, a: 1}) == [2, 3]
 
 
@@ -373,9 +373,9 @@ def test_debug_identity_watch_writes_npy(tmp_path):
     )
     with Session(b.graph_def) as s:
         out = s.run(y, {x: X}, options=opts)
-        assert len(s._plans) == 1
+        assert len(s._calls.plans) == 1
         s.run(y, {x: X})
-        assert len(s._plans) == 2  # watches are part of the signature
+        assert len(s._calls.plans) == 2  # watches are part of the signature
     (f,) = tmp_path.glob("mm_0_DebugIdentity_*.npy")
     np.testing.assert_allclose(np.load(f), out - 1)
 
@@ -472,11 +472,11 @@ def test_resolved_signatures_are_cached_but_feeds_still_checked():
     with Session(b.graph_def) as s:
         for v in (X, X * 2, X[:1]):
             np.testing.assert_allclose(s.run([y], {x: v})[0], expected_y(v))
-        assert len(s._signatures) == 1  # one flat signature, resolved once
+        assert len(s._calls.signatures) == 1  # one flat signature, resolved once
         with pytest.raises(InvalidArgumentError, match=r"shape \(2, 4\) for Tensor 'x:0'"):
             s.run([y], {x: np.zeros((2, 4), np.float32)})  # the cached path still checks the feed
         np.testing.assert_allclose(s.run((y, y), {"x": X})[1], expected_y(X))  # other keys: other entries
-        assert len(s._signatures) == 2
+        assert len(s._calls.signatures) == 2
 
 
 def test_arun_awaits_the_step_and_cancelling_cancels_it():
@@ -554,7 +554,7 @@ def test_cost_estimates_are_learned_from_measured_times():
     b, x, y = mlp_graph()
     with Session(b.graph_def, PLAIN) as s:
         s.run(y, {x: X})
-        (plan,) = set(s._plans.values())
+        (plan,) = set(s._calls.plans.values())
         mm = next(pn for pn in plan.nodes if pn.name == "mm")
         assert mm.measure and mm.learned
         assert mm.cost_us < 250 and not mm.expensive  # a tiny MatMul turns out cheap: it runs inline

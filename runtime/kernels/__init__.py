@@ -2,6 +2,7 @@
 
 from poolserve.runtime.kernels import (  # noqa: F401
     array_ops,
+    control_flow_ops,
     conv_ops,
     functional_ops,
     fused_ops,

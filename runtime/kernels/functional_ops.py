@@ -7,7 +7,8 @@ for a pool its own step may be occupying) with the caller's resources, so variab
 
 A While checks ``OpContext.cancelled`` before each iteration: a deadline or a closed session stops it
 between iterations, as TensorFlow's cancellation manager does. Nested steps inherit the check, so an inner
-loop stops too.
+loop stops too. In a traced step (``OpContext.trace``) the nested step is traced too and its records join the
+caller's, named ``<calling node>/<function node>``, so step_stats and the timeline show function bodies.
 """
 
 from __future__ import annotations
@@ -44,12 +45,17 @@ class FunctionBody:
     def run(self, ctx: OpContext, args: list[Any], caller: str) -> list[Any]:
         """The function's results for ``args``; a failure inside names the inner node, then ``caller``."""
         # Imported here: the executor imports the graph, which imports the kernels.
-        from poolserve.runtime.executor import Step
+        from poolserve.runtime.executor import Step, StepTrace
 
         finished: list[Step] = []
-        step = Step(self.plan, args, ctx.resources, _CALLER, finished.append)
+        outer = ctx.trace
+        trace = StepTrace(self.plan.num_nodes) if outer is not None else None
+        step = Step(self.plan, args, ctx.resources, _CALLER, finished.append, trace=trace)
         step.ctx.cancelled = ctx.cancelled
         step.start(inline=True)
+        if trace is not None:
+            # a traced step shows the function's nodes, named under the calling node's
+            outer.adopt(trace, caller, self.plan)
         if not finished:  # CallerThread runs every node before start returns
             raise InternalError(f"function '{self.name}' did not finish on its caller's thread")
         error = step.status

@@ -27,12 +27,14 @@ class OpContext:
     step was cancelled (a deadline, a closed session): ``cancelled()`` lets a kernel that loops (While)
     stop between iterations. The session sets it on the steps it starts; other steps are never cancelled."""
 
-    __slots__ = ("cancelled", "resources", "step_id")
+    __slots__ = ("cancelled", "resources", "step_id", "trace")
 
     def __init__(self, resources: ResourceContainer | None = None, step_id: int = 0) -> None:
         self.resources = resources if resources is not None else ResourceContainer()
         self.step_id = step_id
         self.cancelled: Callable[[], bool] = _never
+        # the traced step's StepTrace (None when not traced): kernels that run functions trace their nodes
+        self.trace: Any = None
 
 
 class ResourceContainer:

@@ -1,0 +1,469 @@
+"""Running plans with v1 control flow: frames, iterations and dead tensors, as TensorFlow's executor does.
+
+A graph made by ``tf.compat.v1.cond`` / ``tf.compat.v1.while_loop`` steers data with Switch, Merge, Enter,
+Exit and NextIteration. A plan holding any of them runs here instead of the executor's plain loop (which
+stays as it is, so graphs without control flow pay nothing):
+
+- every value is tagged with a *frame* (one instance per loop entry: the root frame, or a child made by an
+  Enter in a parent frame's iteration) and an *iteration* of it; a node is ready when all its inputs of one
+  (frame, iteration) have arrived, so each node runs once per iteration it is reached in;
+- Switch sends its data to one port and a *dead* tensor to the other; a node with a dead input does not run
+  and its outputs are dead; a Merge runs on its first live input (output 1 is that input's index), or is
+  dead when every input it can get in that iteration is dead;
+- Enter moves a tensor into iteration 0 of its child frame (``is_constant``: into every iteration, a loop
+  invariant); NextIteration into the next iteration (at most ``parallel_iterations`` run at once, later
+  ones wait as TensorFlow's do); Exit out to the parent frame. A dead Exit reaches the parent only when
+  its frame is done and the Exit never carried a live value (a loop in a branch not taken), and a dead
+  NextIteration stops there.
+
+An iteration is done when nothing of it is ready or running, it has no live child frame, and the iteration
+before it is done (iteration 0: when every Enter of the frame arrived); a frame is done when all its
+iterations are. Nodes run one at a time on the thread that runs the step, last ready first (so a loop body
+finishes before the next iteration runs ahead); the step's status is checked between nodes, so a deadline or
+a cancellation stops a loop between any two nodes of it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from poolserve.runtime.errors import InvalidArgumentError
+from poolserve.runtime.kernels.control_flow_ops import (
+    CONTROL_FLOW_OPS,
+    ENTER_OPS,
+    EXIT_OPS,
+    MERGE_OPS,
+    NEXT_ITERATION_OPS,
+    SWITCH_OPS,
+)
+from poolserve.runtime.kernels.functional_ops import truthy
+
+if TYPE_CHECKING:
+    from poolserve.runtime.executor import Plan, Step
+
+# node kinds
+NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, TRIGGER = range(7)
+
+
+class _Dead:
+    """The value of a dead tensor (an untaken branch's)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DEAD"
+
+
+DEAD: Any = _Dead()
+
+
+def has_control_flow(ops: Sequence[str]) -> bool:
+    return any(op in CONTROL_FLOW_OPS for op in ops)
+
+
+class FrameInfo:
+    """What running a plan with frames needs, computed once per plan: node kinds, edges by input position
+    (the plain plan keeps producers only), pending counts, and each frame's number of Enters."""
+
+    def __init__(self, plan: Plan) -> None:
+        nodes = plan.nodes
+        index_of = plan.index_of
+        n = len(nodes)
+        self.kind = [NORMAL] * n
+        self.frame_name = [""] * n
+        self.is_constant = [False] * n
+        self.parallel = [10] * n
+        # per node: its input values as far as they are fixed (constants, feeds); None where an executed
+        # node produces them
+        self.static_inputs: list[list[Any]] = []
+        self.out_edges: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]  # (port, dst, position)
+        self.control_out: list[list[int]] = [[] for _ in range(n)]
+        self.pending = [0] * n  # non-Merge: executed producers' edges; Merge: control edges only
+        # Merge: how many dead inputs make it dead, in iteration 0 and in later ones (a loop's Merge gets
+        # its Enter in iteration 0 and its NextIteration afterwards)
+        self.merge_dead = [(0, 0)] * n
+        self.enters: dict[str, int] = {}
+        for pn in nodes:
+            op = pn.op
+            i = pn.index
+            if op in SWITCH_OPS:
+                self.kind[i] = SWITCH
+            elif op in MERGE_OPS:
+                self.kind[i] = MERGE
+            elif op in ENTER_OPS:
+                self.kind[i] = ENTER
+                name = pn.node.attr_str("frame_name")
+                self.frame_name[i] = name
+                self.is_constant[i] = pn.node.attr_bool("is_constant", False)
+                self.parallel[i] = max(1, pn.node.attr_int("parallel_iterations", 10))
+                self.enters[name] = self.enters.get(name, 0) + 1
+            elif op in EXIT_OPS:
+                self.kind[i] = EXIT
+            elif op in NEXT_ITERATION_OPS:
+                self.kind[i] = NEXT
+            elif op == "ControlTrigger":
+                self.kind[i] = TRIGGER
+        for pn in nodes:
+            i = pn.index
+            static: list[Any] = []
+            from_next = 0
+            dynamic = 0
+            for pos, ((src, port), slot) in enumerate(zip(pn.node.inputs, pn.in_slots, strict=True)):
+                p = index_of.get(src)
+                if p is None or (src, port) in plan.feeds:
+                    static.append(plan.template[slot] if slot >= len(plan.feeds) else slot)
+                    continue
+                static.append(None)
+                self.out_edges[p].append((port, i, pos))
+                dynamic += 1
+                if self.kind[p] == NEXT:
+                    from_next += 1
+            self.static_inputs.append(static)
+            controls = [index_of[c] for c in pn.node.control_inputs if c in index_of]
+            for c in controls:
+                self.control_out[c].append(i)
+            if self.kind[i] == MERGE:
+                self.pending[i] = len(controls)
+                if from_next:
+                    self.merge_dead[i] = (dynamic - from_next, from_next)
+                else:
+                    self.merge_dead[i] = (dynamic, dynamic)
+            else:
+                self.pending[i] = dynamic + len(controls)
+        # feeds: static_inputs holds their slot number (an int), resolved per step
+        self.feed_positions = [
+            [
+                pos
+                for pos, (t, s) in enumerate(zip(pn.node.inputs, pn.in_slots, strict=True))
+                if s < len(plan.feeds)
+            ]
+            for pn in nodes
+        ]
+        self.roots = [
+            pn.index for pn in nodes if self.kind[pn.index] != MERGE and self.pending[pn.index] == 0
+        ]
+
+
+class _Iteration:
+    __slots__ = ("dead", "frames", "inputs", "merges", "ops", "pending")
+
+    def __init__(self) -> None:
+        self.pending: dict[int, int] = {}
+        self.dead: set[int] = set()
+        self.inputs: dict[int, list[Any]] = {}
+        # Merge -> [control edges pending, live input index or -1, dead inputs, value, fired]
+        self.merges: dict[int, list[Any]] = {}
+        self.ops = 0  # nodes of this iteration ready or running
+        self.frames = 0  # child frames entered from this iteration and not done
+
+
+class _Frame:
+    __slots__ = (
+        "children",
+        "count",
+        "dead_exits",
+        "deferred",
+        "done",
+        "invariants",
+        "iterations",
+        "live_exits",
+        "max_parallel",
+        "name",
+        "outstanding",
+        "parent",
+        "parent_iter",
+        "pending_enters",
+    )
+
+    def __init__(
+        self, name: str, parent: _Frame | None, parent_iter: int, max_parallel: int, enters: int
+    ) -> None:
+        self.name = name
+        self.parent = parent
+        self.parent_iter = parent_iter
+        self.max_parallel = max_parallel
+        self.pending_enters = enters
+        self.iterations: dict[int, _Iteration] = {0: _Iteration()}
+        self.count = 0  # the latest iteration started
+        self.outstanding = 1  # iterations started and not done
+        self.invariants: list[tuple[int, list[Any], bool]] = []
+        self.deferred: list[tuple[int, list[Any]]] = []  # NextIteration outputs waiting for a free iteration
+        self.dead_exits: list[int] = []
+        self.live_exits: set[int] = set()
+        self.children: dict[tuple[int, str], _Frame] = {}
+        self.done = False
+
+
+class FrameRun:
+    """One step's run of a plan with frames (see the module docstring)."""
+
+    def __init__(self, step: Step, info: FrameInfo) -> None:
+        self.step = step
+        self.info = info
+        self.plan = step.plan
+        self.root = _Frame("", None, 0, 1, 0)
+        # (node, frame, iteration, dead, inputs)
+        self.ready: list[tuple[int, _Frame, int, bool, list[Any]]] = []
+
+    # --- delivering values ----------------------------------------------------------------------------------
+
+    def _push(
+        self, node: int, frame: _Frame, it: int, state: _Iteration, dead: bool, inputs: list[Any]
+    ) -> None:
+        state.ops += 1
+        self.ready.append((node, frame, it, dead, inputs))
+
+    def _inputs(self, node: int) -> list[Any]:
+        values = list(self.info.static_inputs[node])
+        for pos in self.info.feed_positions[node]:
+            values[pos] = self.step.values[values[pos]]
+        return values
+
+    def _deliver(self, frame: _Frame, it: int, state: _Iteration, dst: int, pos: int, value: Any) -> None:
+        info = self.info
+        if info.kind[dst] == MERGE:
+            m = state.merges.get(dst)
+            if m is None:
+                m = state.merges[dst] = [info.pending[dst], -1, 0, None, False]
+            if m[4]:
+                return  # fired already: later inputs are ignored
+            if value is DEAD:
+                m[2] += 1
+                expect = info.merge_dead[dst][0 if it == 0 else 1]
+                if m[1] < 0 and m[2] >= expect and m[0] == 0:
+                    m[4] = True
+                    self._push(dst, frame, it, state, True, [])
+            elif m[1] < 0:
+                m[1] = pos
+                m[3] = value
+                if m[0] == 0:
+                    m[4] = True
+                    self._push(dst, frame, it, state, False, [value, np.int32(pos)])
+            return
+        inputs = state.inputs.get(dst)
+        if inputs is None:
+            inputs = state.inputs[dst] = self._inputs(dst)
+        inputs[pos] = value
+        if value is DEAD:
+            state.dead.add(dst)
+        self._arrived(frame, it, state, dst)
+
+    def _deliver_control(self, frame: _Frame, it: int, state: _Iteration, dst: int, dead: bool) -> None:
+        info = self.info
+        if info.kind[dst] == MERGE:
+            m = state.merges.get(dst)
+            if m is None:
+                m = state.merges[dst] = [info.pending[dst], -1, 0, None, False]
+            m[0] -= 1
+            if m[0] == 0 and not m[4]:
+                if m[1] >= 0:
+                    m[4] = True
+                    self._push(dst, frame, it, state, False, [m[3], np.int32(m[1])])
+                elif m[2] >= info.merge_dead[dst][0 if it == 0 else 1]:
+                    m[4] = True
+                    self._push(dst, frame, it, state, True, [])
+            return
+        if state.inputs.get(dst) is None:
+            state.inputs[dst] = self._inputs(dst)
+        if dead:
+            state.dead.add(dst)
+        self._arrived(frame, it, state, dst)
+
+    def _arrived(self, frame: _Frame, it: int, state: _Iteration, dst: int) -> None:
+        left = state.pending.get(dst, self.info.pending[dst]) - 1
+        if left:
+            state.pending[dst] = left
+            return
+        state.pending.pop(dst, None)
+        dead = dst in state.dead and self.info.kind[dst] != TRIGGER
+        state.dead.discard(dst)
+        self._push(dst, frame, it, state, dead, state.inputs.pop(dst))
+
+    def _activate(self, frame: _Frame, it: int, node: int, outs: Sequence[Any], dead: bool) -> None:
+        """Delivers a node's outputs (and its control edge) to its consumers in (frame, iteration)."""
+        state = frame.iterations[it]
+        info = self.info
+        for port, dst, pos in info.out_edges[node]:
+            self._deliver(frame, it, state, dst, pos, outs[port])
+        for dst in info.control_out[node]:
+            self._deliver_control(frame, it, state, dst, dead)
+
+    # --- frames and iterations ------------------------------------------------------------------------------
+
+    def _child(self, frame: _Frame, it: int, enter: int) -> _Frame:
+        name = self.info.frame_name[enter]
+        child = frame.children.get((it, name))
+        if child is None:
+            child = _Frame(name, frame, it, self.info.parallel[enter], self.info.enters[name])
+            frame.children[(it, name)] = child
+            frame.iterations[it].frames += 1
+        return child
+
+    def _next_iteration(self, frame: _Frame) -> None:
+        """Starts the frame's next iteration: loop invariants and waiting NextIteration outputs enter it."""
+        frame.count += 1
+        frame.iterations[frame.count] = _Iteration()
+        frame.outstanding += 1
+        for node, outs, dead in frame.invariants:
+            self._activate(frame, frame.count, node, outs, dead)
+        deferred, frame.deferred = frame.deferred, []
+        for node, outs in deferred:
+            self._activate(frame, frame.count, node, outs, False)
+
+    def _iteration_done(self, frame: _Frame, it: int) -> bool:
+        state = frame.iterations[it]
+        if state.ops or state.frames:
+            return False
+        if it == 0:
+            return frame.pending_enters == 0
+        return it - 1 not in frame.iterations
+
+    def _cleanup(self, frame: _Frame, it: int) -> None:
+        """Drops the iterations that are done from ``it`` on; a frame with none left is done: its dead Exits
+        go to the parent, whose iteration may be done in turn."""
+        while frame.parent is not None:
+            while it <= frame.count and it in frame.iterations and self._iteration_done(frame, it):
+                del frame.iterations[it]
+                frame.outstanding -= 1
+                it += 1
+                if frame.deferred:
+                    self._next_iteration(frame)
+            if frame.pending_enters or frame.outstanding:
+                return
+            frame.done = True
+            parent, parent_iter = frame.parent, frame.parent_iter
+            for node in frame.dead_exits:
+                if node not in frame.live_exits:
+                    self._activate(parent, parent_iter, node, [DEAD], True)
+            del parent.children[(parent_iter, frame.name)]
+            parent.iterations[parent_iter].frames -= 1
+            frame, it = parent, parent_iter
+
+    # --- running --------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        state = self.root.iterations[0]
+        for r in reversed(self.info.roots):
+            self._push(r, self.root, 0, state, False, self._inputs(r))
+
+    def run_node(
+        self, node: int, frame: _Frame, it: int, dead: bool, inputs: list[Any]
+    ) -> Sequence[Any] | None:
+        """Runs one ready node (its kernel unless dead or a routing op) and routes its outputs. Returns its
+        outputs (None when it was dead and did not run), for tracing and memory accounting."""
+        info = self.info
+        kind = info.kind[node]
+        pn = self.plan.nodes[node]
+        if dead:
+            outs: Sequence[Any] = [DEAD] * pn.num_outputs
+        elif kind in (NORMAL, TRIGGER):
+            outs = pn.compute(self.step.ctx, inputs)
+        elif kind == SWITCH:
+            if np.ndim(inputs[1]) != 0:
+                raise InvalidArgumentError(
+                    f"The second input must be a scalar, but it has shape {list(np.shape(inputs[1]))}"
+                )
+            outs = [DEAD, inputs[0]] if truthy(inputs[1]) else [inputs[0], DEAD]
+        elif kind == MERGE:
+            outs = inputs
+        else:
+            outs = [inputs[0]]
+        if frame is self.root:
+            values = self.step.values
+            b = pn.out_base
+            for o in outs:
+                values[b] = o
+                b += 1
+        if kind == ENTER:
+            child = self._child(frame, it, node)
+            if info.is_constant[node]:
+                child.invariants.append((node, list(outs), dead))
+                for i in range(child.count + 1):
+                    if i in child.iterations:
+                        self._activate(child, i, node, outs, dead)
+            else:
+                self._activate(child, 0, node, outs, dead)
+            child.pending_enters -= 1
+            if not child.pending_enters:
+                self._cleanup(child, 0)
+        elif kind == EXIT:
+            if dead:
+                frame.dead_exits.append(node)
+            elif frame.parent is not None:
+                frame.live_exits.add(node)
+                self._activate(frame.parent, frame.parent_iter, node, outs, False)
+        elif kind == NEXT:
+            if not dead:  # a dead NextIteration ends the loop's deadness here
+                if it == frame.count and frame.outstanding >= frame.max_parallel:
+                    frame.deferred.append((node, list(outs)))
+                else:
+                    if it == frame.count:
+                        self._next_iteration(frame)
+                    self._activate(frame, it + 1, node, outs, False)
+        else:
+            self._activate(frame, it, node, outs, dead)
+        state = frame.iterations[it]
+        state.ops -= 1
+        if not state.ops and not state.frames and frame.parent is not None:
+            self._cleanup(frame, it)
+        return None if dead else outs
+
+    def check_fetches(self) -> InvalidArgumentError | None:
+        """A fetched tensor that is dead (or never computed) fails the step, as in TensorFlow."""
+        values = self.step.values
+        for t, slot in zip(self.plan.fetches, self.plan.fetch_slots, strict=True):
+            v = values[slot]
+            if v is None or v is DEAD:
+                name = f"{t[0]}:{t[1]}"
+                why = "is dead (it is on a branch the step did not take)" if v is DEAD else "was not computed"
+                return InvalidArgumentError(f"Fetched tensor '{name}' {why}")
+        return None
+
+
+def run_frames(step: Step) -> None:
+    """Runs a step of a plan with frames to completion on this thread (``Step`` calls it)."""
+    from poolserve.runtime.executor import NodeRecord, kernel_error
+
+    info = step.plan.frames
+    assert info is not None
+    run = FrameRun(step, info)
+    run.start()
+    ready = run.ready
+    trace = step.trace
+    memory = step.memory
+    nodes = step.plan.nodes
+    while ready:
+        if step.status is not None:
+            return
+        node, frame, it, dead, inputs = ready.pop()
+        start = time.time_ns() if trace is not None else 0
+        try:
+            outs = run.run_node(node, frame, it, dead, inputs)
+        except BaseException as e:
+            step._fail(kernel_error(nodes[node], e))
+            return
+        if outs is None:
+            continue  # dead: it did not run
+        end = time.time_ns() if trace is not None else 0
+        in_use = 0
+        if memory is not None:
+            error = None
+            if info.kind[node] not in (NORMAL, TRIGGER):
+                in_use = memory.live  # routing ops pass tensors on: nothing allocated
+            elif frame is run.root:
+                error, in_use = memory.allocate(nodes[node], outs)
+            else:
+                # values inside loop frames are dropped with their iteration: counted as they are made
+                error, in_use = memory.transient(nodes[node], outs)
+            if error is not None:
+                step._fail(error)
+                return
+        if trace is not None:
+            trace.record(NodeRecord(node, 0, start, end, outs, in_use))
+    missing = run.check_fetches()
+    if missing is not None:
+        step._fail(missing)
