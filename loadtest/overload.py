@@ -13,7 +13,9 @@ and a pause to let the server settle. Each step reports:
 - the server's RSS: its peak during the step and after the pause (``GET /v1/runtime/process``), against
   the idle RSS measured before the first step;
 - the generator's own send lag (p99 of actual minus scheduled send): on a machine shared with the server,
-  a generator starved of CPU shows here, and its lag is part of every latency above.
+  a generator starved of CPU shows here, and its lag is part of every latency above;
+- the server's own view (``GET /v1/runtime/admission``): its accepted answers' p99 and its shed-at-arrival
+  answers' p99, counted from its arrival stamp, so without the generator's lag or the socket's wait.
 """
 
 from __future__ import annotations
@@ -53,6 +55,19 @@ async def server_rss(client: httpx.AsyncClient) -> int | None:
     except (httpx.HTTPError, ValueError):
         return None
     return int(value) if isinstance(value, int) else None
+
+
+async def server_view(client: httpx.AsyncClient, window_s: float) -> dict[str, Any] | None:
+    """The server's own latencies of the step (from its arrival stamp: no generator lag, no socket wait):
+    accepted and shed-at-arrival p50/p99, from /v1/runtime/admission (None if it does not say)."""
+    try:
+        r = await client.get("/v1/runtime/admission", params={"window_s": window_s}, timeout=5)
+        body = r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    return {"accepted": body.get("accepted"), "shed_at_arrival": body.get("shed_at_arrival")}
 
 
 def _p(values: Sequence[float], q: float) -> float | None:
@@ -133,6 +148,7 @@ async def run_steps(
         summary["rss_peak_mib"] = peak[0] / MiB if peak[0] else None
         after = await server_rss(client)
         summary["rss_after_mib"] = after / MiB if after else None
+        summary["server"] = await server_view(client, time.perf_counter() - start)
         steps.append(summary)
     memory = {"rss_idle_mib": idle / MiB if idle else None}
     return steps, memory
@@ -153,7 +169,16 @@ COLUMNS = (
     "conn. errors",
     "RSS peak / after MiB (idle)",
     "send lag p99 ms",
+    "server: accepted p99 / shed p99 ms",
 )
+
+
+def _server_cell(view: dict[str, Any] | None) -> str:
+    if not view:
+        return "-"
+    accepted = (view.get("accepted") or {}).get("p99_ms")
+    shed = (view.get("shed_at_arrival") or {}).get("p99_ms")
+    return f"{_f(accepted, '{:.0f}')} / {_f(shed)}"
 
 
 def rows(steps: list[dict[str, Any]], memory: dict[str, Any]) -> list[list[str]]:
@@ -171,6 +196,7 @@ def rows(steps: list[dict[str, Any]], memory: dict[str, Any]) -> list[list[str]]
             str(s["connection_errors"]),
             f"{_f(s['rss_peak_mib'], '{:.0f}')} / {_f(s['rss_after_mib'], '{:.0f}')} ({_f(idle, '{:.0f}')})",
             _f(s.get("send_lag_p99_ms")),
+            _server_cell(s.get("server")),
         ]
         for s in steps
     ]

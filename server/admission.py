@@ -21,11 +21,11 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.proto import config_pb2
@@ -49,6 +49,7 @@ _SAFETY = 1.15
 # example (batch 8, deadline 1 s, loadtest --overload): with the whole budget, 3x capacity gave 105 504s in
 # 6 s and shed after decoding (time to shed ~1 s).
 _BUDGET = 0.5
+_WINDOW = 1 << 14
 
 
 class ShedError(UnavailableError):
@@ -89,6 +90,10 @@ class Admission:
     waiting: Counter[str] = field(default_factory=Counter)  # the same, counted per model
     last_answer: float = 0.0
     shed: int = 0
+    # the latest answers, as the server saw them (end, seconds from arrival): what loadtest --overload
+    # reads to tell the server's share of a latency from the generator's
+    accepted_window: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_WINDOW))
+    shed_window: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_WINDOW))
     _seq: int = 0
 
     @property
@@ -123,6 +128,8 @@ class Admission:
         if self.open.pop(ticket.seq, None) is None:
             return
         self.waiting[ticket.model] -= 1
+        if ok:
+            self.accepted_window.append((now, now - ticket.arrived))
         share = now - max(self.last_answer, ticket.arrived)
         self.last_answer = now
         if ok and share >= 0:
@@ -233,6 +240,8 @@ class AdmissionMiddleware:
                 "margin for a busy machine); retry later"
             )
             await errors.status_response(503, message, retry_headers(retry_ms))(scope, receive, send)
+            end = time.monotonic()
+            admission.shed_window.append((end, end - arrived))
             return
         ticket = admission.admit(model, arrived, timeout_ms, header_ms is not None)
         scope[_TICKET_KEY] = ticket
@@ -254,18 +263,33 @@ def router(admission: Admission) -> APIRouter:
     api = APIRouter()
 
     @api.get("/v1/runtime/admission")
-    async def state() -> dict[str, Any]:
-        return runtime_state(admission)
+    async def state(window_s: float = Query(60.0, gt=0, le=3600)) -> dict[str, Any]:
+        return runtime_state(admission, window_s)
 
     return api
 
 
-def runtime_state(admission: Admission) -> dict[str, Any]:
-    """The queue's expected cost, the requests admitted and not yet answered, how many were shed, and each
-    model's measured cost."""
+def _percentiles(window: deque[tuple[float, float]], since: float) -> dict[str, Any]:
+    recent = sorted(lat for end, lat in window if end >= since)
+    if not recent:
+        return {"count": 0, "p50_ms": None, "p99_ms": None}
+
+    def at(q: float) -> float:
+        return round(recent[min(len(recent) - 1, int(q * len(recent)))] * 1000, 3)
+
+    return {"count": len(recent), "p50_ms": at(0.5), "p99_ms": at(0.99)}
+
+
+def runtime_state(admission: Admission, window_s: float = 60.0) -> dict[str, Any]:
+    """The queue's expected cost, the requests admitted and not yet answered, how many were shed, each
+    model's measured cost, and over the last ``window_s`` seconds the latency, from arrival as the server
+    stamped it, of the accepted (200) and the shed-at-arrival answers."""
+    since = time.monotonic() - window_s
     return {
         "queued_cost_ms": round(admission.pending * 1000, 3),
         "admitted_open": len(admission.open),
         "shed": admission.shed,
         "cost_ms": {m: round(c * 1000, 3) for m, c in sorted(admission.cost.items())},
+        "accepted": _percentiles(admission.accepted_window, since),
+        "shed_at_arrival": _percentiles(admission.shed_window, since),
     }

@@ -100,7 +100,7 @@ class ServingMiddleware:
                 errors.status_response(
                     503,
                     f"The server is at its limit of {server.max_in_flight} requests in flight; retry later",
-                    headers={"Retry-After": "1"},
+                    headers=admission.retry_headers(1000),
                 )
             )
             self._count(scope, info, state["status"])

@@ -91,6 +91,10 @@ async def test_a_burst_is_shed_at_arrival_and_the_accepted_finish_in_time(app: F
         state = (await c.get("/v1/runtime/admission")).json()
         assert state["shed"] == statuses.count(503) and state["admitted_open"] == 0
         assert state["cost_ms"]["nap"] >= STEP_S * 1000 * 0.5
+        # the server's own latencies, from its arrival stamp: every 200 (the first one too) and each shed
+        assert state["accepted"]["count"] == statuses.count(200) + 1
+        assert state["accepted"]["p99_ms"] >= STEP_S * 1000
+        assert state["shed_at_arrival"]["count"] <= statuses.count(503)
 
 
 def busy(app: FastAPI, cost_s: float) -> None:
