@@ -33,6 +33,7 @@ from poolserve.server.config import Config
 from poolserve.server.errors import REQUEST_ID_HEADER
 from poolserve.server.limits import BodyTimeoutMiddleware
 from poolserve.server.protocol import arrival
+from poolserve.server.routes import ServingApp
 from poolserve.server.service import InferenceService, RequestInfo, attach_info, new_request_id
 
 log = logging.getLogger("poolserve")
@@ -328,7 +329,7 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
             service.close()
 
     store = sessions.SessionStore(service)
-    app = FastAPI(title="poolserve", lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    app = ServingApp(title="poolserve", lifespan=lifespan, docs_url="/docs", redoc_url=None)
     openapi.install(app, service)
     app.state.service = service
     app.state.sessions = store
@@ -337,7 +338,7 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
     # The inference routes first, as plain Starlette routes: they take nearly all the traffic, and
     # matched ahead of the included routers and without FastAPI's per-request dependency solving they cost
     # less (they read their own body and path parameters; the app's exception handlers still apply).
-    app.router.routes.extend(
+    app.serve_hot(
         [
             *native.inference_routes(service),
             *tfserving.inference_routes(service),
