@@ -28,6 +28,7 @@ import grpc
 import httpx
 import numpy as np
 
+from benchmarks import bench_http
 from benchmarks.bench_http import free_port
 from poolserve.proto import grpc_service_pb2
 
@@ -37,23 +38,8 @@ INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
 def start(http_port: int, grpc_port: int) -> Any:
-    import subprocess
-
     args = ["-m", "poolserve.server.cli", "serve", "--log-level", "warning"]
-    args += ["--port", str(http_port), "--grpc-port", str(grpc_port)]
-    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{http_port}/v1/health/ready", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            raise SystemExit(f"the server exited with {proc.returncode}")
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("the server did not become ready")
+    return bench_http.start([*args, "--port", str(http_port), "--grpc-port", str(grpc_port)], http_port)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -18,25 +18,10 @@ import numpy as np
 
 from poolserve.loadtest.generator import MODES, ModelInfo, Target, _raw_bytes
 from poolserve.proto import grpc_service_pb2
+from poolserve.server.codec import KSERVE_CONTENTS
 
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
 DEFAULT_GRPC_PORT = 8501
-
-# KServe datatype -> the InferTensorContents field of its typed values
-_CONTENTS = {
-    "BOOL": "bool_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
-}
 
 
 def default_address(url: str) -> str:
@@ -63,10 +48,10 @@ def encode_grpc_request(
     for name, arr in payload.items():
         datatype = datatypes[name]
         tensor = request.inputs.add(name=name, datatype=datatype, shape=arr.shape)
-        if binary or datatype not in _CONTENTS:  # FP16 has no typed contents
+        if binary or datatype not in KSERVE_CONTENTS:  # FP16 has no typed contents
             request.raw_input_contents.append(_raw_bytes(arr))
         else:
-            getattr(tensor.contents, _CONTENTS[datatype]).extend(arr.ravel().tolist())
+            getattr(tensor.contents, KSERVE_CONTENTS[datatype]).extend(arr.ravel().tolist())
     if request.raw_input_contents and len(request.raw_input_contents) != len(request.inputs):
         raise ValueError("every input must be raw when one is (FP16 inputs need --binary)")
     return Target(model.name, mode, METHOD, request.SerializeToString(), {})

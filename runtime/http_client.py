@@ -142,13 +142,15 @@ class Connections:
         for conn in conns:
             conn.shutdown()
 
-    def forget(self, thread: int) -> None:
-        """The calling thread (``thread``) is done with its connection: close it."""
-        conn: Connection | None = getattr(self._local, "conn", None)
-        if conn is not None:
-            self._drop(conn)
+    def finish_call(self, thread: int) -> None:
+        """The calling thread (``thread``) ended a call that ``abort`` may have cut: its connection, if it
+        was shut down, is dropped, and its next call is its own again."""
         with self._lock:
+            aborted = thread in self._aborted
             self._aborted.discard(thread)
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if aborted and conn is not None:
+            self._drop(conn)
 
     def _drop(self, conn: Connection) -> None:
         conn.close()

@@ -13,6 +13,7 @@ placeholder's dtype only where that loses nothing, as ``Session.run`` does with 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import re
 import threading
@@ -46,6 +47,8 @@ PROTOBUF = "application/x-protobuf"
 M = TypeVar("M", bound=Message)
 # Extra seconds the HTTP client waits past a run's own timeout_in_ms for the server's answer.
 _TIMEOUT_SLACK_S = 5.0
+# Runs in flight at once through submit()/arun() on one session (each holds a thread and a connection).
+MAX_SUBMIT_THREADS = 16
 _MODEL_PATH = re.compile(r"/v1/models/([^/]+)/?")
 
 
@@ -94,6 +97,7 @@ class RemoteSession(Session):
         self._in_flight = 0
         self._timeout = timeout
         self._http = Connections(url, token, timeout)
+        self._submits: concurrent.futures.ThreadPoolExecutor | None = None  # made by the first submit()
         self._graph_def = graph_pb2.GraphDef() if graph is None else _copy(_graph_def(graph))
         request = serving_pb2.CreateSessionRequest(model=model)
         if not model:
@@ -266,9 +270,10 @@ class RemoteSession(Session):
         options: config_pb2.RunOptions | None = None,
         run_metadata: config_pb2.RunMetadata | None = None,
     ) -> RunFuture:
-        """Starts the run on a thread of its own (with a connection of its own) and returns at once.
-        ``cancel()`` on the future drops that connection: the server reads it as the client going away and
-        cancels the step; the future ends with CancelledError."""
+        """Starts the run on one of the session's submit threads (each with a connection of its own;
+        at most ``MAX_SUBMIT_THREADS`` run at once, the others queue) and returns at once. ``cancel()`` on
+        the future drops the call's connection: the server reads it as the client going away and cancels
+        the step; the future ends with CancelledError."""
         self._check_open()
         future = RunFuture()
         call = _RemoteCall()
@@ -287,7 +292,10 @@ class RemoteSession(Session):
             finally:
                 call.done()
 
-        threading.Thread(target=work, name="remote_run", daemon=True).start()
+        with self._lock:
+            if self._submits is None:
+                self._submits = concurrent.futures.ThreadPoolExecutor(MAX_SUBMIT_THREADS, "remote_run")
+            self._submits.submit(work)
         return future
 
     async def arun(
@@ -337,6 +345,8 @@ class RemoteSession(Session):
             while self._in_flight and time.monotonic() < deadline:
                 time.sleep(0.005)
             self._http.close()
+            if self._submits is not None:  # calls still queued run and find the session closed
+                self._submits.shutdown(wait=False)
 
     @property
     def closed(self) -> bool:
@@ -412,7 +422,7 @@ class _RemoteCall:
             self._finished = True
             connections, thread = self._connections, self._thread
         if connections is not None:
-            connections.forget(thread)
+            connections.finish_call(thread)
 
 
 def _error(status: int, data: bytes, target: str) -> OpError:

@@ -89,6 +89,21 @@ KSERVE_DATATYPES: dict[str, Dtype] = {
     "FP64": np.dtype(np.float64),
     "BYTES": STRING,
 }
+# KServe v2 over gRPC: the InferTensorContents field of each datatype (FP16 has none: raw contents only)
+KSERVE_CONTENTS = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
 _KSERVE_NAMES = {dt: name for name, dt in KSERVE_DATATYPES.items()}
 
 

@@ -29,22 +29,6 @@ from poolserve.server.service import InferenceService, InferRequest, InferResult
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
-# the InferTensorContents field of each datatype (FP16 has none: raw contents only)
-CONTENTS = {
-    "BOOL": "bool_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
-}
-
 
 def parameters(params: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
     """InferParameters as the JSON values KServe's HTTP parameters hold."""
@@ -62,7 +46,7 @@ def version(raw: str) -> int | None:
 
 def _contents(where: str, tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...]) -> Array:
     dtype = kserve.DATATYPES[tensor.datatype]
-    field = CONTENTS.get(tensor.datatype)
+    field = codec.KSERVE_CONTENTS.get(tensor.datatype)
     if field is None:
         raise InvalidArgumentError(
             f"{where}: datatype {tensor.datatype} has no typed contents: send it in raw_input_contents"
@@ -158,7 +142,8 @@ class ModelInferAdapter(GrpcAdapter[pb.ModelInferRequest, DecodedRequest, pb.Mod
     def decode_size(self, message: pb.ModelInferRequest) -> int:
         if message.raw_input_contents:
             return 0
-        fields = (getattr(t.contents, CONTENTS.get(t.datatype, "bytes_contents")) for t in message.inputs)
+        contents = codec.KSERVE_CONTENTS
+        fields = (getattr(t.contents, contents.get(t.datatype, "bytes_contents")) for t in message.inputs)
         return sum(8 * len(values) for values in fields)
 
     def decode(self, message: pb.ModelInferRequest, entry: ModelEntry) -> tuple[InferRequest, DecodedRequest]:

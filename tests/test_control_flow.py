@@ -104,13 +104,16 @@ def test_deadline_stops_a_loop_in_arun() -> None:
         assert sess.steps_running == 0
 
 
-def test_closing_the_session_stops_a_loop() -> None:
-    sess = Session(load_graph_def(FIXTURES / "while.pb"))
+@pytest.mark.parametrize(
+    ("fixture", "fetch"), [("while.pb", "Identity_1:0"), ("v1_while.pb", "y:0")], ids=["While", "v1 loop"]
+)
+def test_closing_the_session_stops_a_loop(fixture: str, fetch: str) -> None:
+    sess = Session(load_graph_def(FIXTURES / fixture))
     errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            sess.run("Identity_1:0", {"x:0": np.ones((1, 4), np.float32), "n:0": np.int32(2**30)})
+            sess.run(fetch, {"x:0": np.ones((1, 4), np.float32), "n:0": np.int32(2**30)})
         except BaseException as e:
             errors.append(e)
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ from poolserve import RunMetadata, RunOptions, Session, load_graph_def
 from poolserve.proto import config_pb2, graph_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import (
-    CancelledError,
     DeadlineExceededError,
     InvalidArgumentError,
     ResourceExhaustedError,
@@ -195,24 +193,3 @@ def test_peak_counts_a_loop_and_its_result() -> None:
         sess.run("y:0", ins, options=RunOptions(trace_level=FULL_TRACE), run_metadata=meta)
     # tensors made inside the loop are counted as they are made, then dropped with their iteration
     assert 32 <= step_peak_bytes(meta.step_stats) < 1024
-
-
-def test_closing_the_session_stops_a_v1_loop() -> None:
-    sess = Session(load_graph_def(FIXTURES / "v1_while.pb"))
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            sess.run("y:0", {"x:0": np.ones((1, 4), np.float32), "n:0": np.int32(2**30)})
-        except BaseException as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    deadline = time.monotonic() + 5.0
-    while not sess.steps_running and time.monotonic() < deadline:
-        time.sleep(0.005)
-    sess.close()
-    thread.join(5.0)
-    assert not thread.is_alive()
-    assert len(errors) == 1 and isinstance(errors[0], CancelledError)

@@ -373,3 +373,16 @@ def test_a_remote_session_keeps_its_connection_between_runs(server):
         for _ in range(5):
             far.run(y, {x: np.ones(1, np.float32)})
         assert far._http._all == [conn]  # one connection, kept alive (no connect per call)
+
+
+def test_submitted_calls_queue_behind_the_sessions_submit_threads(server):
+    from poolserve.runtime.remote import MAX_SUBMIT_THREADS
+
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None,))
+    y = b.mul(x, b.constant(np.float32(2.0)), name="y")
+    with remote(server, b.graph_def) as far:
+        futures = [far.submit(y, {x: np.full(1, i, np.float32)}) for i in range(2 * MAX_SUBMIT_THREADS)]
+        assert [float(f.result(30)[0]) for f in futures] == [2.0 * i for i in range(2 * MAX_SUBMIT_THREADS)]
+        names = {t.name for t in threading.enumerate() if t.name.startswith("remote_run")}
+        assert 0 < len(names) <= MAX_SUBMIT_THREADS
