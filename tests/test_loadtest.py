@@ -433,7 +433,8 @@ def test_kserve_grpc_closed_loop_and_timeouts(server_process, tmp_path, capsys):
     (run,) = json.loads(out.read_text())["runs"]
     assert run["requests"] == 30 and run["errors"] == 0
     check_run(run)
-    argv = [*argv[:4], "--model", "cnn", "--protocol", "kserve-grpc", "--batch", "16", "--timeout-ms", "1"]
+    # raw tensors decode in microseconds: a batch of 16 could compute within 1 ms on a quiet machine, 256 cannot
+    argv = [*argv[:4], "--model", "cnn", "--protocol", "kserve-grpc", "--batch", "256", "--timeout-ms", "1"]
     assert cli.main([*argv, "--requests", "6", "--concurrency", "2", "--report", str(out)]) == 1
     body = json.loads(out.read_text())
     (run,) = body["runs"]
