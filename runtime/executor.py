@@ -436,9 +436,7 @@ class Step:
             now = time.time_ns()
             for r in roots:
                 self.trace.ready_ns[r] = now
-        nodes = self.plan.nodes
-        cheap = [r for r in roots if self.inline_all or not nodes[r].expensive]
-        expensive = [r for r in roots if not (self.inline_all or not nodes[r].expensive)]
+        cheap, expensive = _split(self.plan.nodes, roots, self.inline_all)
         if inline and not cheap and expensive:
             cheap.append(expensive.pop())
         for r in expensive:
@@ -634,13 +632,14 @@ class Step:
                 for c in ready:
                     trace.ready_ns[c] = now
             inline_all = self.inline_all or (bool(ready) and self.saturated())
-            if inline_all and not self.inline_all and self.preempted():
-                later = [c for c in ready if nodes[c].expensive]
-                if later:
-                    self.schedule(self._closure(later))
-                    ready = [c for c in ready if not nodes[c].expensive]
-            expensive = [c for c in ready if nodes[c].expensive and not inline_all]
-            stack.extend(c for c in ready if c not in expensive)
+            cheap, expensive = _split(nodes, ready, False)
+            if inline_all and not self.inline_all and expensive and self.preempted():
+                self.schedule(self._closure(expensive))
+                expensive = []
+            elif inline_all:
+                cheap += expensive
+                expensive = []
+            stack.extend(cheap)
             last = expensive.pop() if expensive and not stack else None
             for c in expensive:
                 self.schedule(self._closure([c]))
@@ -665,6 +664,19 @@ class Step:
 
 def _never() -> bool:
     return False
+
+
+def _split(nodes: list[PlanNode], ready: list[int], inline_all: bool) -> tuple[list[int], list[int]]:
+    """``ready`` as (cheap, expensive), reading each node's flag once: steps of one plan run at once and
+    learn its costs, so the flag can flip between two reads, and a node read as expensive, then as cheap,
+    would be in neither list (never run: its step would hang)."""
+    if inline_all:
+        return list(ready), []
+    cheap: list[int] = []
+    expensive: list[int] = []
+    for i in ready:
+        (expensive if nodes[i].expensive else cheap).append(i)
+    return cheap, expensive
 
 
 def run_plan_inline(

@@ -21,6 +21,7 @@ from poolserve.runtime.executor import (
     EXPENSIVE_THRESHOLD_US,
     ConstantFolder,
     Plan,
+    PlanNode,
     Step,
     StepTrace,
     kernel_error,
@@ -280,6 +281,61 @@ def test_expensive_nodes_go_to_the_pool_until_they_turn_out_cheap(pool):
     done.wait()
     assert step.status is None and len(trace.records) == 3
     assert set(trace.thread_names.values()) == {me}  # nothing was worth a hand-off
+
+
+class FlippingNode(PlanNode):
+    """A node whose expensive flag changes at every read, as another step of its plan learning its cost
+    can change it between two reads."""
+
+    __slots__ = ()
+    reads = 0
+
+    @property
+    def expensive(self):
+        FlippingNode.reads += 1
+        return FlippingNode.reads % 2 == 1
+
+    @expensive.setter
+    def expensive(self, value):
+        pass
+
+
+class Preempting:
+    """A scheduler that is always saturated and always preempted: a step puts its expensive nodes back."""
+
+    def __init__(self, pool):
+        self.schedule = pool.schedule
+
+    def saturated(self):
+        return True
+
+    def preempted(self):
+        return True
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_a_root_whose_cost_flag_flips_still_runs_once(pool, inline):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, ())
+    sleep_op(b, x, 0, "s1")
+    sleep_op(b, x, 0, "s2")
+    plan = Plan(Graph(b.graph_def), [t("x")], [t("s1"), t("s2")])
+    by_name(plan, "s1").__class__ = FlippingNode
+    for _ in range(4):  # every phase of the flip
+        trace = StepTrace(plan.num_nodes)
+        step, done = start_step(plan, [np.float32(1)], pool, inline=inline, trace=trace)
+        done.wait()
+        assert step.status is None and sorted(r.index for r in trace.records) == sorted(plan.roots)
+
+
+def test_ready_nodes_whose_cost_flag_flips_run_once_when_preempted(pool):
+    plan = two_sleeps()
+    by_name(plan, "inline_s1").__class__ = FlippingNode
+    for _ in range(4):
+        trace = StepTrace(plan.num_nodes)
+        step, done = start_step(plan, [np.float32(1)], Preempting(pool), trace=trace)
+        done.wait()
+        assert step.status is None and len(trace.records) == 3
 
 
 def test_cancel_before_start_finishes_once_and_runs_nothing():
