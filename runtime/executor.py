@@ -84,9 +84,12 @@ class PlanNode:
         "num_outputs",
         "op",
         "out_base",
+        "wall",
     )
 
-    def __init__(self, index: int, node: Node, compute: Compute, expensive: bool) -> None:
+    def __init__(
+        self, index: int, node: Node, compute: Compute, expensive: bool, blocking: bool = False
+    ) -> None:
         self.index = index
         self.node = node
         self.name = node.name
@@ -96,8 +99,13 @@ class PlanNode:
         self.out_base = 0
         self.num_outputs = 0
         self.consumers: tuple[int, ...] = ()
-        # Only kernels registered as expensive are timed; cheap ones always run inline.
+        # Only kernels registered as expensive are timed; cheap ones always run inline. A kernel's cost is
+        # the CPU time of its thread: wall time counted the waits for the GIL and the cores, and on a busy
+        # machine it sent 0.1 ms matmuls to other threads, where they waited on each other (branches4.b16,
+        # one caller: 2.4 ms a step on the pool's threads against 0.9 ms on one thread). A kernel that
+        # may wait without computing (``blocking``) is timed by the clock: its wait is what a thread saves.
         self.measure = expensive
+        self.wall = blocking
         self.expensive = expensive
         self.cost_us = _INITIAL_COST_US if expensive else 0.0
         self.learned = False
@@ -182,6 +190,9 @@ class Plan:
         self.cpu = 0.0
         # a kernel that may wait without computing: the CPU measured says nothing of the time a step takes
         self.blocking = False
+        # the last step of it that ended ran expensive nodes on two threads at once: the next one's kernels
+        # get a share of the cores each, not all of them (see RunHandler.expect)
+        self.parallel = False
         pruned = graph.prune(fetches, targets, feeds)
         self.pruned = pruned
 
@@ -219,7 +230,7 @@ class Plan:
             compute = graph.kernels[node.name]
             if wrap is not None:
                 compute = wrap(node, compute)
-            pn = PlanNode(len(self.nodes), node, compute, kdef.expensive)
+            pn = PlanNode(len(self.nodes), node, compute, kdef.expensive, kdef.blocking)
             self.blocking = self.blocking or kdef.blocking
             pn.out_base = len(template)
             pn.num_outputs = outputs
@@ -362,6 +373,7 @@ class Step:
         "preempted",
         "saturated",
         "schedule",
+        "spawned",
         "status",
         "step_id",
         "trace",
@@ -410,6 +422,7 @@ class Step:
         self._running = 0
         self._finished = False
         self._lock = threading.Lock()
+        self.spawned = False  # it gave an expensive node a thread of its own while it ran others
 
     # --- control -----------------------------------------------------------------------------------------
 
@@ -439,6 +452,8 @@ class Step:
         cheap, expensive = _split(self.plan.nodes, roots, self.inline_all)
         if inline and not cheap and expensive:
             cheap.append(expensive.pop())
+        if expensive and (cheap or len(expensive) > 1):
+            self.spawned = True
         for r in expensive:
             self.schedule(self._closure([r]))
         if cheap:
@@ -494,6 +509,7 @@ class Step:
             if fire:
                 self._finished = True
         if fire:
+            self.plan.parallel = self.spawned
             self.done(self)
 
     def _run(self, stack: list[int]) -> None:
@@ -536,6 +552,7 @@ class Step:
         inline_all = self.inline_all
         pop = stack.pop
         perf = time.perf_counter
+        cpu = time.thread_time
         clock = kernel_clock
         while stack:
             if self.status is not None:
@@ -543,10 +560,11 @@ class Step:
             node = nodes[pop()]
             try:
                 if node.measure:
+                    c0 = cpu()
                     t0 = perf()
                     outs = node.compute(ctx, [values[s] for s in node.in_slots])
                     elapsed = perf() - t0
-                    node.learn(elapsed * 1e6)
+                    node.learn(elapsed * 1e6 if node.wall else (cpu() - c0) * 1e6)
                     clock.seconds += elapsed
                 else:
                     outs = node.compute(ctx, [values[s] for s in node.in_slots])
@@ -579,6 +597,8 @@ class Step:
                         stack.extend(expensive)
                     continue
                 last = expensive.pop() if not stack else None
+                if expensive:
+                    self.spawned = True
                 for c in expensive:
                     schedule(self._closure([c]))
                 if last is not None:
@@ -597,6 +617,7 @@ class Step:
             if self.status is not None:
                 return
             node = nodes[stack.pop()]
+            c0 = time.thread_time_ns()
             start = time.time_ns()
             try:
                 outs = node.compute(ctx, [values[s] for s in node.in_slots])
@@ -605,7 +626,7 @@ class Step:
                 return
             end = time.time_ns()
             if node.measure:
-                node.learn((end - start) / 1e3)
+                node.learn((end - start if node.wall else time.thread_time_ns() - c0) / 1e3)
                 kernel_clock.seconds += (end - start) / 1e9
             in_use = 0
             if memory is not None:
@@ -641,6 +662,8 @@ class Step:
                 expensive = []
             stack.extend(cheap)
             last = expensive.pop() if expensive and not stack else None
+            if expensive:
+                self.spawned = True
             for c in expensive:
                 self.schedule(self._closure([c]))
             if last is not None:
