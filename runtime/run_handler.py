@@ -64,6 +64,12 @@ MAX_RUNNING_PER_REQUEST = 10
 # such closures, rather than wake another: a wake-up costs a context switch and, on a busy machine, takes a
 # core from someone (measured on the HTTP benchmark: 6.0 -> 5.2 context switches a request, +12% req/s).
 SHORT_STEP_S = 200e-6
+# A step expected to take less CPU than this runs from start to end on its caller's thread, with no run
+# handler, when a slot is free and nobody waits for one (``RunHandlerPool.enter``): below this, a hand-off
+# to a second thread costs about what a parallel branch would save (branches2.b1: ~290 us of CPU a step).
+SLOT_STEP_S = 500e-6
+# How many such short steps may run beside the slots when every slot holds a long step's work (the lane).
+LANE_STEPS = 1
 # Among requests of one priority, one expected to take T CPU seconds is due at arrival + DEFAULT_STRETCH * T.
 DEFAULT_STRETCH = 8.0
 
@@ -80,6 +86,8 @@ class RunHandler:
         "inline",
         "key",
         "learn",
+        "long",
+        "parallel",
         "priority",
         "queue",
         "released",
@@ -103,6 +111,8 @@ class RunHandler:
         self.waited = waited
         self.cpu = 0.0  # thread CPU seconds its closures took
         self.short = False  # its step is known to take under SHORT_STEP_S of CPU
+        self.long = True  # its step is not known to take under SLOT_STEP_S
+        self.parallel = False  # its step runs kernels on several threads at once
         self.learn: Callable[[float], None] | None = None
         self.group: _Group | None = None  # the requests it shares the CPU with as one class (fair policy)
         # the caller runs the step's first nodes on a slot it took in begin(): its thread CPU time and
@@ -115,14 +125,24 @@ class RunHandler:
         return self.key[2]
 
     def expect(
-        self, seconds: float, learn: Callable[[float], None] | None = None, kind: object = None
+        self,
+        seconds: float,
+        learn: Callable[[float], None] | None = None,
+        kind: object = None,
+        parallel: bool = False,
     ) -> None:
         """Tells the pool about this step before its first closure is scheduled: the CPU time it is
         expected to take (0 = unknown), ``learn`` to call with the CPU time it really took (after its last
         closure), and its ``kind`` (e.g. its plan): requests of one kind have alike costs, so the fair
-        policy serves them in arrival order and shares the CPU between kinds."""
+        policy serves them in arrival order and shares the CPU between kinds. ``parallel``: the step runs
+        kernels on several threads at once, so each of its kernels gets a share of the cores (BLAS
+        threads) even while it runs alone: a kernel that starts alone with every core, then has a sibling
+        start beside it, keeps its BLAS threads busy-waiting for a core (branches4.b16, one caller: its
+        first matmul took 1.9 ms instead of 0.1, and the step 2.4 ms against 1.2 without the pool)."""
         self.learn = learn
         self.short = 0.0 < seconds < SHORT_STEP_S
+        self.long = not 0.0 < seconds < SLOT_STEP_S
+        self.parallel = parallel
         self._pool._expect(self, seconds, kind)
 
     def schedule_inter_op_closure(self, fn: Closure) -> None:
@@ -169,6 +189,7 @@ class RunHandler:
         learn: Callable[[float], None] | None = None,
         kind: object = None,
         wait: bool = True,
+        parallel: bool = False,
     ) -> bool:
         """``expect`` and ``attach_caller`` in one: for a synchronous caller, which calls ``help()`` after
         starting its step. True: a slot was free and nobody waits for one, so the caller holds it now and
@@ -177,6 +198,8 @@ class RunHandler:
         ``wait=False`` (an event loop, which must not block), the pool's threads run the step."""
         self.learn = learn
         self.short = 0.0 < seconds < SHORT_STEP_S
+        self.long = not 0.0 < seconds < SLOT_STEP_S
+        self.parallel = parallel
         return self._pool._begin(self, seconds, kind, wait)
 
     def help(self) -> None:
@@ -260,7 +283,7 @@ class _Parker:
 class _Worker:
     """A thread that runs closures the dispatcher hands it: a pool thread or a helping caller."""
 
-    __slots__ = ("awake", "busy", "parker", "task", "waiting")
+    __slots__ = ("awake", "busy", "long", "parker", "task", "waiting")
 
     def __init__(self) -> None:
         self.parker = _Parker()
@@ -268,6 +291,7 @@ class _Worker:
         self.waiting = False
         self.awake = False  # a pool thread that is running or was woken, and has not parked since
         self.busy = False  # it runs a closure of a step that is not known to be short
+        self.long = False  # its slot holds work of a step not known to take under SLOT_STEP_S
 
 
 class RunHandlerPool:
@@ -291,13 +315,15 @@ class RunHandlerPool:
         self._groups: dict[tuple[object, int], _Group] = {}
         self._ungrouped = 0  # active handlers in no flow yet
         self._entered = 0  # callers running a short step on a slot they took with enter()
+        self._long = 0  # slots that hold work of steps not known to take under SLOT_STEP_S
+        self._lane: set[int] = set()  # enter()'s steps that run beside the slots (see enter)
         self._vtime: dict[int, float] = {}  # per priority: the tag of the flow furthest behind
         # per worker: the thread CPU time and kernel time when its closure started
         self._local = threading.local()
         self._kernel_threads = KernelThreads()
         # BLAS threads wanted per kernel with n closures running (so that an unchanged count costs one
         # comparison per closure)
-        self._wants = [self._kernel_threads.wanted(n) for n in range(self.num_threads + 1)]
+        self._wants = [self._kernel_threads.wanted(n) for n in range(self.num_threads + LANE_STEPS + 1)]
         self._lock = threading.Lock()
         self._active: list[RunHandler] = []  # sorted by key
         self._keys: list[tuple[int, float, int]] = []
@@ -432,7 +458,11 @@ class RunHandlerPool:
                 return False
             self._slots -= 1
             h.running += 1
-            n = self.num_threads - self._slots
+            me.long = h.long
+            self._long += h.long
+            n = self._running()
+            if h.parallel and n < 2:
+                n = 2
         if self._wants[n] != self._kernel_threads.current:
             self._kernel_threads.running(n)
         local = self._local
@@ -440,45 +470,70 @@ class RunHandlerPool:
         local.k0, local.c0 = h.inline[1], h.inline[0]
         return True
 
-    def enter(self) -> int | None:
-        """Takes a slot for a caller that runs a short step from start to end on its own thread, with no
-        run handler: only when a slot is free and nobody waits for one (so nobody is passed over). Returns
-        an id unique among handlers (for traces) when the caller holds the slot; it must ``leave()`` when
-        the step ends. None: no slot.
+    def enter(self, priority: int = 0) -> int | None:
+        """Takes a slot for a caller that runs a short step (under ``SLOT_STEP_S`` of CPU) from start to
+        end on its own thread, with no run handler: a free slot when nobody waits for one (so nobody is
+        passed over); or, when every slot holds work of long steps and no request of a higher priority is
+        active, a place in the lane beside the slots (``LANE_STEPS`` at a time). Returns an id unique among
+        handlers (for traces) when the caller may run; it must ``leave()`` with it when the step ends.
+        None: wait for the pool.
 
         A handler's bookkeeping (joining its flow, arrival order, the closure hand-offs, the charge per
         closure) cost 45 us of CPU a step; a step of 160 us (branches1.b1, one caller) took 207 us of CPU
         with the pool against 161 without it. The slot keeps the cores from being oversubscribed all the
-        same, and a step this short gives up nothing by not being preempted or split between threads."""
+        same, and a step this short gives up nothing by not being preempted or split between threads.
+
+        Why the lane: a long step holds a slot for one kernel at a time, a millisecond or more, and cannot
+        be preempted within it. Without the lane a short request waited for one of those kernels to end:
+        beside branches8.b64, branches1.b1 (0.2 ms) lost a third to a half of the throughput it had with
+        no pool, where threads run its Python while the matmuls hold the cores without the GIL. A short
+        step in the lane costs the long ones at most its own few hundred microseconds of a core."""
         with self._lock:
-            if not self._slots or self._queued or self._waiters:
+            if self._waiters or len(self._active) + self._entered >= self.max_handlers:
                 return None
-            if len(self._active) + self._entered >= self.max_handlers:
+            slot_id = next(self._seq)
+            if self._slots and not self._queued:
+                self._slots -= 1
+            elif (
+                self._long == self.num_threads
+                and len(self._lane) < LANE_STEPS
+                and not (self._active and self._active[0].priority > priority)
+            ):
+                self._lane.add(slot_id)
+            else:
                 return None
-            self._slots -= 1
             self._entered += 1
             self._acquired += 1
-            n = self.num_threads - self._slots
-            slot_id = next(self._seq)
+            n = self._running()
         if self._wants[n] != self._kernel_threads.current:
             self._kernel_threads.running(n)
         return slot_id
 
-    def leave(self, kind: object, priority: int, cpu: float, kernel: float) -> None:
-        """Gives back the slot ``enter()`` took; the step of ``kind`` took ``cpu`` seconds of thread CPU
-        time, ``kernel`` of them in measured kernels. Its flow, if active, is charged for it."""
+    def leave(
+        self, kind: object, priority: int, cpu: float, kernel: float, slot_id: int | None = None
+    ) -> None:
+        """Gives back the slot ``enter()`` took (``slot_id``: the id it returned); the step of ``kind``
+        took ``cpu`` seconds of thread CPU time, ``kernel`` of them in measured kernels. Its flow, if
+        active, is charged for it."""
         with self._lock:
-            self._slots += 1
+            if slot_id in self._lane:
+                self._lane.discard(slot_id)
+            else:
+                self._slots += 1
             self._entered -= 1
             g = self._groups.get((kind, priority))
             if g is not None:
                 self._charge_group(g, self._cost(cpu, kernel))
             wake = self._dispatch() if self._queued else []
-            idle = self._slots == self.num_threads
+            idle = self._running() == 0
         for w in wake:
             w.parker.unpark()
         if idle and self._kernel_threads.current != self._wants[0]:
             self._kernel_threads.running(0)
+
+    def _running(self) -> int:
+        """With the lock held: how many threads run the pool's work now (the slots taken and the lane)."""
+        return self.num_threads - self._slots + len(self._lane)
 
     def _join(self, h: RunHandler, kind: object) -> None:
         """With the lock held: puts ``h`` in the flow of its kind (moving it out of its own first)."""
@@ -652,6 +707,8 @@ class RunHandlerPool:
                 self._busy += (not h.short) - w.busy
                 w.busy = not h.short
             w.task = (h, h.queue.popleft())
+            w.long = h.long
+            self._long += h.long
             h.running += 1
             self._queued -= 1
             self._slots -= 1
@@ -704,6 +761,9 @@ class RunHandlerPool:
                     if done.released and done.running == 0:
                         self._leave(done)
                     self._slots += 1
+                    if me.long:
+                        me.long = False
+                        self._long -= 1
                     if me.busy:
                         me.busy = False
                         self._busy -= 1
@@ -730,7 +790,7 @@ class RunHandlerPool:
             for w in wake:
                 if w is not me:
                     w.parker.unpark()
-            if task is None and self._slots == self.num_threads and kernel_threads.current != wants[0]:
+            if task is None and self._running() == 0 and kernel_threads.current != wants[0]:
                 kernel_threads.running(0)  # idle: kernels get the process's own threads back
             if learn is not None:
                 learn(spent)
@@ -740,7 +800,9 @@ class RunHandlerPool:
                 me.parker.park()
                 continue
             h, fn = task
-            n = self.num_threads - self._slots
+            n = self._running()
+            if h.parallel and n < 2:
+                n = 2
             if wants[n] != kernel_threads.current:
                 kernel_threads.running(n)
             k0 = local.k0 = kernels.seconds
@@ -763,7 +825,7 @@ class RunHandlerPool:
                 active_handlers=len(self._active) + self._entered,
                 waiting_requests=sum(1 for _, w in self._waiters if not w.done),
                 queued_closures=self._queued,
-                running_closures=self.num_threads - self._slots,
+                running_closures=self._running(),
                 queued_per_handler=[len(h.queue) for h in self._active],
                 handlers_acquired=self._acquired,
                 handler_wait_seconds_total=self._wait_total,

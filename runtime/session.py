@@ -39,7 +39,7 @@ from poolserve.runtime.kernels.registry import ResourceContainer
 from poolserve.runtime.memory import keep_freed_memory
 from poolserve.runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report, plan_graph_def
 from poolserve.runtime.partial_run import PartialRuns
-from poolserve.runtime.run_handler import RunHandler, RunHandlerPool, get_pool
+from poolserve.runtime.run_handler import SLOT_STEP_S, RunHandler, RunHandlerPool, get_pool
 from poolserve.runtime.targets import DeviceAttributes, session_factory, split_args
 from poolserve.runtime.threadpool import (
     CallerThread,
@@ -58,11 +58,6 @@ CLOSED_MESSAGE = "Attempted to use a closed Session."
 # hand-rolled FastAPI endpoint would: the hand-off to a thread and back cost 7-40 us a call on the
 # example models (mlp 238 -> 198 us with the pool off, 261 -> 255 us with it on; best of 4 x 1500 calls)
 INLINE_STEP_S = 200e-6
-# A run that uses the RunHandlerPool and whose step is expected to take less CPU than this runs it from start
-# to end on the caller's thread, on a pool slot and with no run handler, when a slot is free and nobody
-# waits (``RunHandlerPool.enter``). Its branches then run one after the other: below this, a hand-off to a
-# second thread costs about what the parallel branch would save (branches2.b1: ~290 us of CPU a step).
-SLOT_STEP_S = 500e-6
 
 
 # --- the session -----------------------------------------------------------------------------------------
@@ -271,8 +266,9 @@ class Session:
         free."""
         if not 0.0 < sig.plan.cpu < below or not self.uses_run_handler_pool(options):
             return None
+        assert options is not None
         pool = self.run_handler_pool()
-        slot_id = pool.enter()
+        slot_id = pool.enter(options.experimental.run_handler_pool_options.priority)
         return None if slot_id is None else (pool, slot_id)
 
     def _run_in_slot(
@@ -311,7 +307,7 @@ class Session:
         finally:
             cpu = time.thread_time() - t0
             priority = options.experimental.run_handler_pool_options.priority
-            pool.leave(sig.plan, priority, cpu, kernel_clock.seconds - k0)
+            pool.leave(sig.plan, priority, cpu, kernel_clock.seconds - k0, slot_id)
         # the CPU time includes the answer: a traced step's metadata would count as the plan's cost
         if step.status is None and not (options.trace_level or options.output_partition_graphs):
             sig.plan.learn_cpu(cpu)
@@ -353,14 +349,17 @@ class Session:
         caller = False  # the caller calls handler.help() after this
         if handler is not None:
             scheduler = handler
+            plan_parallel = sig.plan.parallel
             if inline:
                 caller = True
                 # the caller runs the step now if the pool has a slot free, else when it grants one
-                inline = handler.begin(sig.plan.cpu, sig.plan.learn_cpu, sig.plan)
+                inline = handler.begin(sig.plan.cpu, sig.plan.learn_cpu, sig.plan, parallel=plan_parallel)
             elif short:
-                inline = caller = handler.begin(sig.plan.cpu, sig.plan.learn_cpu, sig.plan, wait=False)
+                inline = caller = handler.begin(
+                    sig.plan.cpu, sig.plan.learn_cpu, sig.plan, wait=False, parallel=plan_parallel
+                )
             else:
-                handler.expect(sig.plan.cpu, sig.plan.learn_cpu, sig.plan)
+                handler.expect(sig.plan.cpu, sig.plan.learn_cpu, sig.plan, plan_parallel)
         elif short:
             inline = True
         trace_level = options.trace_level if options is not None else 0

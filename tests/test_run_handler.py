@@ -15,11 +15,14 @@ from poolserve.runtime.run_handler import MAX_RUNNING_PER_REQUEST, SHORT_STEP_S,
 from poolserve.runtime.session import Session
 
 
-def blocker(pool):
-    """Occupies every thread of the pool until the returned event is set."""
+def blocker(pool, seconds=0.0):
+    """Occupies every thread of the pool until the returned event is set, with the work of a step expected
+    to take ``seconds`` of CPU (0: unknown)."""
     gate = threading.Event()
     started = threading.Semaphore(0)
     h = pool.get()
+    if seconds:
+        h.expect(seconds)
 
     def block():
         started.release()
@@ -613,7 +616,7 @@ def test_enter_takes_a_free_slot_only_when_nobody_waits_for_one():
     assert pool.enter() is None  # the only slot is taken
     pool.leave("A", 0, 0.001, 0.0)
     assert pool.stats().running_closures == 0
-    hb, gate = blocker(pool)  # a handler's closure holds the slot
+    hb, gate = blocker(pool, 100e-6)  # a short step's closure holds the slot: no lane beside it
     queued = pool.get()
     queued.schedule(lambda: None)  # and work waits for it
     gate.set()
@@ -628,6 +631,39 @@ def test_enter_takes_a_free_slot_only_when_nobody_waits_for_one():
     pool.leave("A", 0, 0.001, 0.0)
     stats = pool.stats()
     assert stats.running_closures == 0 and stats.active_handlers == 0
+
+
+def test_a_short_step_runs_in_the_lane_while_every_slot_holds_a_long_step():
+    pool = RunHandlerPool(num_threads=1)
+    hb, gate = blocker(pool)  # a step of unknown cost holds the only slot
+    queued = pool.get()
+    queued.schedule(lambda: None)  # and its work waits
+    lane = pool.enter()
+    assert lane is not None and pool.stats().running_closures == 2
+    assert pool.enter() is None  # one step at a time in the lane
+    pool.leave("A", 0, 0.001, 0.0, lane)
+    assert pool.stats().running_closures == 1 and pool.stats().queued_closures == 1  # no slot was freed
+    urgent = pool.get(priority=1)  # a request of a higher priority is active: nobody passes it
+    assert pool.enter(priority=0) is None
+    lane = pool.enter(priority=1)
+    assert lane is not None
+    pool.leave("A", 1, 0.001, 0.0, lane)
+    for h in (urgent, queued):
+        h.release()
+    gate.set()
+    hb.release()
+    deadline = time.monotonic() + 5
+    while pool.stats().running_closures and time.monotonic() < deadline:
+        time.sleep(0.001)
+    stats = pool.stats()
+    assert stats.running_closures == 0 and stats.active_handlers == 0 and stats.queued_closures == 0
+    slot = pool.enter()  # the slot is back
+    assert slot is not None
+    pool.leave("A", 0, 0.001, 0.0, slot)
+    hs, gate = blocker(pool, 100e-6)  # and the long work is no longer counted: a short step's holds it
+    assert pool.enter() is None
+    gate.set()
+    hs.release()
 
 
 def test_a_short_step_with_a_free_slot_runs_on_its_callers_thread_without_a_handler():
@@ -659,7 +695,7 @@ def test_a_short_step_waits_its_turn_when_no_slot_is_free():
     opts = pool_options()
     with Session(graph_def, run_handler_pool=pool) as s:
         s.run(y, {x: np.arange(4, dtype=np.float32)}, options=opts)
-        hb, gate = blocker(pool)
+        hb, gate = blocker(pool, 100e-6)  # a short step holds the slot: no lane
         finished = threading.Event()
         t = threading.Thread(
             target=lambda: (s.run(y, {x: np.ones(4, np.float32)}, options=opts), finished.set())
@@ -672,6 +708,22 @@ def test_a_short_step_waits_its_turn_when_no_slot_is_free():
         hb.release()
     stats = pool.stats()
     assert stats.running_closures == 0 and stats.active_handlers == 0
+
+
+def test_a_short_step_passes_a_long_one_in_the_lane():
+    graph_def, x, y = short_graph()
+    pool = RunHandlerPool(num_threads=1)
+    opts = pool_options()
+    with Session(graph_def, run_handler_pool=pool) as s:
+        s.run(y, {x: np.arange(4, dtype=np.float32)}, options=opts)
+        hb, gate = blocker(pool)  # a long step holds the only slot
+        try:
+            out = s.run(y, {x: np.ones(4, np.float32)}, options=opts)  # does not wait for it
+            np.testing.assert_array_equal(out, np.full((2, 2), 2, np.float32))
+            assert pool.stats().running_closures == 1 and not gate.is_set()
+        finally:
+            gate.set()
+            hb.release()
 
 
 def test_a_short_step_that_fails_gives_its_slot_back():
