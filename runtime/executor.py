@@ -193,6 +193,9 @@ class Plan:
         # the last step of it that ended ran expensive nodes on two threads at once: the next one's kernels
         # get a share of the cores each, not all of them (see RunHandler.expect)
         self.parallel = False
+        # the last step of it that ended had no expensive node ready: it ran on one thread from start to
+        # end, with nothing to hand off or to preempt (see Session._enter_pool)
+        self.cheap = False
         pruned = graph.prune(fetches, targets, feeds)
         self.pruned = pruned
 
@@ -366,6 +369,7 @@ class Step:
         "_running",
         "ctx",
         "done",
+        "heavy",
         "inline_all",
         "memory",
         "memory_limit",
@@ -423,6 +427,7 @@ class Step:
         self._finished = False
         self._lock = threading.Lock()
         self.spawned = False  # it gave an expensive node a thread of its own while it ran others
+        self.heavy = False  # an expensive node was ready in it
 
     # --- control -----------------------------------------------------------------------------------------
 
@@ -450,6 +455,8 @@ class Step:
             for r in roots:
                 self.trace.ready_ns[r] = now
         cheap, expensive = _split(self.plan.nodes, roots, self.inline_all)
+        if expensive:
+            self.heavy = True
         if inline and not cheap and expensive:
             cheap.append(expensive.pop())
         if expensive and (cheap or len(expensive) > 1):
@@ -510,6 +517,7 @@ class Step:
                 self._finished = True
         if fire:
             self.plan.parallel = self.spawned
+            self.plan.cheap = not self.heavy and self.status is None and self.plan.frames is None
             self.done(self)
 
     def _run(self, stack: list[int]) -> None:
@@ -590,6 +598,7 @@ class Step:
                         else:
                             stack.append(c)
             if expensive is not None:
+                self.heavy = True
                 if self.saturated():
                     if self.preempted():
                         schedule(self._closure(expensive))
@@ -654,6 +663,8 @@ class Step:
                     trace.ready_ns[c] = now
             inline_all = self.inline_all or (bool(ready) and self.saturated())
             cheap, expensive = _split(nodes, ready, False)
+            if expensive:
+                self.heavy = True
             if inline_all and not self.inline_all and expensive and self.preempted():
                 self.schedule(self._closure(expensive))
                 expensive = []

@@ -317,6 +317,7 @@ class RunHandlerPool:
         self._entered = 0  # callers running a short step on a slot they took with enter()
         self._long = 0  # slots that hold work of steps not known to take under SLOT_STEP_S
         self._lane: set[int] = set()  # enter()'s steps that run beside the slots (see enter)
+        self._long_entered: set[int] = set()  # enter()'s steps on a slot that are not short
         self._vtime: dict[int, float] = {}  # per priority: the tag of the flow furthest behind
         # per worker: the thread CPU time and kernel time when its closure started
         self._local = threading.local()
@@ -470,13 +471,14 @@ class RunHandlerPool:
         local.k0, local.c0 = h.inline[1], h.inline[0]
         return True
 
-    def enter(self, priority: int = 0) -> int | None:
-        """Takes a slot for a caller that runs a short step (under ``SLOT_STEP_S`` of CPU) from start to
-        end on its own thread, with no run handler: a free slot when nobody waits for one (so nobody is
-        passed over); or, when every slot holds work of long steps and no request of a higher priority is
-        active, a place in the lane beside the slots (``LANE_STEPS`` at a time). Returns an id unique among
-        handlers (for traces) when the caller may run; it must ``leave()`` with it when the step ends.
-        None: wait for the pool.
+    def enter(self, priority: int = 0, short: bool = True) -> int | None:
+        """Takes a slot for a caller that runs a step from start to end on its own thread, with no run
+        handler: a ``short`` one (under ``SLOT_STEP_S`` of CPU), or one with nothing to hand off or to
+        preempt (see ``Session._enter_pool``). A free slot, when nobody waits for one (so nobody is passed
+        over); or, for a short step, when every slot holds work of long steps and no request of a higher
+        priority is active, a place in the lane beside the slots (``LANE_STEPS`` at a time). Returns an id
+        unique among handlers (for traces) when the caller may run; it must ``leave()`` with it when the
+        step ends. None: wait for the pool.
 
         A handler's bookkeeping (joining its flow, arrival order, the closure hand-offs, the charge per
         closure) cost 45 us of CPU a step; a step of 160 us (branches1.b1, one caller) took 207 us of CPU
@@ -494,8 +496,12 @@ class RunHandlerPool:
             slot_id = next(self._seq)
             if self._slots and not self._queued:
                 self._slots -= 1
+                if not short:
+                    self._long_entered.add(slot_id)
+                    self._long += 1
             elif (
-                self._long == self.num_threads
+                short
+                and self._long == self.num_threads
                 and len(self._lane) < LANE_STEPS
                 and not (self._active and self._active[0].priority > priority)
             ):
@@ -520,6 +526,9 @@ class RunHandlerPool:
                 self._lane.discard(slot_id)
             else:
                 self._slots += 1
+                if slot_id in self._long_entered:
+                    self._long_entered.discard(slot_id)
+                    self._long -= 1
             self._entered -= 1
             g = self._groups.get((kind, priority))
             if g is not None:

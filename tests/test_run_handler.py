@@ -664,6 +664,19 @@ def test_a_short_step_runs_in_the_lane_while_every_slot_holds_a_long_step():
     assert pool.enter() is None
     gate.set()
     hs.release()
+    deadline = time.monotonic() + 5
+    while pool.stats().running_closures and time.monotonic() < deadline:
+        time.sleep(0.001)
+    long_step = pool.enter(short=False)  # a long step on the slot, with no handler: the lane opens
+    assert long_step is not None
+    assert pool.enter(short=False) is None  # for short steps only
+    lane = pool.enter()
+    assert lane is not None
+    pool.leave("A", 0, 0.001, 0.0, lane)
+    pool.leave("B", 0, 0.01, 0.0, long_step)
+    short_step = pool.enter()  # a short one on the slot: no lane beside it
+    assert short_step is not None and pool.enter() is None
+    pool.leave("A", 0, 0.001, 0.0, short_step)
 
 
 def test_a_short_step_with_a_free_slot_runs_on_its_callers_thread_without_a_handler():
@@ -687,6 +700,29 @@ def test_a_short_step_with_a_free_slot_runs_on_its_callers_thread_without_a_hand
     assert names and all(re.fullmatch(re.escape(me) + r" \(run handler \d+\)", n) for n in names)
     stats = pool.stats()
     assert stats.running_closures == 0 and stats.active_handlers == 0
+
+
+def test_a_long_step_with_nothing_to_hand_off_runs_on_its_callers_thread_without_a_handler():
+    cheap_def, x, y = short_graph()  # no expensive kernel
+    b = GraphBuilder()
+    m = b.placeholder("m", np.float32, (2, 2))
+    product = b.matmul(m, m)  # an expensive kernel: a long step of it is worth a handler
+    cases = [
+        (cheap_def, x, y, np.ones(4, np.float32), 0),
+        (b.graph_def, m, product, np.ones((2, 2), np.float32), 1),
+    ]
+    for graph_def, feed, fetch, value, handlers in cases:
+        pool = RunHandlerPool(num_threads=2)
+        opts = pool_options()
+        with Session(graph_def, run_handler_pool=pool) as s:
+            s.run(fetch, {feed: value}, options=opts)  # learns what a step costs and runs
+            for plan in s._calls.plans.values():
+                plan.cpu = 0.01  # as if each step took 10 ms of CPU
+            gets = []
+            get = pool.get
+            pool.get = lambda *a, get=get, gets=gets, **k: gets.append(a) or get(*a, **k)
+            s.run(fetch, {feed: value}, options=opts)
+        assert len(gets) == handlers
 
 
 def test_a_short_step_waits_its_turn_when_no_slot_is_free():
