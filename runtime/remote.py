@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 from google.protobuf.message import DecodeError, Message
 
-from poolserve.proto import config_pb2, graph_pb2, serving_pb2
+from poolserve.proto import config_pb2, graph_pb2, serving_pb2, tensor_pb2
 from poolserve.runtime.deadline import Deadline
 from poolserve.runtime.errors import (
     CancelledError,
@@ -40,7 +40,7 @@ from poolserve.runtime.graph import Graph
 from poolserve.runtime.http_client import Connections, ProtocolError
 from poolserve.runtime.session import CLOSED_MESSAGE, RunFuture, Session, StepRecord, callable_of
 from poolserve.runtime.targets import DeviceAttributes, register_session_factory, split_args
-from poolserve.runtime.tensor import as_array, from_ndarray, to_ndarray
+from poolserve.runtime.tensor import as_array, fill_tensor_proto, to_ndarray
 from poolserve.runtime.types import Feeds, Fetches
 
 PROTOBUF = "application/x-protobuf"
@@ -49,18 +49,22 @@ M = TypeVar("M", bound=Message)
 _TIMEOUT_SLACK_S = 5.0
 # Runs in flight at once through submit()/arun() on one session (each holds a thread and a connection).
 MAX_SUBMIT_THREADS = 16
+# fetch structures whose wire form a session keeps (a client inventing fetch lists starts it over)
+_MAX_FETCH_PLANS = 1024
 _MODEL_PATH = re.compile(r"/v1/models/([^/]+)/?")
 
 
-def _encode(value: Any) -> Any:
+def _encode(proto: tensor_pb2.TensorProto, value: Any) -> None:
+    """Writes a fed value into the request's TensorProto in place (see the module docstring)."""
     if isinstance(value, np.ndarray):
-        return from_ndarray(value)
+        fill_tensor_proto(proto, value)
+        return
     arr = as_array(value)
     if arr.dtype == np.float64:
         arr = arr.astype(np.float32)
     elif arr.dtype == np.int64:
         arr = arr.astype(np.int32)
-    return from_ndarray(arr)
+    fill_tensor_proto(proto, arr)
 
 
 class RemoteSession(Session):
@@ -98,6 +102,7 @@ class RemoteSession(Session):
         self._timeout = timeout
         self._http = Connections(url, token, timeout)
         self._submits: concurrent.futures.ThreadPoolExecutor | None = None  # made by the first submit()
+        self._fetch_plans: dict[Any, tuple[FetchMapper, list[str], list[str], list[int | None]]] = {}
         self._graph_def = graph_pb2.GraphDef() if graph is None else _copy(_graph_def(graph))
         request = serving_pb2.CreateSessionRequest(model=model)
         if not model:
@@ -194,20 +199,14 @@ class RemoteSession(Session):
     ) -> Any:
         self._enter()
         try:
-            mapper = FetchMapper(fetches)
-            request = serving_pb2.RunStepRequest(session_handle=self._handle, partial_run_handle=partial)
-            unique: dict[str, int] = {}
-            for name in mapper.names:
-                if is_op_name(name):
-                    if name not in request.target:
-                        request.target.append(name)
-                elif name not in unique:
-                    unique[name] = len(unique)
-                    request.fetch.append(name)
+            mapper, fetch_names, targets, picks = self._fetch_plan(fetches)
+            request = serving_pb2.RunStepRequest(
+                session_handle=self._handle, partial_run_handle=partial, fetch=fetch_names, target=targets
+            )
             for name, value in (feed_dict or {}).items():
                 if not isinstance(name, str):
                     raise TypeError(f"feed_dict keys must be tensor names, got {name!r}")
-                request.feed.add(name=name, tensor=_encode(value))
+                _encode(request.feed.add(name=name).tensor, value)
             if options is not None:
                 request.options.CopyFrom(options)
             # a run may take as long as it takes, as in TensorFlow, unless it sets its own timeout
@@ -215,16 +214,48 @@ class RemoteSession(Session):
             if options is not None and options.timeout_in_ms > 0:
                 wait = options.timeout_in_ms / 1000.0 + _TIMEOUT_SLACK_S
             answer = self._call("POST", self._path(":run"), request, serving_pb2.RunStepResponse, wait)
-            if len(answer.tensor) != len(unique):
+            if len(answer.tensor) != len(fetch_names):
                 raise UnavailableError(
-                    f"{self.target} answered {len(answer.tensor)} tensors for {len(unique)} fetches"
+                    f"{self.target} answered {len(answer.tensor)} tensors for {len(fetch_names)} fetches"
                 )
             values = [to_ndarray(t.tensor, t.name) for t in answer.tensor]
             if run_metadata is not None:
                 run_metadata.CopyFrom(answer.metadata)
-            return mapper.build([None if is_op_name(n) else values[unique[n]] for n in mapper.names])
+            return mapper.build([None if i is None else values[i] for i in picks])
         finally:
             self._exit()
+
+    def _fetch_plan(self, fetches: Fetches) -> tuple[FetchMapper, list[str], list[str], list[int | None]]:
+        """How a fetch structure goes on the wire: its mapper, the tensors to fetch (each once), the
+        operations to run, and per name of the mapper the index of its value (None: an operation). Kept
+        for flat fetch lists, as ``Calls`` keeps what a local run resolves."""
+        key: Any = None
+        if isinstance(fetches, str) or (
+            type(fetches) in (list, tuple) and all(isinstance(f, str) for f in fetches)
+        ):
+            key = (type(fetches), fetches if isinstance(fetches, str) else tuple(fetches))
+            cached = self._fetch_plans.get(key)
+            if cached is not None:
+                return cached
+        mapper = FetchMapper(fetches)
+        unique: dict[str, int] = {}
+        targets: list[str] = []
+        picks: list[int | None] = []
+        for name in mapper.names:
+            if is_op_name(name):
+                if name not in targets:
+                    targets.append(name)
+                picks.append(None)
+                continue
+            if name not in unique:
+                unique[name] = len(unique)
+            picks.append(unique[name])
+        plan = (mapper, list(unique), targets, picks)
+        if key is not None:
+            if len(self._fetch_plans) >= _MAX_FETCH_PLANS:
+                self._fetch_plans.clear()
+            self._fetch_plans[key] = plan
+        return plan
 
     def partial_run_setup(self, fetches: Fetches, feeds: Sequence[str] | None = None) -> str:
         self._enter()

@@ -22,6 +22,7 @@ import numpy as np
 
 from poolserve.proto import config_pb2, graph_pb2
 from poolserve.runtime import aio
+from poolserve.runtime.callables import SessionCallable
 from poolserve.runtime.calls import Calls, Signature
 from poolserve.runtime.deadline import Cancellable, Deadline, deadline_timer, watch_cancellation
 from poolserve.runtime.debug import watch_summary
@@ -34,7 +35,7 @@ from poolserve.runtime.executor import DEVICE, ConstantFolder, Plan, Step, StepT
 from poolserve.runtime.fetches import as_output
 from poolserve.runtime.frames import DEAD
 from poolserve.runtime.functions import FunctionLibrary
-from poolserve.runtime.graph import Graph, prepare_feed
+from poolserve.runtime.graph import Graph
 from poolserve.runtime.kernels.registry import ResourceContainer
 from poolserve.runtime.memory import keep_freed_memory
 from poolserve.runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report, plan_graph_def
@@ -132,7 +133,7 @@ class Session:
         self._folder = self._make_folder(self._graph)
         self._calls = Calls(self._graph, self._folder, self._config)
         self._lock = threading.Lock()
-        self._active: set[Step] = set()
+        self._active: set[Cancellable] = set()  # steps running (Step, callables' SerialStep)
         self._closed = False
         self._memory_limit = memory_limit_bytes
         self._partial = PartialRuns()
@@ -505,22 +506,8 @@ class Session:
                 entry = bound[watches] = (sig, [feed_ids.index(t) for t in sig.plan.feeds])
             return entry
 
-        default = signature(None)
-
-        def call(
-            values: Sequence[Any],
-            options: config_pb2.RunOptions | None,
-            run_metadata: config_pb2.RunMetadata | None,
-        ) -> Any:
-            self._check_open()
-            watched = options is not None and options.HasField("debug_options")
-            sig, order = signature(options) if watched else default
-            feeds = [prepare_feed(graph, feed_ids[i], values[i]) for i in order]
-            return self._run_prepared(
-                sig, feeds, self._scheduler(options), options, run_metadata, self.deadline(options)
-            )
-
-        return callable_of(len(feed_ids), call, accept_options)
+        run = SessionCallable(self, fetches, feed_ids, signature, SLOT_STEP_S)
+        return callable_of(len(feed_ids), run, accept_options)
 
     def list_devices(self) -> list[DeviceAttributes]:
         """The devices this session runs on: this machine's CPU (TensorFlow's ``Session.list_devices``)."""
@@ -768,20 +755,25 @@ def callable_of(
     """What ``make_callable`` returns: a function of ``count`` feed values (in feed_list's order), and with
     ``accept_options`` also ``options=`` and ``run_metadata=`` keywords, that calls ``run``."""
 
-    def call(
+    def call_with_options(
         *values: Any,
         options: config_pb2.RunOptions | None = None,
         run_metadata: config_pb2.RunMetadata | None = None,
     ) -> Any:
         if len(values) != count:
-            raise InvalidArgumentError(
-                f"The callable takes {count} value(s), in feed_list's order; got {len(values)}"
-            )
+            raise _count_error(count, len(values))
         return run(values, options, run_metadata)
 
-    if accept_options:
-        return call
-    return lambda *values: call(*values)
+    def call(*values: Any) -> Any:  # one call less per call than forwarding to call_with_options
+        if len(values) != count:
+            raise _count_error(count, len(values))
+        return run(values, None, None)
+
+    return call_with_options if accept_options else call
+
+
+def _count_error(count: int, got: int) -> InvalidArgumentError:
+    return InvalidArgumentError(f"The callable takes {count} value(s), in feed_list's order; got {got}")
 
 
 class InteractiveSession(Session):

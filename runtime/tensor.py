@@ -7,6 +7,7 @@ empty one means zeros.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +37,34 @@ _VALUE_FIELD: dict[int, str] = {
 }
 
 
+def _raw_dtypes() -> dict[np.dtype[Any], int]:
+    """Numeric numpy dtypes whose native bytes are a ``tensor_content`` as they are, and their DataType:
+    on a little-endian machine, every one that maps to a DataType and back to itself."""
+    out: dict[np.dtype[Any], int] = {}
+    if sys.byteorder != "little":
+        return out
+    names = "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 complex64"
+    names += " complex128"
+    for n in names.split():
+        out[np.dtype(n)] = 0
+    for dt in list(out):
+        try:
+            code = dtypes.from_numpy(dt)
+            same = dtypes.as_numpy_dtype(code) == dt
+        except Exception:
+            same = False
+        if same:
+            out[dt] = code
+        else:
+            del out[dt]
+    return out
+
+
+# the fast paths of from_ndarray / to_ndarray: numbers whose bytes go as they are, both ways
+_RAW_CODE = _raw_dtypes()
+_RAW_DTYPE = {code: dt for dt, code in _RAW_CODE.items()}
+
+
 def shape_from_proto(shape: tensor_shape_pb2.TensorShapeProto) -> tuple[int, ...] | None:
     """A shape tuple with -1 for unknown dimensions, or None for an unknown rank."""
     if shape.unknown_rank:
@@ -62,6 +91,17 @@ def _num_elements(shape: tuple[int, ...]) -> int:
 
 def to_ndarray(proto: tensor_pb2.TensorProto, name: str = "tensor") -> np.ndarray[Any, Any]:
     """Decodes a TensorProto. ``name`` is used in error messages (a node or tensor name)."""
+    fast = _RAW_DTYPE.get(proto.dtype)
+    if fast is not None:  # numbers in tensor_content, a known shape: what clients send (the checks below)
+        content = proto.tensor_content
+        shape_proto = proto.tensor_shape
+        if content and not shape_proto.unknown_rank:
+            dims = tuple([d.size for d in shape_proto.dim])
+            count = 1
+            for d in dims:
+                count *= d
+            if len(content) == count * fast.itemsize and (not dims or min(dims) >= 0):
+                return np.frombuffer(content, dtype=fast).reshape(dims).copy()  # writable, the caller's
     dtype = dtypes.base_dtype(proto.dtype)
     if dtype == types_pb2.DT_VARIANT:
         # variant values (TensorLists) only exist while a graph runs; their serialized form is not read
@@ -172,9 +212,28 @@ def as_array(value: Any, dtype: int | None = None) -> np.ndarray[Any, Any]:
 
 def from_ndarray(value: Any, dtype: int | None = None) -> tensor_pb2.TensorProto:
     """Encodes a value as a TensorProto: numbers in ``tensor_content``, strings in ``string_val``."""
+    return fill_tensor_proto(tensor_pb2.TensorProto(), value, dtype)
+
+
+def fill_tensor_proto(
+    proto: tensor_pb2.TensorProto, value: Any, dtype: int | None = None
+) -> tensor_pb2.TensorProto:
+    """``from_ndarray`` into an empty TensorProto already in place (a field of the message to send):
+    adding a finished TensorProto to a message would copy it, bytes and all."""
+    if dtype is None and type(value) is np.ndarray:
+        code = _RAW_CODE.get(value.dtype)
+        if code is not None:
+            proto.dtype = code  # type: ignore[assignment]
+            shape = proto.tensor_shape
+            shape.SetInParent()  # present even for a scalar, as the general path writes it
+            dims = shape.dim
+            for size in value.shape:
+                dims.add(size=size)
+            proto.tensor_content = value.tobytes()
+            return proto
     arr = as_array(value, dtype)
     code = dtype if dtype is not None else dtypes.from_numpy(arr.dtype)
-    proto = tensor_pb2.TensorProto(dtype=code)  # type: ignore[arg-type]
+    proto.dtype = code  # type: ignore[assignment]
     proto.tensor_shape.CopyFrom(shape_to_proto(arr.shape))
     if code == types_pb2.DT_STRING:
         proto.string_val.extend(arr.reshape(-1).tolist())

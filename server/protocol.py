@@ -11,6 +11,8 @@ stamps the request's arrival when its first byte is parsed (``scope["poolserve.a
 - 431 when the request line and headers are larger than ``max_header_bytes``;
 - 400 (JSON, where httptools' default is text) for a request that does not parse.
 
+A response's status line and headers go out in the same send as its body (``_OneSend``).
+
 A request on a connection past ``max_connections`` is marked (``scope["poolserve.over_connections"]``); the
 admission middleware answers it 503 and closes the connection.
 """
@@ -42,6 +44,53 @@ def arrival(scope: Any) -> float:
 
 class _Refused(Exception):
     """Raised from a parser callback to stop parsing; the answer is in the protocol's ``_refusal``."""
+
+
+class _OneSend:
+    """The connection's transport as the protocol and its requests' cycles see it. uvicorn writes a
+    response's status line and headers, then its body, in two writes: two sends, two TCP segments, and a
+    client that wakes for the first waits again for the second. Here a write is held until the end of the
+    event loop's turn and joined with the writes that follow it in that turn (Starlette sends the head and
+    the body in one), so a whole small answer leaves in one send. Nothing waits past the turn it was
+    written in."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is None:
+            self._held = bytes(data)
+            self._loop.call_soon(self._flush)
+        elif len(data) < _JOIN_BELOW:
+            self._held = held + data
+        else:  # a large body: the copy that joining would make costs more than a second send
+            self._held = None
+            self._transport.write(held)
+            self._transport.write(data)
+
+    def _flush(self) -> None:
+        held, self._held = self._held, None
+        if held is not None and not self._transport.is_closing():
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+# bodies below this size are joined to the held head (a copy); larger ones are sent after it
+_JOIN_BELOW = 64 * 1024
 
 
 class ServingProtocol(HttpToolsProtocol):
@@ -93,6 +142,8 @@ class ServingProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # every write of the connection goes through it, so that they stay in order
+        self.transport = _OneSend(transport, self.loop)  # type: ignore[assignment]
         self._start_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -38,7 +38,7 @@ from poolserve.runtime.errors import (
 )
 from poolserve.runtime.fetches import is_op_name
 from poolserve.runtime.session import Session
-from poolserve.runtime.tensor import from_ndarray, to_ndarray
+from poolserve.runtime.tensor import fill_tensor_proto, to_ndarray
 from poolserve.server.routes import Route
 from poolserve.server.service import InferenceService
 
@@ -212,29 +212,40 @@ def _feeds(request: serving_pb2.RunStepRequest) -> dict[str, Any]:
     return feeds
 
 
-async def _run(entry: RemoteEntry, request: serving_pb2.RunStepRequest, service: InferenceService) -> Any:
+async def _run(
+    entry: RemoteEntry,
+    request: serving_pb2.RunStepRequest,
+    service: InferenceService,
+    metadata: config_pb2.RunMetadata,
+) -> Any:
+    if entry.model is None:  # a session of its own: nothing to hold
+        return await _run_held(entry.session, request, service, metadata)
     with entry.held(service) as session:
-        return await _run_held(session, request, service)
+        return await _run_held(session, request, service, metadata)
 
 
-async def _run_held(session: Session, request: serving_pb2.RunStepRequest, service: InferenceService) -> Any:
+async def _run_held(
+    session: Session,
+    request: serving_pb2.RunStepRequest,
+    service: InferenceService,
+    metadata: config_pb2.RunMetadata,
+) -> Any:
     if request.partial_run_handle:
         return await asyncio.to_thread(_partial_run, session, request)
     feeds = _feeds(request)
     fetches = [*request.fetch, *request.target]
     options = request.options if request.HasField("options") else None
-    metadata = config_pb2.RunMetadata()
     # a run that sets no timeout gets the server's default, as every other request does
     timeout_ms = service.timeout_ms(options)
     deadline = Deadline(timeout_ms) if timeout_ms > 0 else None
     values = await session.arun(fetches, feeds, options, metadata, deadline=deadline)
-    return values[: len(request.fetch)], metadata
+    return values[: len(request.fetch)]
 
 
 def _partial_run(session: Session, request: serving_pb2.RunStepRequest) -> Any:
     feeds = _feeds(request)
     values = session.partial_run(request.partial_run_handle, [*request.fetch, *request.target], feeds)
-    return values[: len(request.fetch)], config_pb2.RunMetadata()
+    return values[: len(request.fetch)]
 
 
 def run_route(service: InferenceService, store: SessionStore) -> Route:
@@ -248,19 +259,23 @@ def run_route(service: InferenceService, store: SessionStore) -> Route:
             raise InvalidArgumentError(
                 f"The body names session '{step.session_handle}' but the path names '{handle}'"
             )
-        task = asyncio.ensure_future(_run(entry, step, service))
+        # the run goes on in this request's own task (a task of its own cost a turn of the loop): closing
+        # the session cancels it
+        task = asyncio.current_task()
+        assert task is not None
+        response = serving_pb2.RunStepResponse()
         entry.runs.add(task)
         try:
-            values, metadata = await task
+            values = await _run(entry, step, service, response.metadata)
         except asyncio.CancelledError:
-            if not (entry.closed and task.cancelled()):
+            if not entry.closed:
                 raise  # the client went away: the middleware answers for it
+            task.uncancel()
             raise CancelledError("Run call was cancelled: the session was closed") from None
         finally:
             entry.runs.discard(task)
-        response = serving_pb2.RunStepResponse(metadata=metadata)
         for name, value in zip(step.fetch, values, strict=True):
-            response.tensor.add(name=name, tensor=from_ndarray(value))
+            fill_tensor_proto(response.tensor.add(name=name).tensor, value)  # in place: no copy
         return _answer(response)
 
     return Route("/v1/sessions/{handle}:run", run, methods=["POST"])

@@ -111,3 +111,74 @@ def test_arrival_defaults_to_now_without_the_protocol() -> None:
     before = time.monotonic()
     assert before <= arrival({}) <= time.monotonic()
     assert arrival({"poolserve.arrival": 5.0}) == 5.0
+
+
+class _Recorder:
+    """A transport that records what is written and whether it was closed."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str) -> str:
+        return f"info {name}"
+
+
+def test_one_send_joins_the_writes_of_one_turn_and_flushes_at_its_end() -> None:
+    import asyncio
+
+    from poolserve.server.protocol import _OneSend
+
+    async def main() -> None:
+        raw = _Recorder()
+        t = _OneSend(raw, asyncio.get_running_loop())  # type: ignore[arg-type]
+        t.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        t.write(b"body")
+        assert raw.writes == []  # held until the turn ends
+        await asyncio.sleep(0)
+        assert raw.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
+        t.write(b"head only")  # a HEAD answer: nothing follows, it goes at the end of the turn
+        await asyncio.sleep(0)
+        assert raw.writes[-1] == b"head only"
+        big = b"x" * (1 << 17)
+        t.write(b"head")
+        t.write(big)  # a large body is not copied to join it
+        assert raw.writes[-2:] == [b"head", big]
+        t.write(b"last words")
+        t.close()  # what was held goes before the close
+        assert raw.writes[-1] == b"last words" and raw.closed
+        assert t.get_extra_info("peername") == "info peername"
+        await asyncio.sleep(0)
+        assert raw.writes[-1] == b"last words"
+
+    asyncio.run(main())
+
+
+def test_pipelined_requests_and_a_head_request_are_answered_in_order(server: ServerProcess) -> None:
+    with connect(server) as s:
+        s.sendall(
+            b"GET /v1/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"HEAD /v1/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /v1/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        s.settimeout(5)
+        data = b""
+        while data.count(b"HTTP/1.1 ") < 3 or not data.endswith(b"}"):
+            chunk = s.recv(65536)
+            assert chunk, data
+            data += chunk
+        answers = data.split(b"HTTP/1.1 ")[1:]
+        # HEAD is not a method of the route (405); its answer is a head with no body write after it
+        assert [a[:3] for a in answers] == [b"200", b"405", b"200"]
+        assert answers[0].endswith(b'{"live":true}') and answers[1].endswith(b"\r\n\r\n")
+        assert answers[2].endswith(b'{"ready":true}')

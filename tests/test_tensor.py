@@ -293,3 +293,27 @@ def test_extra_typed_values_are_an_error() -> None:
 def test_object_array_of_numbers_is_not_a_string_tensor() -> None:
     with pytest.raises(InvalidArgumentError, match="only str or bytes values, got int"):
         as_array(np.array([1, 2], dtype=object))
+
+
+@pytest.mark.parametrize(
+    "dtype", ["float32", "float64", "int32", "int64", "uint8", "bool", "float16", "complex64"]
+)
+@pytest.mark.parametrize("shape", [(), (0,), (2, 3)])
+def test_native_arrays_encode_as_byte_swapped_ones_and_decode_writable(
+    dtype: str, shape: tuple[int, ...]
+) -> None:
+    # native arrays take the fast path both ways; a big-endian copy takes the general one: same message
+    a = np.asarray(np.arange(int(np.prod(shape))).reshape(shape) % 3).astype(dtype)
+    fast = from_ndarray(a)
+    general = from_ndarray(a.astype(a.dtype.newbyteorder(">")))
+    assert fast.SerializeToString() == general.SerializeToString()
+    back = to_ndarray(fast)
+    assert back.dtype == a.dtype and back.shape == a.shape and back.flags.writeable
+    np.testing.assert_array_equal(back, a)
+
+
+def test_content_that_does_not_fit_the_shape_is_refused_on_the_fast_path_too() -> None:
+    proto = from_ndarray(np.ones((2, 3), np.float32))
+    proto.tensor_shape.dim[1].size = 4
+    with pytest.raises(InvalidArgumentError, match="tensor_content has 24 bytes"):
+        to_ndarray(proto, "x")

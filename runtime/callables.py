@@ -1,0 +1,300 @@
+"""What ``Session.make_callable`` returns, in process: a call whose feeds and fetches were fixed when it
+was made, bound to its plan, so that a call does only what its values and options require.
+
+Resolved once, at creation: the names, the signature (plan and result order), the checks of each fed value
+(an array of the placeholder's dtype and shape is taken as it is, anything else goes through
+``prepare_feed``), the slots the results are read from, and the plan's nodes in one topological order.
+
+A step that would run from start to end on the calling thread anyway runs here as a straight loop over
+that order (``SerialStep``), with no pending counts, locks or closures: the executor runs every node of a
+step inline when none of them is expensive (cheap nodes never leave the thread that made them ready), when
+the caller's thread is the scheduler (``inter_op_thread_pool = -1``), and on a RunHandlerPool slot taken by
+the caller (``Session._enter_pool``). Any topological order is one the executor could have run. Deadlines
+and ``Session.close`` cancel it between nodes, as they cancel a step; errors name the node as the
+executor's do. Everything else (traces, partition graphs, memory limits, v1 control flow, expensive nodes
+that could run in parallel, a run handler) takes ``Session``'s own path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from poolserve.proto import config_pb2
+from poolserve.runtime.calls import Signature
+from poolserve.runtime.deadline import Deadline, deadline_timer
+from poolserve.runtime.errors import CancelledError, OpError, ResourceExhaustedError
+from poolserve.runtime.executor import Plan, PlanNode, _step_ids, kernel_error
+from poolserve.runtime.fetches import as_output
+from poolserve.runtime.graph import Graph, prepare_feed
+from poolserve.runtime.kernels.registry import OpContext
+from poolserve.runtime.metadata import OOM_HINT
+from poolserve.runtime.threadpool import kernel_clock
+from poolserve.runtime.types import TensorId
+
+if TYPE_CHECKING:
+    from poolserve.runtime.session import Session
+
+# (kernel, input slots, first output slot, the node if its kernel is timed, the node)
+_Instr = tuple[Any, tuple[int, ...], int, PlanNode | None, PlanNode]
+
+
+class SerialProgram:
+    """A plan's nodes in one topological order, for steps run from start to end on one thread."""
+
+    __slots__ = ("code", "measured", "plan")
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        pending = plan.initial_pending.copy()
+        ready = list(reversed(plan.roots))
+        order: list[PlanNode] = []
+        while ready:
+            pn = plan.nodes[ready.pop()]
+            order.append(pn)
+            for c in reversed(pn.consumers):
+                pending[c] -= 1
+                if pending[c] == 0:
+                    ready.append(c)
+        assert len(order) == plan.num_nodes, "a plan's graph is acyclic"
+        self.code: tuple[_Instr, ...] = tuple(
+            (pn.compute, pn.in_slots, pn.out_base, pn if pn.measure else None, pn) for pn in order
+        )
+        # nodes whose kernels are timed: only they can be (or become) expensive
+        self.measured = tuple(pn for pn in plan.nodes if pn.measure)
+
+    def all_cheap(self) -> bool:
+        """No node is expensive now: the executor would run every node of a step on the caller's thread."""
+        return not any(pn.expensive for pn in self.measured)
+
+
+class SerialStep:
+    """A step run by ``SerialProgram.run`` on the calling thread; what deadlines and ``Session.close``
+    cancel (the executor's ``Step`` interface they use: ``finished``, ``cancel``)."""
+
+    __slots__ = ("__weakref__", "finished", "status")
+
+    def __init__(self) -> None:
+        self.status: OpError | None = None
+        self.finished = False
+
+    def cancel(self, error: OpError | None = None) -> None:
+        # the running loop reads status between nodes; a step already over keeps its result
+        if not self.finished and self.status is None:
+            self.status = error or CancelledError("Run call was cancelled")
+
+    def cancelled(self) -> bool:
+        return self.status is not None
+
+
+def run_serial(program: SerialProgram, values: list[Any], ctx: OpContext, step: SerialStep) -> None:
+    """Runs every node in order, filling ``values``; a failure (or a cancellation) is left in
+    ``step.status``, as the executor leaves it in its step's."""
+    perf = time.perf_counter
+    clock = kernel_clock
+    for compute, in_slots, base, timed, pn in program.code:
+        if step.status is not None:
+            return
+        try:
+            if timed is None:
+                outs = compute(ctx, [values[s] for s in in_slots])
+            else:
+                t0 = perf()
+                outs = compute(ctx, [values[s] for s in in_slots])
+                elapsed = perf() - t0
+                timed.learn(elapsed * 1e6)
+                clock.seconds += elapsed
+        except BaseException as e:
+            if step.status is None:
+                step.status = kernel_error(pn, e)
+            return
+        for o in outs:
+            values[base] = o
+            base += 1
+
+
+def _feed_check(graph: Graph, tid: TensorId) -> Callable[[Any], Any]:
+    """Checks a value fed for ``tid`` as ``prepare_feed`` does, taking an array of the placeholder's own
+    dtype and a fitting shape as it is (what ``prepare_feed`` would return for it) without its steps."""
+    spec = graph.feed_spec(tid[0])
+    if spec is None:
+        return lambda v: prepare_feed(graph, tid, v)
+    _, np_want, shape = spec
+    if shape is None:
+
+        def check_any_shape(v: Any) -> Any:
+            if type(v) is np.ndarray and v.dtype is np_want:
+                return v
+            return prepare_feed(graph, tid, v)
+
+        return check_any_shape
+    rank = len(shape)
+    known = tuple((i, d) for i, d in enumerate(shape) if d >= 0)
+    if len(known) == rank:
+        full = tuple(shape)
+
+        def check_full(v: Any) -> Any:
+            if type(v) is np.ndarray and v.dtype is np_want and v.shape == full:
+                return v
+            return prepare_feed(graph, tid, v)
+
+        return check_full
+
+    def check(v: Any) -> Any:
+        if type(v) is np.ndarray and v.dtype is np_want:
+            s = v.shape
+            if len(s) == rank:
+                for i, d in known:
+                    if s[i] != d:
+                        break
+                else:
+                    return v
+        return prepare_feed(graph, tid, v)
+
+    return check
+
+
+class SessionCallable:
+    """The run function of one ``make_callable`` (``callable_of`` wraps it): its feeds' values, in
+    feed_list's order, with the call's options and metadata. See the module docstring."""
+
+    def __init__(
+        self,
+        session: Session,
+        fetches: Any,
+        feed_ids: list[TensorId],
+        signature: Callable[[config_pb2.RunOptions | None], tuple[Signature, list[int]]],
+        slot_step_s: float,
+    ) -> None:
+        self._session = session
+        self._slot_step_s = slot_step_s
+        self._signature = signature
+        sig, order = self._default = signature(None)
+        plan = sig.plan
+        self._plan = plan
+        graph = session.graph
+        # (position in feed_list, check) per plan feed, in plan order
+        self._feeds = [(i, _feed_check(graph, feed_ids[i])) for i in order]
+        self._program = SerialProgram(plan) if plan.frames is None else None
+        fetch_slots = plan.fetch_slots
+        self._out_slots = [None if i is None else fetch_slots[i] for i in sig.fetch_index]
+        self._mapper = sig.mapper
+        # one tensor fetched by name: its value is the result, no structure to rebuild
+        self._single: int | None = self._out_slots[0] if isinstance(fetches, str) else None
+
+    def __call__(
+        self,
+        values: Sequence[Any],
+        options: config_pb2.RunOptions | None,
+        run_metadata: config_pb2.RunMetadata | None,
+    ) -> Any:
+        session = self._session
+        session._check_open()
+        if options is not None and options.HasField("debug_options"):
+            sig, order = self._signature(options)
+            feeds = [prepare_feed(session.graph, sig.plan.feeds[k], values[i]) for k, i in enumerate(order)]
+            return self._slow(sig, feeds, options, run_metadata)
+        feeds = [check(values[i]) for i, check in self._feeds]
+        program = self._program
+        if program is None or session._memory_limit is not None:
+            return self._slow(self._default[0], feeds, options, run_metadata)
+        if options is None:
+            if session._config.operation_timeout_in_ms > 0 or not program.all_cheap():
+                return self._slow(self._default[0], feeds, options, run_metadata)
+            return self._run(program, feeds, None)
+        if (
+            options.trace_level
+            or options.output_partition_graphs
+            or options.report_tensor_allocations_upon_oom
+        ):
+            return self._slow(self._default[0], feeds, options, run_metadata)
+        if session.uses_run_handler_pool(options):
+            return self._run_pooled(program, feeds, options, run_metadata)
+        index = options.inter_op_thread_pool
+        if not (index == -1 or (index == 0 and program.all_cheap())):
+            return self._slow(self._default[0], feeds, options, run_metadata)
+        return self._run(program, feeds, session.deadline(options))
+
+    def _slow(
+        self,
+        sig: Signature,
+        feeds: list[Any],
+        options: config_pb2.RunOptions | None,
+        run_metadata: config_pb2.RunMetadata | None,
+    ) -> Any:
+        session = self._session
+        scheduler = session._scheduler(options)
+        return session._run_prepared(sig, feeds, scheduler, options, run_metadata, session.deadline(options))
+
+    def _run_pooled(
+        self,
+        program: SerialProgram,
+        feeds: list[Any],
+        options: config_pb2.RunOptions,
+        run_metadata: config_pb2.RunMetadata | None,
+    ) -> Any:
+        """A run on the RunHandlerPool: on a slot of it, on this thread, when the session's rule for short
+        steps takes one (``Session._enter_pool``); the slot is given back with the step's CPU time."""
+        session = self._session
+        slot = session._enter_pool(self._default[0], options, self._slot_step_s)
+        if slot is None:
+            return self._slow(self._default[0], feeds, options, run_metadata)
+        pool, _ = slot
+        deadline = session.deadline(options)
+        plan = self._plan
+        t0, k0 = time.thread_time(), kernel_clock.seconds
+        ok = False
+        try:
+            if deadline is not None:
+                deadline.check("starting the step")
+            result = self._run(program, feeds, deadline)
+            ok = True
+        finally:
+            cpu = time.thread_time() - t0
+            priority = options.experimental.run_handler_pool_options.priority
+            pool.leave(plan, priority, cpu, kernel_clock.seconds - k0)
+        if ok:
+            plan.learn_cpu(cpu)
+        return result
+
+    def _run(self, program: SerialProgram, feeds: list[Any], deadline: Deadline | None) -> Any:
+        session = self._session
+        step = SerialStep()
+        ctx = OpContext(session._resources, next(_step_ids))
+        ctx.cancelled = step.cancelled
+        values = self._plan.template.copy()
+        values[: len(feeds)] = feeds
+        active = session._active
+        with session._lock:
+            session._check_open()
+            active.add(step)  # close() cancels it as it cancels a Step
+        try:
+            if deadline is not None:
+                deadline_timer.add(deadline, step)
+            with np.errstate(all="ignore"):
+                run_serial(program, values, ctx, step)
+        finally:
+            step.finished = True
+            with session._lock:
+                active.discard(step)
+        error = step.status
+        if error is None:
+            try:
+                if self._single is not None:
+                    return as_output(values[self._single])
+                return self._mapper.build(
+                    [None if s is None else as_output(values[s]) for s in self._out_slots]
+                )
+            except OpError:
+                raise
+            except Exception as e:  # as the executor's results: a failure is an OpError
+                raise OpError(f"failed to build the run's results: {e}") from None
+        if isinstance(error, ResourceExhaustedError) and "OOM" in error.message:
+            error = ResourceExhaustedError(f"{error.message}\n{OOM_HINT}", error.node_name)
+        raise error
+
+
+__all__ = ["SerialProgram", "SerialStep", "SessionCallable", "run_serial"]
