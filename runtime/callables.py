@@ -94,6 +94,7 @@ def run_serial(program: SerialProgram, values: list[Any], ctx: OpContext, step: 
     """Runs every node in order, filling ``values``; a failure (or a cancellation) is left in
     ``step.status``, as the executor leaves it in its step's."""
     perf = time.perf_counter
+    cpu = time.thread_time
     clock = kernel_clock
     for compute, in_slots, base, timed, pn in program.code:
         if step.status is not None:
@@ -102,10 +103,12 @@ def run_serial(program: SerialProgram, values: list[Any], ctx: OpContext, step: 
             if timed is None:
                 outs = compute(ctx, [values[s] for s in in_slots])
             else:
+                c0 = cpu()
                 t0 = perf()
                 outs = compute(ctx, [values[s] for s in in_slots])
                 elapsed = perf() - t0
-                timed.learn(elapsed * 1e6)
+                # as the executor learns it: the thread's CPU time, or the clock's for a blocking kernel
+                timed.learn(elapsed * 1e6 if timed.wall else (cpu() - c0) * 1e6)
                 clock.seconds += elapsed
         except BaseException as e:
             if step.status is None:
@@ -239,10 +242,10 @@ class SessionCallable:
         """A run on the RunHandlerPool: on a slot of it, on this thread, when the session's rule for short
         steps takes one (``Session._enter_pool``); the slot is given back with the step's CPU time."""
         session = self._session
-        slot = session._enter_pool(self._default[0], options, self._slot_step_s)
+        slot = session._enter_pool(self._default[0], options, self._slot_step_s, cheap=True)
         if slot is None:
             return self._slow(self._default[0], feeds, options, run_metadata)
-        pool, _ = slot
+        pool, slot_id = slot
         deadline = session.deadline(options)
         plan = self._plan
         t0, k0 = time.thread_time(), kernel_clock.seconds
@@ -255,7 +258,7 @@ class SessionCallable:
         finally:
             cpu = time.thread_time() - t0
             priority = options.experimental.run_handler_pool_options.priority
-            pool.leave(plan, priority, cpu, kernel_clock.seconds - k0)
+            pool.leave(plan, priority, cpu, kernel_clock.seconds - k0, slot_id)
         if ok:
             plan.learn_cpu(cpu)
         return result
