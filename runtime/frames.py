@@ -18,13 +18,18 @@ stays as it is, so graphs without control flow pay nothing):
 
 An iteration is done when nothing of it is ready or running, it has no live child frame, and the iteration
 before it is done (iteration 0: when every Enter of the frame arrived); a frame is done when all its
-iterations are. Nodes run one at a time on the thread that runs the step, last ready first (so a loop body
-finishes before the next iteration runs ahead); the step's status is checked between nodes, so a deadline or
-a cancellation stops a loop between any two nodes of it.
+iterations are. Ready nodes of every frame and iteration wait in one stack, last ready first (so a loop body
+finishes before the next iteration runs ahead). As in TensorFlow's executor, ready nodes of a frame run in
+parallel, and so do nodes of different iterations (up to ``parallel_iterations``): a worker computes a
+kernel with no lock held and routes its outputs under the run's lock, and starts more workers on the
+step's scheduler when more expensive nodes (by learned cost, as outside frames) are ready than workers are
+free (``FrameWorkers``). The step's status is checked between nodes, so a deadline or a cancellation stops
+a loop between any two nodes of it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,6 +46,7 @@ from poolserve.runtime.kernels.control_flow_ops import (
     SWITCH_OPS,
 )
 from poolserve.runtime.kernels.functional_ops import truthy
+from poolserve.runtime.threadpool import kernel_clock
 
 if TYPE_CHECKING:
     from poolserve.runtime.executor import Plan, Step
@@ -338,6 +344,8 @@ class FrameRun:
             parent, parent_iter = frame.parent, frame.parent_iter
             for node in frame.dead_exits:
                 if node not in frame.live_exits:
+                    if parent is self.root:
+                        self.step.values[self.plan.nodes[node].out_base] = DEAD
                     self._activate(parent, parent_iter, node, [DEAD], True)
             del parent.children[(parent_iter, frame.name)]
             parent.iterations[parent_iter].frames -= 1
@@ -355,23 +363,34 @@ class FrameRun:
     ) -> Sequence[Any] | None:
         """Runs one ready node (its kernel unless dead or a routing op) and routes its outputs. Returns its
         outputs (None when it was dead and did not run), for tracing and memory accounting."""
-        info = self.info
-        kind = info.kind[node]
-        pn = self.plan.nodes[node]
+        kind = self.info.kind[node]
+        if not dead and kind in (NORMAL, TRIGGER):
+            outs = self.plan.nodes[node].compute(self.step.ctx, inputs)
+        else:
+            outs = self.routed(node, dead, inputs)
+        self.finish(node, frame, it, dead, outs)
+        return None if dead else outs
+
+    def routed(self, node: int, dead: bool, inputs: list[Any]) -> Sequence[Any]:
+        """The outputs of a dead node or a routing op (Switch, Merge, Enter, Exit, NextIteration)."""
+        kind = self.info.kind[node]
         if dead:
-            outs: Sequence[Any] = [DEAD] * pn.num_outputs
-        elif kind in (NORMAL, TRIGGER):
-            outs = pn.compute(self.step.ctx, inputs)
-        elif kind == SWITCH:
+            return [DEAD] * self.plan.nodes[node].num_outputs
+        if kind == SWITCH:
             if np.ndim(inputs[1]) != 0:
                 raise InvalidArgumentError(
                     f"The second input must be a scalar, but it has shape {list(np.shape(inputs[1]))}"
                 )
-            outs = [DEAD, inputs[0]] if truthy(inputs[1]) else [inputs[0], DEAD]
-        elif kind == MERGE:
-            outs = inputs
-        else:
-            outs = [inputs[0]]
+            return [DEAD, inputs[0]] if truthy(inputs[1]) else [inputs[0], DEAD]
+        if kind == MERGE:
+            return inputs
+        return [inputs[0]]
+
+    def finish(self, node: int, frame: _Frame, it: int, dead: bool, outs: Sequence[Any]) -> None:
+        """Routes a node's outputs to its consumers, frames and iterations (under the run's lock)."""
+        info = self.info
+        kind = info.kind[node]
+        pn = self.plan.nodes[node]
         if frame is self.root:
             values = self.step.values
             b = pn.out_base
@@ -395,6 +414,8 @@ class FrameRun:
                 frame.dead_exits.append(node)
             elif frame.parent is not None:
                 frame.live_exits.add(node)
+                if frame.parent is self.root:  # the Exit's value is the root frame's: it may be fetched
+                    self.step.values[pn.out_base] = outs[0]
                 self._activate(frame.parent, frame.parent_iter, node, outs, False)
         elif kind == NEXT:
             if not dead:  # a dead NextIteration ends the loop's deadness here
@@ -410,7 +431,6 @@ class FrameRun:
         state.ops -= 1
         if not state.ops and not state.frames and frame.parent is not None:
             self._cleanup(frame, it)
-        return None if dead else outs
 
     def check_fetches(self) -> InvalidArgumentError | None:
         """A fetched tensor that is dead (or never computed) fails the step, as in TensorFlow."""
@@ -424,46 +444,165 @@ class FrameRun:
         return None
 
 
-def run_frames(step: Step) -> None:
-    """Runs a step of a plan with frames to completion on this thread (``Step`` calls it)."""
-    from poolserve.runtime.executor import NodeRecord, kernel_error
+class FrameWorkers:
+    """Runs a step of a plan with frames on as many threads as it has expensive nodes ready at once.
 
-    info = step.plan.frames
-    assert info is not None
-    run = FrameRun(step, info)
-    run.start()
-    ready = run.ready
-    trace = step.trace
-    memory = step.memory
-    nodes = step.plan.nodes
-    while ready:
-        if step.status is not None:
-            return
-        node, frame, it, dead, inputs = ready.pop()
-        start = time.time_ns() if trace is not None else 0
-        try:
-            outs = run.run_node(node, frame, it, dead, inputs)
-        except BaseException as e:
-            step._fail(kernel_error(nodes[node], e))
-            return
-        if outs is None:
-            continue  # dead: it did not run
-        end = time.time_ns() if trace is not None else 0
-        in_use = 0
-        if memory is not None:
-            error = None
-            if info.kind[node] not in (NORMAL, TRIGGER):
-                in_use = memory.in_use()  # routing ops pass tensors on: nothing allocated
-            elif frame is run.root:
-                error, in_use = memory.allocate(nodes[node], outs)
-            else:
-                # values inside loop frames are dropped with their iteration: counted as they are made
-                error, in_use = memory.transient(nodes[node], outs)
-            if error is not None:
-                step._fail(error)
+    Ready nodes of every frame and iteration wait in one stack (``FrameRun.ready``). A worker pops the
+    latest, computes its kernel with no lock held, then routes its outputs under the run's lock; routing
+    ops and dead nodes are handled under the lock without a kernel call. When more expensive nodes are
+    ready than workers are free to take them, the worker schedules more workers (``Step.schedule``: the
+    inter-op pool or the run handler), as the plain executor hands off expensive nodes; a worker ends when
+    the stack is empty, and the last one to finish completes the step. On the caller's thread
+    (``inter_op_thread_pool = -1``) or a saturated scheduler, one worker runs everything.
+    """
+
+    def __init__(self, step: Step) -> None:
+        info = step.plan.frames
+        assert info is not None
+        self.step = step
+        self.info = info
+        self.run = FrameRun(step, info)
+        self.lock = threading.Lock()
+        self.workers = 0  # workers started and not ended
+        self.computing = 0  # workers inside a kernel now
+        self.completed = False
+
+    def start(self) -> None:
+        self.run.start()
+        self.workers = 1
+
+    def spawn(self) -> None:
+        """A scheduled worker: counted in the step's running closures while it works."""
+        step = self.step
+        with step._lock:
+            if step._finished:
+                with self.lock:
+                    self.workers -= 1
                 return
-        if trace is not None:
-            trace.record(NodeRecord(node, 0, start, end, outs, in_use))
-    missing = run.check_fetches()
-    if missing is not None:
-        step._fail(missing)
+            step._running += 1
+        try:
+            self.work()
+        except BaseException as e:  # a bug in the executor itself: fail the step, never hang it
+            from poolserve.runtime.errors import InternalError
+
+            step._fail(InternalError(f"executor failure: {type(e).__name__}: {e}"))
+            with self.lock:
+                self.workers -= 1
+                self.computing = 0
+        finally:
+            step._exit()
+
+    def work(self) -> None:
+        from poolserve.runtime.executor import NodeRecord, kernel_error
+
+        step = self.step
+        run = self.run
+        info = self.info
+        ready = run.ready
+        trace = step.trace
+        memory = step.memory
+        nodes = step.plan.nodes
+        ctx = step.ctx
+        lock = self.lock
+        kinds = info.kind
+        perf = time.perf_counter
+        parallel = not step.inline_all
+        while True:
+            with lock:
+                if step.status is not None or not ready:
+                    break
+                node, frame, it, dead, inputs = ready.pop()
+                kind = kinds[node]
+                if dead or kind not in (NORMAL, TRIGGER):
+                    # no kernel to run: route at once
+                    try:
+                        outs = run.routed(node, dead, inputs)
+                        run.finish(node, frame, it, dead, outs)
+                    except BaseException as e:
+                        step._fail(kernel_error(nodes[node], e))
+                        break
+                    if dead or trace is None:
+                        continue
+                    now = time.time_ns()
+                    trace.record(NodeRecord(node, 0, now, now, outs, memory.in_use() if memory else 0))
+                    continue
+                self.computing += 1
+            pn = nodes[node]
+            start = time.time_ns() if trace is not None else 0
+            try:
+                if pn.measure:
+                    t0 = perf()
+                    outs = pn.compute(ctx, inputs)
+                    elapsed = perf() - t0
+                    pn.learn(elapsed * 1e6)
+                    kernel_clock.seconds += elapsed
+                else:
+                    outs = pn.compute(ctx, inputs)
+            except BaseException as e:
+                step._fail(kernel_error(pn, e))
+                with lock:
+                    self.computing -= 1
+                break
+            end = time.time_ns() if trace is not None else 0
+            in_use = 0
+            if memory is not None:
+                if frame is run.root:
+                    error, in_use = memory.allocate(pn, outs)
+                else:
+                    # values inside loop frames are dropped with their iteration: counted as they are made
+                    error, in_use = memory.transient(pn, outs)
+                if error is not None:
+                    step._fail(error)
+                    with lock:
+                        self.computing -= 1
+                    break
+            if trace is not None:
+                trace.record(NodeRecord(node, 0, start, end, outs, in_use))
+            extra = 0
+            with lock:
+                self.computing -= 1
+                try:
+                    run.finish(node, frame, it, False, outs)
+                except BaseException as e:
+                    step._fail(kernel_error(pn, e))
+                    break
+                if parallel and len(ready) > 1:
+                    extra = self._wanted()
+                    self.workers += extra
+            if extra and step.saturated():
+                with lock:
+                    self.workers -= extra
+                extra = 0
+            for _ in range(extra):
+                step.schedule(self.spawn)
+        with lock:
+            self.workers -= 1
+            last = not self.completed and (
+                step.status is not None or (not ready and self.computing == 0 and self.workers == 0)
+            )
+            if last and step.status is None:
+                self.completed = True
+                missing = run.check_fetches()
+                if missing is not None:
+                    step._fail(missing)
+                with step._lock:
+                    step._remaining = 0
+
+    def _wanted(self) -> int:
+        """More workers to start: expensive ready nodes beyond the workers free to take them."""
+        nodes = self.step.plan.nodes
+        kinds = self.info.kind
+        expensive = 0
+        for entry in self.run.ready:
+            if not entry[3] and kinds[entry[0]] == NORMAL and nodes[entry[0]].expensive:
+                expensive += 1
+        free = self.workers - self.computing
+        return max(0, expensive - free)
+
+
+def run_frames(step: Step) -> None:
+    """Runs a step of a plan with frames to completion (``Step`` calls it on the thread it gives the step;
+    more workers may run on the scheduler's threads meanwhile)."""
+    workers = FrameWorkers(step)
+    workers.start()
+    workers.work()

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support import v1_while
 
 from poolserve import RunMetadata, RunOptions, Session
 from poolserve.runtime.builder import GraphBuilder
@@ -49,28 +50,17 @@ def straight_graph(items: int) -> Any:
 
 
 def loop_graph() -> Any:
-    """A v1 while loop (Enter, Merge, Switch, NextIteration, Exit) over ``i < n``: each iteration sets
-    ``x * 2`` (a new 100 KiB tensor) at index i of a list; the loop's list feeds the fetched length."""
+    """A v1 while loop over ``i < n``: each iteration sets ``x * 2`` (a new 100 KiB tensor) at index i of a
+    list; the loop's list feeds the fetched length."""
     b = GraphBuilder()
     x = b.placeholder("x", np.float32, (N,))
     n = b.placeholder("n", np.int32, ())
-    frame = {"frame_name": "loop", "parallel_iterations": 10}
-    i_in = b.op("Enter", [b.constant(np.int32(0))], {"T": np.int32, **frame}, name="enter_i")
-    l_in = b.op("Enter", [_reserve(b, n)], {"T": np.dtype(object), **frame}, name="enter_l")
-    const = {**frame, "is_constant": True}
-    n_in = b.op("Enter", [n], {"T": np.int32, **const}, name="enter_n")
-    x_in = b.op("Enter", [x], {"T": np.float32, **const}, name="enter_x")
-    i_m = b.op("Merge", [i_in, "next_i"], {"T": np.int32, "N": 2}, name="merge_i", num_outputs=2)[0]
-    l_m = b.op("Merge", [l_in, "next_l"], {"N": 2}, name="merge_l", num_outputs=2)[0]
-    cond = b.op("LoopCond", [b.op("Less", [i_m, n_in], {"T": np.int32})], name="cond")
-    i_f, i_t = b.op("Switch", [i_m, cond], {"T": np.int32}, name="switch_i", num_outputs=2)
-    l_f, l_t = b.op("Switch", [l_m, cond], {}, name="switch_l", num_outputs=2)
-    i = b.op("Identity", [i_t], {"T": np.int32}, name="i")
-    item = b.mul(x_in, b.constant(np.float32(2.0)), name="item")
-    b.op("NextIteration", [_set(b, l_t, i, item)], {}, name="next_l")
-    b.op("NextIteration", [b.op("AddV2", [i, b.constant(np.int32(1))], {"T": np.int32})], name="next_i")
-    b.op("Exit", [i_f], {"T": np.int32}, name="exit_i")
-    return b.graph_def, _length(b, b.op("Exit", [l_f], {}, name="exit_l"))
+
+    def body(i: str, lists: list[str], xs: list[str]) -> list[str]:
+        return [_set(b, lists[0], i, b.mul(xs[0], b.constant(np.float32(2.0)), name="item"))]
+
+    (lst,) = v1_while(b, n, [(_reserve(b, n), np.dtype(object))], [(x, np.float32)], body)
+    return b.graph_def, _length(b, lst)
 
 
 def _peak(sess: Session, out: str, feeds: dict[str, Any]) -> int:
