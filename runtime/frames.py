@@ -49,7 +49,7 @@ from poolserve.runtime.kernels.functional_ops import truthy
 from poolserve.runtime.threadpool import kernel_clock
 
 if TYPE_CHECKING:
-    from poolserve.runtime.executor import Plan, Step
+    from poolserve.runtime.executor import Plan, PlanNode, Step
 
 # node kinds
 NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, TRIGGER = range(7)
@@ -466,6 +466,10 @@ class FrameWorkers:
         self.workers = 0  # workers started and not ended
         self.computing = 0  # workers inside a kernel now
         self.completed = False
+        from poolserve.runtime.executor import NodeRecord, kernel_error  # (executor imports this module)
+
+        self._record = NodeRecord
+        self._kernel_error = kernel_error
 
     def start(self) -> None:
         self.run.start()
@@ -493,82 +497,70 @@ class FrameWorkers:
             step._exit()
 
     def work(self) -> None:
-        from poolserve.runtime.executor import NodeRecord, kernel_error
-
+        """Runs ready nodes until none is left. Routing ops, dead nodes and cheap kernels run under the run's
+        lock, as one thread would run them; only an expensive kernel (by learned cost) is computed with the
+        lock released, so other workers route and compute meanwhile."""
         step = self.step
         run = self.run
-        info = self.info
         ready = run.ready
+        nodes = step.plan.nodes
+        kinds = self.info.kind
+        lock = self.lock
+        parallel = not step.inline_all
         trace = step.trace
         memory = step.memory
-        nodes = step.plan.nodes
         ctx = step.ctx
-        lock = self.lock
-        kinds = info.kind
         perf = time.perf_counter
-        parallel = not step.inline_all
+        kernel_error = self._kernel_error
         while True:
+            extra = 0
+            entry = None
             with lock:
                 if step.status is not None or not ready:
                     break
                 node, frame, it, dead, inputs = ready.pop()
-                kind = kinds[node]
-                if dead or kind not in (NORMAL, TRIGGER):
-                    # no kernel to run: route at once
+                pn = nodes[node]
+                computed = not dead and kinds[node] in (NORMAL, TRIGGER)
+                if computed and parallel and pn.expensive:
+                    self.computing += 1
+                    entry = (node, frame, it, dead, inputs)
+                else:
+                    # under the lock: a routing op, a dead node or a cheap kernel
+                    start = time.time_ns() if trace is not None else 0
                     try:
-                        outs = run.routed(node, dead, inputs)
+                        if not computed:
+                            outs = run.routed(node, dead, inputs)
+                        elif pn.measure:
+                            t0 = perf()
+                            outs = pn.compute(ctx, inputs)
+                            elapsed = perf() - t0
+                            pn.learn(elapsed * 1e6)
+                            kernel_clock.seconds += elapsed
+                        else:
+                            outs = pn.compute(ctx, inputs)
+                        if (
+                            (memory is not None or trace is not None)
+                            and not dead
+                            and not self._account(pn, frame, computed, outs, start)
+                        ):
+                            break
+                        before = len(ready)
                         run.finish(node, frame, it, dead, outs)
                     except BaseException as e:
-                        step._fail(kernel_error(nodes[node], e))
+                        step._fail(kernel_error(pn, e))
                         break
-                    if dead or trace is None:
-                        continue
-                    now = time.time_ns()
-                    trace.record(NodeRecord(node, 0, now, now, outs, memory.in_use() if memory else 0))
-                    continue
-                self.computing += 1
-            pn = nodes[node]
-            start = time.time_ns() if trace is not None else 0
-            try:
-                if pn.measure:
-                    t0 = perf()
-                    outs = pn.compute(ctx, inputs)
-                    elapsed = perf() - t0
-                    pn.learn(elapsed * 1e6)
-                    kernel_clock.seconds += elapsed
-                else:
-                    outs = pn.compute(ctx, inputs)
-            except BaseException as e:
-                step._fail(kernel_error(pn, e))
+                    if parallel and len(ready) > before and len(ready) > 1 and self._expensive(before):
+                        extra = self._wanted()
+                        self.workers += extra
+            if entry is not None:
+                # an expensive kernel: computed with the lock released
+                before = self._step(entry, pn)
+                if before < 0:
+                    break
                 with lock:
-                    self.computing -= 1
-                break
-            end = time.time_ns() if trace is not None else 0
-            in_use = 0
-            if memory is not None:
-                if frame is run.root:
-                    error, in_use = memory.allocate(pn, outs)
-                else:
-                    # values inside loop frames are dropped with their iteration: counted as they are made
-                    error, in_use = memory.transient(pn, outs)
-                if error is not None:
-                    step._fail(error)
-                    with lock:
-                        self.computing -= 1
-                    break
-            if trace is not None:
-                trace.record(NodeRecord(node, 0, start, end, outs, in_use))
-            extra = 0
-            with lock:
-                self.computing -= 1
-                try:
-                    run.finish(node, frame, it, False, outs)
-                except BaseException as e:
-                    step._fail(kernel_error(pn, e))
-                    break
-                if parallel and len(ready) > 1:
-                    extra = self._wanted()
-                    self.workers += extra
+                    if parallel and len(ready) > before and len(ready) > 1 and self._expensive(before):
+                        extra = self._wanted()
+                        self.workers += extra
             if extra and step.saturated():
                 with lock:
                     self.workers -= extra
@@ -587,6 +579,70 @@ class FrameWorkers:
                     step._fail(missing)
                 with step._lock:
                     step._remaining = 0
+
+    def _account(self, pn: PlanNode, frame: _Frame, computed: bool, outs: Sequence[Any], start: int) -> bool:
+        """Memory accounting and tracing of a node that ran; False when its outputs are over the limit."""
+        step = self.step
+        memory = step.memory
+        in_use = 0
+        if memory is not None:
+            error = None
+            if not computed:
+                in_use = memory.in_use()  # routing ops pass tensors on: nothing allocated
+            elif frame is self.run.root:
+                error, in_use = memory.allocate(pn, outs)
+            else:
+                # values inside loop frames are dropped with their iteration: counted as they are made
+                error, in_use = memory.transient(pn, outs)
+            if error is not None:
+                step._fail(error)
+                return False
+        if step.trace is not None:
+            step.trace.record(self._record(pn.index, 0, start, time.time_ns(), outs, in_use))
+        return True
+
+    def _step(self, entry: tuple[int, _Frame, int, bool, list[Any]], pn: PlanNode) -> int:
+        """Computes an expensive kernel with the run's lock released, then routes its outputs under it.
+        Returns the stack's length before routing (what is above it was made ready by this node), or -1
+        when the step failed."""
+        step = self.step
+        node, frame, it, _, inputs = entry
+        start = time.time_ns() if step.trace is not None else 0
+        try:
+            if pn.measure:
+                t0 = time.perf_counter()
+                outs = pn.compute(step.ctx, inputs)
+                elapsed = time.perf_counter() - t0
+                pn.learn(elapsed * 1e6)
+                kernel_clock.seconds += elapsed
+            else:
+                outs = pn.compute(step.ctx, inputs)
+            ok = (step.memory is None and step.trace is None) or self._account(pn, frame, True, outs, start)
+        except BaseException as e:
+            step._fail(self._kernel_error(pn, e))
+            ok = False
+        with self.lock:
+            self.computing -= 1
+            if not ok:
+                return -1
+            before = len(self.run.ready)
+            try:
+                self.run.finish(node, frame, it, False, outs)
+            except BaseException as e:
+                step._fail(self._kernel_error(pn, e))
+                return -1
+            return before
+
+    def _expensive(self, start: int) -> bool:
+        """Whether a ready node from ``start`` on in the stack is an expensive kernel."""
+        nodes = self.step.plan.nodes
+        kinds = self.info.kind
+        ready = self.run.ready
+        for k in range(start, len(ready)):
+            entry = ready[k]
+            if not entry[3] and kinds[entry[0]] == NORMAL and nodes[entry[0]].expensive:
+                return True
+        return False
 
     def _wanted(self) -> int:
         """More workers to start: expensive ready nodes beyond the workers free to take them."""
