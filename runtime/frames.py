@@ -152,6 +152,15 @@ class FrameInfo:
         self.roots = [
             pn.index for pn in nodes if self.kind[pn.index] != MERGE and self.pending[pn.index] == 0
         ]
+        # per node: whether a consumer runs a kernel that may be expensive (only kernels registered as
+        # expensive are timed and can turn out so): only then may finishing it call for more workers
+        self.feeds_expensive = [
+            any(
+                self.kind[d] == NORMAL and nodes[d].measure
+                for d in [dst for _, dst, _ in self.out_edges[i]] + self.control_out[i]
+            )
+            for i in range(n)
+        ]
 
 
 class _Iteration:
@@ -225,8 +234,10 @@ class FrameRun:
 
     def _inputs(self, node: int) -> list[Any]:
         values = list(self.info.static_inputs[node])
-        for pos in self.info.feed_positions[node]:
-            values[pos] = self.step.values[values[pos]]
+        feeds = self.info.feed_positions[node]
+        if feeds:
+            for pos in feeds:
+                values[pos] = self.step.values[values[pos]]
         return values
 
     def _deliver(self, frame: _Frame, it: int, state: _Iteration, dst: int, pos: int, value: Any) -> None:
@@ -250,6 +261,13 @@ class FrameRun:
                     m[4] = True
                     self._push(dst, frame, it, state, False, [value, np.int32(pos)])
             return
+        if info.pending[dst] == 1:
+            # one producer edge: ready at once, no per-iteration bookkeeping (most nodes of a loop body)
+            inputs = self._inputs(dst)
+            inputs[pos] = value
+            state.ops += 1
+            self.ready.append((dst, frame, it, value is DEAD and info.kind[dst] != TRIGGER, inputs))
+            return
         inputs = state.inputs.get(dst)
         if inputs is None:
             inputs = state.inputs[dst] = self._inputs(dst)
@@ -272,6 +290,11 @@ class FrameRun:
                 elif m[2] >= info.merge_dead[dst][0 if it == 0 else 1]:
                     m[4] = True
                     self._push(dst, frame, it, state, True, [])
+            return
+        if info.pending[dst] == 1:
+            # its only producer edge (a Const or NoOp in a loop body, run once per iteration)
+            state.ops += 1
+            self.ready.append((dst, frame, it, dead and info.kind[dst] != TRIGGER, self._inputs(dst)))
             return
         if state.inputs.get(dst) is None:
             state.inputs[dst] = self._inputs(dst)
@@ -512,6 +535,7 @@ class FrameWorkers:
         ctx = step.ctx
         perf = time.perf_counter
         kernel_error = self._kernel_error
+        feeds_expensive = self.info.feeds_expensive
         while True:
             extra = 0
             entry = None
@@ -549,7 +573,12 @@ class FrameWorkers:
                     except BaseException as e:
                         step._fail(kernel_error(pn, e))
                         break
-                    if parallel and len(ready) > before and len(ready) > 1 and self._expensive(before):
+                    if (
+                        parallel
+                        and feeds_expensive[node]
+                        and len(ready) > max(before, 1)
+                        and self._expensive(before)
+                    ):
                         extra = self._wanted()
                         self.workers += extra
             if entry is not None:
@@ -558,7 +587,7 @@ class FrameWorkers:
                 if before < 0:
                     break
                 with lock:
-                    if parallel and len(ready) > before and len(ready) > 1 and self._expensive(before):
+                    if feeds_expensive[node] and len(ready) > max(before, 1) and self._expensive(before):
                         extra = self._wanted()
                         self.workers += extra
             if extra and step.saturated():
