@@ -152,6 +152,8 @@ class FrameInfo:
         self.roots = [
             pn.index for pn in nodes if self.kind[pn.index] != MERGE and self.pending[pn.index] == 0
         ]
+        # per node: not a Merge, and one producer edge (ready on its first delivery)
+        self.single = [k != MERGE and p == 1 for k, p in zip(self.kind, self.pending, strict=True)]
         # per node: whether a consumer runs a kernel that may be expensive (only kernels registered as
         # expensive are timed and can turn out so): only then may finishing it call for more workers
         self.feeds_expensive = [
@@ -160,6 +162,11 @@ class FrameInfo:
                 for d in [dst for _, dst, _ in self.out_edges[i]] + self.control_out[i]
             )
             for i in range(n)
+        ]
+        # per node: a kernel never timed (so never expensive) or a routing op, feeding no timed kernel
+        self.plain = [
+            not self.feeds_expensive[pn.index] and (self.kind[pn.index] != NORMAL or not pn.measure)
+            for pn in nodes
         ]
 
 
@@ -221,6 +228,7 @@ class FrameRun:
         self.info = info
         self.plan = step.plan
         self.root = _Frame("", None, 0, 1, 0)
+        self._single = info.single
         # (node, frame, iteration, dead, inputs)
         self.ready: list[tuple[int, _Frame, int, bool, list[Any]]] = []
 
@@ -263,10 +271,10 @@ class FrameRun:
             return
         if info.pending[dst] == 1:
             # one producer edge: ready at once, no per-iteration bookkeeping (most nodes of a loop body)
-            inputs = self._inputs(dst)
-            inputs[pos] = value
+            first = self._inputs(dst)
+            first[pos] = value
             state.ops += 1
-            self.ready.append((dst, frame, it, value is DEAD and info.kind[dst] != TRIGGER, inputs))
+            self.ready.append((dst, frame, it, value is DEAD and info.kind[dst] != TRIGGER, first))
             return
         inputs = state.inputs.get(dst)
         if inputs is None:
@@ -316,10 +324,26 @@ class FrameRun:
         """Delivers a node's outputs (and its control edge) to its consumers in (frame, iteration)."""
         state = frame.iterations[it]
         info = self.info
+        pending = info.pending
+        single = self._single
         for port, dst, pos in info.out_edges[node]:
-            self._deliver(frame, it, state, dst, pos, outs[port])
+            value = outs[port]
+            if single[dst]:
+                # one producer edge: ready at once (the loop body's common case, inlined)
+                inputs = list(info.static_inputs[dst])
+                if info.feed_positions[dst]:
+                    inputs = self._inputs(dst)
+                inputs[pos] = value
+                state.ops += 1
+                self.ready.append((dst, frame, it, value is DEAD and info.kind[dst] != TRIGGER, inputs))
+            else:
+                self._deliver(frame, it, state, dst, pos, value)
         for dst in info.control_out[node]:
-            self._deliver_control(frame, it, state, dst, dead)
+            if pending[dst] == 1 and info.kind[dst] != MERGE:
+                state.ops += 1
+                self.ready.append((dst, frame, it, dead and info.kind[dst] != TRIGGER, self._inputs(dst)))
+            else:
+                self._deliver_control(frame, it, state, dst, dead)
 
     # --- frames and iterations ------------------------------------------------------------------------------
 
@@ -530,57 +554,47 @@ class FrameWorkers:
         kinds = self.info.kind
         lock = self.lock
         parallel = not step.inline_all
-        trace = step.trace
-        memory = step.memory
-        ctx = step.ctx
-        perf = time.perf_counter
+        counted = step.memory is not None or step.trace is not None
+        run_node = run.run_node
         kernel_error = self._kernel_error
         feeds_expensive = self.info.feeds_expensive
+        # nodes that need none of the checks below: run as one thread would run them
+        plain = [False] * len(nodes) if counted else self.info.plain if parallel else [True] * len(nodes)
+        entry: tuple[int, _Frame, int, bool, list[Any]] | None
         while True:
             extra = 0
-            entry = None
             with lock:
                 if step.status is not None or not ready:
                     break
-                node, frame, it, dead, inputs = ready.pop()
-                pn = nodes[node]
-                computed = not dead and kinds[node] in (NORMAL, TRIGGER)
-                if computed and parallel and pn.expensive:
-                    self.computing += 1
-                    entry = (node, frame, it, dead, inputs)
-                else:
-                    # under the lock: a routing op, a dead node or a cheap kernel
-                    start = time.time_ns() if trace is not None else 0
+                entry = ready.pop()
+                node = entry[0]
+                if plain[node]:
                     try:
-                        if not computed:
-                            outs = run.routed(node, dead, inputs)
-                        elif pn.measure:
-                            t0 = perf()
-                            outs = pn.compute(ctx, inputs)
-                            elapsed = perf() - t0
-                            pn.learn(elapsed * 1e6)
-                            kernel_clock.seconds += elapsed
+                        run_node(*entry)
+                    except BaseException as e:
+                        step._fail(kernel_error(nodes[node], e))
+                        break
+                    continue
+                pn = nodes[node]
+                if parallel and pn.expensive and not entry[3] and kinds[node] == NORMAL:
+                    self.computing += 1
+                else:
+                    # under the lock, as one thread runs them: a routing op, a dead node or a cheap kernel
+                    check = parallel and feeds_expensive[node]
+                    before = len(ready)
+                    try:
+                        if counted:
+                            if not self._counted(entry, pn):
+                                break
                         else:
-                            outs = pn.compute(ctx, inputs)
-                        if (
-                            (memory is not None or trace is not None)
-                            and not dead
-                            and not self._account(pn, frame, computed, outs, start)
-                        ):
-                            break
-                        before = len(ready)
-                        run.finish(node, frame, it, dead, outs)
+                            run_node(*entry)
                     except BaseException as e:
                         step._fail(kernel_error(pn, e))
                         break
-                    if (
-                        parallel
-                        and feeds_expensive[node]
-                        and len(ready) > max(before, 1)
-                        and self._expensive(before)
-                    ):
+                    if check and len(ready) > max(before, 1) and self._expensive(before):
                         extra = self._wanted()
                         self.workers += extra
+                    entry = None
             if entry is not None:
                 # an expensive kernel: computed with the lock released
                 before = self._step(entry, pn)
@@ -590,12 +604,13 @@ class FrameWorkers:
                     if feeds_expensive[node] and len(ready) > max(before, 1) and self._expensive(before):
                         extra = self._wanted()
                         self.workers += extra
-            if extra and step.saturated():
-                with lock:
-                    self.workers -= extra
-                extra = 0
-            for _ in range(extra):
-                step.schedule(self.spawn)
+            if extra:
+                if step.saturated():
+                    with lock:
+                        self.workers -= extra
+                else:
+                    for _ in range(extra):
+                        step.schedule(self.spawn)
         with lock:
             self.workers -= 1
             last = not self.completed and (
@@ -608,6 +623,18 @@ class FrameWorkers:
                     step._fail(missing)
                 with step._lock:
                     step._remaining = 0
+
+    def _counted(self, entry: tuple[int, _Frame, int, bool, list[Any]], pn: PlanNode) -> bool:
+        """``run_node`` for a step that traces or counts memory (under the lock); False when the node's
+        outputs are over the limit."""
+        node, frame, it, dead, inputs = entry
+        start = time.time_ns() if self.step.trace is not None else 0
+        computed = not dead and self.info.kind[node] in (NORMAL, TRIGGER)
+        outs = pn.compute(self.step.ctx, inputs) if computed else self.run.routed(node, dead, inputs)
+        if not dead and not self._account(pn, frame, computed, outs, start):
+            return False
+        self.run.finish(node, frame, it, dead, outs)
+        return True
 
     def _account(self, pn: PlanNode, frame: _Frame, computed: bool, outs: Sequence[Any], start: int) -> bool:
         """Memory accounting and tracing of a node that ran; False when its outputs are over the limit."""
