@@ -439,7 +439,7 @@ class Step:
         the caller takes one when it has nothing cheap to do.
         """
         if self.plan.frames is not None:
-            # control flow: one thread runs the whole step (runtime/frames.py)
+            # control flow: a worker runs the step, starting more for parallel branches (runtime/frames.py)
             if inline:
                 self._run_frames()
             else:
@@ -542,12 +542,11 @@ class Step:
                 return
             self._running += 1
         try:
+            # the step's last worker sets _remaining to 0 when every node of it has run
             run_frames(self)
         except BaseException as e:  # a bug in the executor itself: fail the step, never hang it
             self._fail(InternalError(f"executor failure: {type(e).__name__}: {e}"))
         finally:
-            with self._lock:
-                self._remaining = 0
             self._exit()
 
     def _loop(self, stack: list[int]) -> None:

@@ -18,13 +18,18 @@ stays as it is, so graphs without control flow pay nothing):
 
 An iteration is done when nothing of it is ready or running, it has no live child frame, and the iteration
 before it is done (iteration 0: when every Enter of the frame arrived); a frame is done when all its
-iterations are. Nodes run one at a time on the thread that runs the step, last ready first (so a loop body
-finishes before the next iteration runs ahead); the step's status is checked between nodes, so a deadline or
-a cancellation stops a loop between any two nodes of it.
+iterations are. Ready nodes of every frame and iteration wait in one stack, last ready first (so a loop body
+finishes before the next iteration runs ahead). As in TensorFlow's executor, ready nodes of a frame run in
+parallel, and so do nodes of different iterations (up to ``parallel_iterations``): a worker computes a
+kernel with no lock held and routes its outputs under the run's lock, and starts more workers on the
+step's scheduler when more expensive nodes (by learned cost, as outside frames) are ready than workers are
+free (``FrameWorkers``). The step's status is checked between nodes, so a deadline or a cancellation stops
+a loop between any two nodes of it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,9 +46,10 @@ from poolserve.runtime.kernels.control_flow_ops import (
     SWITCH_OPS,
 )
 from poolserve.runtime.kernels.functional_ops import truthy
+from poolserve.runtime.threadpool import kernel_clock
 
 if TYPE_CHECKING:
-    from poolserve.runtime.executor import Plan, Step
+    from poolserve.runtime.executor import Plan, PlanNode, Step
 
 # node kinds
 NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, TRIGGER = range(7)
@@ -146,6 +152,22 @@ class FrameInfo:
         self.roots = [
             pn.index for pn in nodes if self.kind[pn.index] != MERGE and self.pending[pn.index] == 0
         ]
+        # per node: not a Merge, and one producer edge (ready on its first delivery)
+        self.single = [k != MERGE and p == 1 for k, p in zip(self.kind, self.pending, strict=True)]
+        # per node: whether a consumer runs a kernel that may be expensive (only kernels registered as
+        # expensive are timed and can turn out so): only then may finishing it call for more workers
+        self.feeds_expensive = [
+            any(
+                self.kind[d] == NORMAL and nodes[d].measure
+                for d in [dst for _, dst, _ in self.out_edges[i]] + self.control_out[i]
+            )
+            for i in range(n)
+        ]
+        # per node: a kernel never timed (so never expensive) or a routing op, feeding no timed kernel
+        self.plain = [
+            not self.feeds_expensive[pn.index] and (self.kind[pn.index] != NORMAL or not pn.measure)
+            for pn in nodes
+        ]
 
 
 class _Iteration:
@@ -206,6 +228,7 @@ class FrameRun:
         self.info = info
         self.plan = step.plan
         self.root = _Frame("", None, 0, 1, 0)
+        self._single = info.single
         # (node, frame, iteration, dead, inputs)
         self.ready: list[tuple[int, _Frame, int, bool, list[Any]]] = []
 
@@ -219,8 +242,10 @@ class FrameRun:
 
     def _inputs(self, node: int) -> list[Any]:
         values = list(self.info.static_inputs[node])
-        for pos in self.info.feed_positions[node]:
-            values[pos] = self.step.values[values[pos]]
+        feeds = self.info.feed_positions[node]
+        if feeds:
+            for pos in feeds:
+                values[pos] = self.step.values[values[pos]]
         return values
 
     def _deliver(self, frame: _Frame, it: int, state: _Iteration, dst: int, pos: int, value: Any) -> None:
@@ -243,6 +268,13 @@ class FrameRun:
                 if m[0] == 0:
                     m[4] = True
                     self._push(dst, frame, it, state, False, [value, np.int32(pos)])
+            return
+        if info.pending[dst] == 1:
+            # one producer edge: ready at once, no per-iteration bookkeeping (most nodes of a loop body)
+            first = self._inputs(dst)
+            first[pos] = value
+            state.ops += 1
+            self.ready.append((dst, frame, it, value is DEAD and info.kind[dst] != TRIGGER, first))
             return
         inputs = state.inputs.get(dst)
         if inputs is None:
@@ -267,6 +299,11 @@ class FrameRun:
                     m[4] = True
                     self._push(dst, frame, it, state, True, [])
             return
+        if info.pending[dst] == 1:
+            # its only producer edge (a Const or NoOp in a loop body, run once per iteration)
+            state.ops += 1
+            self.ready.append((dst, frame, it, dead and info.kind[dst] != TRIGGER, self._inputs(dst)))
+            return
         if state.inputs.get(dst) is None:
             state.inputs[dst] = self._inputs(dst)
         if dead:
@@ -287,10 +324,26 @@ class FrameRun:
         """Delivers a node's outputs (and its control edge) to its consumers in (frame, iteration)."""
         state = frame.iterations[it]
         info = self.info
+        pending = info.pending
+        single = self._single
         for port, dst, pos in info.out_edges[node]:
-            self._deliver(frame, it, state, dst, pos, outs[port])
+            value = outs[port]
+            if single[dst]:
+                # one producer edge: ready at once (the loop body's common case, inlined)
+                inputs = list(info.static_inputs[dst])
+                if info.feed_positions[dst]:
+                    inputs = self._inputs(dst)
+                inputs[pos] = value
+                state.ops += 1
+                self.ready.append((dst, frame, it, value is DEAD and info.kind[dst] != TRIGGER, inputs))
+            else:
+                self._deliver(frame, it, state, dst, pos, value)
         for dst in info.control_out[node]:
-            self._deliver_control(frame, it, state, dst, dead)
+            if pending[dst] == 1 and info.kind[dst] != MERGE:
+                state.ops += 1
+                self.ready.append((dst, frame, it, dead and info.kind[dst] != TRIGGER, self._inputs(dst)))
+            else:
+                self._deliver_control(frame, it, state, dst, dead)
 
     # --- frames and iterations ------------------------------------------------------------------------------
 
@@ -338,6 +391,8 @@ class FrameRun:
             parent, parent_iter = frame.parent, frame.parent_iter
             for node in frame.dead_exits:
                 if node not in frame.live_exits:
+                    if parent is self.root:
+                        self.step.values[self.plan.nodes[node].out_base] = DEAD
                     self._activate(parent, parent_iter, node, [DEAD], True)
             del parent.children[(parent_iter, frame.name)]
             parent.iterations[parent_iter].frames -= 1
@@ -355,23 +410,34 @@ class FrameRun:
     ) -> Sequence[Any] | None:
         """Runs one ready node (its kernel unless dead or a routing op) and routes its outputs. Returns its
         outputs (None when it was dead and did not run), for tracing and memory accounting."""
-        info = self.info
-        kind = info.kind[node]
-        pn = self.plan.nodes[node]
+        kind = self.info.kind[node]
+        if not dead and kind in (NORMAL, TRIGGER):
+            outs = self.plan.nodes[node].compute(self.step.ctx, inputs)
+        else:
+            outs = self.routed(node, dead, inputs)
+        self.finish(node, frame, it, dead, outs)
+        return None if dead else outs
+
+    def routed(self, node: int, dead: bool, inputs: list[Any]) -> Sequence[Any]:
+        """The outputs of a dead node or a routing op (Switch, Merge, Enter, Exit, NextIteration)."""
+        kind = self.info.kind[node]
         if dead:
-            outs: Sequence[Any] = [DEAD] * pn.num_outputs
-        elif kind in (NORMAL, TRIGGER):
-            outs = pn.compute(self.step.ctx, inputs)
-        elif kind == SWITCH:
+            return [DEAD] * self.plan.nodes[node].num_outputs
+        if kind == SWITCH:
             if np.ndim(inputs[1]) != 0:
                 raise InvalidArgumentError(
                     f"The second input must be a scalar, but it has shape {list(np.shape(inputs[1]))}"
                 )
-            outs = [DEAD, inputs[0]] if truthy(inputs[1]) else [inputs[0], DEAD]
-        elif kind == MERGE:
-            outs = inputs
-        else:
-            outs = [inputs[0]]
+            return [DEAD, inputs[0]] if truthy(inputs[1]) else [inputs[0], DEAD]
+        if kind == MERGE:
+            return inputs
+        return [inputs[0]]
+
+    def finish(self, node: int, frame: _Frame, it: int, dead: bool, outs: Sequence[Any]) -> None:
+        """Routes a node's outputs to its consumers, frames and iterations (under the run's lock)."""
+        info = self.info
+        kind = info.kind[node]
+        pn = self.plan.nodes[node]
         if frame is self.root:
             values = self.step.values
             b = pn.out_base
@@ -395,6 +461,8 @@ class FrameRun:
                 frame.dead_exits.append(node)
             elif frame.parent is not None:
                 frame.live_exits.add(node)
+                if frame.parent is self.root:  # the Exit's value is the root frame's: it may be fetched
+                    self.step.values[pn.out_base] = outs[0]
                 self._activate(frame.parent, frame.parent_iter, node, outs, False)
         elif kind == NEXT:
             if not dead:  # a dead NextIteration ends the loop's deadness here
@@ -410,7 +478,6 @@ class FrameRun:
         state.ops -= 1
         if not state.ops and not state.frames and frame.parent is not None:
             self._cleanup(frame, it)
-        return None if dead else outs
 
     def check_fetches(self) -> InvalidArgumentError | None:
         """A fetched tensor that is dead (or never computed) fails the step, as in TensorFlow."""
@@ -424,46 +491,230 @@ class FrameRun:
         return None
 
 
-def run_frames(step: Step) -> None:
-    """Runs a step of a plan with frames to completion on this thread (``Step`` calls it)."""
-    from poolserve.runtime.executor import NodeRecord, kernel_error
+class FrameWorkers:
+    """Runs a step of a plan with frames on as many threads as it has expensive nodes ready at once.
 
-    info = step.plan.frames
-    assert info is not None
-    run = FrameRun(step, info)
-    run.start()
-    ready = run.ready
-    trace = step.trace
-    memory = step.memory
-    nodes = step.plan.nodes
-    while ready:
-        if step.status is not None:
-            return
-        node, frame, it, dead, inputs = ready.pop()
-        start = time.time_ns() if trace is not None else 0
+    Ready nodes of every frame and iteration wait in one stack (``FrameRun.ready``). A worker pops the
+    latest, computes its kernel with no lock held, then routes its outputs under the run's lock; routing
+    ops and dead nodes are handled under the lock without a kernel call. When more expensive nodes are
+    ready than workers are free to take them, the worker schedules more workers (``Step.schedule``: the
+    inter-op pool or the run handler), as the plain executor hands off expensive nodes; a worker ends when
+    the stack is empty, and the last one to finish completes the step. On the caller's thread
+    (``inter_op_thread_pool = -1``) or a saturated scheduler, one worker runs everything.
+    """
+
+    def __init__(self, step: Step) -> None:
+        info = step.plan.frames
+        assert info is not None
+        self.step = step
+        self.info = info
+        self.run = FrameRun(step, info)
+        self.lock = threading.Lock()
+        self.workers = 0  # workers started and not ended
+        self.computing = 0  # workers inside a kernel now
+        self.completed = False
+        from poolserve.runtime.executor import NodeRecord, kernel_error  # (executor imports this module)
+
+        self._record = NodeRecord
+        self._kernel_error = kernel_error
+
+    def start(self) -> None:
+        self.run.start()
+        self.workers = 1
+
+    def spawn(self) -> None:
+        """A scheduled worker: counted in the step's running closures while it works."""
+        step = self.step
+        with step._lock:
+            if step._finished:
+                with self.lock:
+                    self.workers -= 1
+                return
+            step._running += 1
         try:
-            outs = run.run_node(node, frame, it, dead, inputs)
-        except BaseException as e:
-            step._fail(kernel_error(nodes[node], e))
-            return
-        if outs is None:
-            continue  # dead: it did not run
-        end = time.time_ns() if trace is not None else 0
+            self.work()
+        except BaseException as e:  # a bug in the executor itself: fail the step, never hang it
+            from poolserve.runtime.errors import InternalError
+
+            step._fail(InternalError(f"executor failure: {type(e).__name__}: {e}"))
+            with self.lock:
+                self.workers -= 1
+                self.computing = 0
+        finally:
+            step._exit()
+
+    def work(self) -> None:
+        """Runs ready nodes until none is left. Routing ops, dead nodes and cheap kernels run under the run's
+        lock, as one thread would run them; only an expensive kernel (by learned cost) is computed with the
+        lock released, so other workers route and compute meanwhile."""
+        step = self.step
+        run = self.run
+        ready = run.ready
+        nodes = step.plan.nodes
+        kinds = self.info.kind
+        lock = self.lock
+        parallel = not step.inline_all
+        counted = step.memory is not None or step.trace is not None
+        run_node = run.run_node
+        kernel_error = self._kernel_error
+        feeds_expensive = self.info.feeds_expensive
+        # nodes that need none of the checks below: run as one thread would run them
+        plain = [False] * len(nodes) if counted else self.info.plain if parallel else [True] * len(nodes)
+        entry: tuple[int, _Frame, int, bool, list[Any]] | None
+        while True:
+            extra = 0
+            with lock:
+                if step.status is not None or not ready:
+                    break
+                entry = ready.pop()
+                node = entry[0]
+                if plain[node]:
+                    try:
+                        run_node(*entry)
+                    except BaseException as e:
+                        step._fail(kernel_error(nodes[node], e))
+                        break
+                    continue
+                pn = nodes[node]
+                if parallel and pn.expensive and not entry[3] and kinds[node] == NORMAL:
+                    self.computing += 1
+                else:
+                    # under the lock, as one thread runs them: a routing op, a dead node or a cheap kernel
+                    check = parallel and feeds_expensive[node]
+                    before = len(ready)
+                    try:
+                        if counted:
+                            if not self._counted(entry, pn):
+                                break
+                        else:
+                            run_node(*entry)
+                    except BaseException as e:
+                        step._fail(kernel_error(pn, e))
+                        break
+                    if check and len(ready) > max(before, 1) and self._expensive(before):
+                        extra = self._wanted()
+                        self.workers += extra
+                    entry = None
+            if entry is not None:
+                # an expensive kernel: computed with the lock released
+                before = self._step(entry, pn)
+                if before < 0:
+                    break
+                with lock:
+                    if feeds_expensive[node] and len(ready) > max(before, 1) and self._expensive(before):
+                        extra = self._wanted()
+                        self.workers += extra
+            if extra:
+                if step.saturated():
+                    with lock:
+                        self.workers -= extra
+                else:
+                    for _ in range(extra):
+                        step.schedule(self.spawn)
+        with lock:
+            self.workers -= 1
+            last = not self.completed and (
+                step.status is not None or (not ready and self.computing == 0 and self.workers == 0)
+            )
+            if last and step.status is None:
+                self.completed = True
+                missing = run.check_fetches()
+                if missing is not None:
+                    step._fail(missing)
+                with step._lock:
+                    step._remaining = 0
+
+    def _counted(self, entry: tuple[int, _Frame, int, bool, list[Any]], pn: PlanNode) -> bool:
+        """``run_node`` for a step that traces or counts memory (under the lock); False when the node's
+        outputs are over the limit."""
+        node, frame, it, dead, inputs = entry
+        start = time.time_ns() if self.step.trace is not None else 0
+        computed = not dead and self.info.kind[node] in (NORMAL, TRIGGER)
+        outs = pn.compute(self.step.ctx, inputs) if computed else self.run.routed(node, dead, inputs)
+        if not dead and not self._account(pn, frame, computed, outs, start):
+            return False
+        self.run.finish(node, frame, it, dead, outs)
+        return True
+
+    def _account(self, pn: PlanNode, frame: _Frame, computed: bool, outs: Sequence[Any], start: int) -> bool:
+        """Memory accounting and tracing of a node that ran; False when its outputs are over the limit."""
+        step = self.step
+        memory = step.memory
         in_use = 0
         if memory is not None:
             error = None
-            if info.kind[node] not in (NORMAL, TRIGGER):
+            if not computed:
                 in_use = memory.in_use()  # routing ops pass tensors on: nothing allocated
-            elif frame is run.root:
-                error, in_use = memory.allocate(nodes[node], outs)
+            elif frame is self.run.root:
+                error, in_use = memory.allocate(pn, outs)
             else:
                 # values inside loop frames are dropped with their iteration: counted as they are made
-                error, in_use = memory.transient(nodes[node], outs)
+                error, in_use = memory.transient(pn, outs)
             if error is not None:
                 step._fail(error)
-                return
-        if trace is not None:
-            trace.record(NodeRecord(node, 0, start, end, outs, in_use))
-    missing = run.check_fetches()
-    if missing is not None:
-        step._fail(missing)
+                return False
+        if step.trace is not None:
+            step.trace.record(self._record(pn.index, 0, start, time.time_ns(), outs, in_use))
+        return True
+
+    def _step(self, entry: tuple[int, _Frame, int, bool, list[Any]], pn: PlanNode) -> int:
+        """Computes an expensive kernel with the run's lock released, then routes its outputs under it.
+        Returns the stack's length before routing (what is above it was made ready by this node), or -1
+        when the step failed."""
+        step = self.step
+        node, frame, it, _, inputs = entry
+        start = time.time_ns() if step.trace is not None else 0
+        try:
+            if pn.measure:
+                t0 = time.perf_counter()
+                outs = pn.compute(step.ctx, inputs)
+                elapsed = time.perf_counter() - t0
+                pn.learn(elapsed * 1e6)
+                kernel_clock.seconds += elapsed
+            else:
+                outs = pn.compute(step.ctx, inputs)
+            ok = (step.memory is None and step.trace is None) or self._account(pn, frame, True, outs, start)
+        except BaseException as e:
+            step._fail(self._kernel_error(pn, e))
+            ok = False
+        with self.lock:
+            self.computing -= 1
+            if not ok:
+                return -1
+            before = len(self.run.ready)
+            try:
+                self.run.finish(node, frame, it, False, outs)
+            except BaseException as e:
+                step._fail(self._kernel_error(pn, e))
+                return -1
+            return before
+
+    def _expensive(self, start: int) -> bool:
+        """Whether a ready node from ``start`` on in the stack is an expensive kernel."""
+        nodes = self.step.plan.nodes
+        kinds = self.info.kind
+        ready = self.run.ready
+        for k in range(start, len(ready)):
+            entry = ready[k]
+            if not entry[3] and kinds[entry[0]] == NORMAL and nodes[entry[0]].expensive:
+                return True
+        return False
+
+    def _wanted(self) -> int:
+        """More workers to start: expensive ready nodes beyond the workers free to take them."""
+        nodes = self.step.plan.nodes
+        kinds = self.info.kind
+        expensive = 0
+        for entry in self.run.ready:
+            if not entry[3] and kinds[entry[0]] == NORMAL and nodes[entry[0]].expensive:
+                expensive += 1
+        free = self.workers - self.computing
+        return max(0, expensive - free)
+
+
+def run_frames(step: Step) -> None:
+    """Runs a step of a plan with frames to completion (``Step`` calls it on the thread it gives the step;
+    more workers may run on the scheduler's threads meanwhile)."""
+    workers = FrameWorkers(step)
+    workers.start()
+    workers.work()

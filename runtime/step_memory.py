@@ -14,13 +14,23 @@ step whose ``StepMemory`` has the calling step's as ``parent``: its tensors coun
 ``live``, ``peak`` and limit while they are alive, as TensorFlow's allocator sees them, and what is still
 live when the body finishes (its results) is released by ``release()``, because the calling kernel's
 outputs are counted again as the caller's.
+
+A TensorList (a 0-d object array holding one, ``runtime/kernels/list_ops.py``) holds element arrays that
+lists derived from it share. Its elements count by identity, once each however many lists hold them, from
+the first output list that holds them until Python frees them (a weak reference's callback), as TensorFlow's
+allocator counts the buffers a list's tensors share; a tensor read back out of a list (``TensorListGetItem``)
+is that element and is not counted again. An item is counted twice only while both the node output it was
+and a list hold it (until that output's last reader has run): a bound that errs high by one element.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from poolserve.runtime.errors import ResourceExhaustedError
 
@@ -45,10 +55,31 @@ def slot_uses(plan: Plan) -> list[int]:
     return uses
 
 
+def list_elements(value: Any) -> list[Any] | None:
+    """The element arrays of a TensorList value (a 0-d object array holding one), else None."""
+    if type(value) is np.ndarray and value.dtype.kind == "O" and value.ndim == 0:
+        elements = getattr(value[()], "elements", None)
+        if isinstance(elements, list):
+            return elements
+    return None
+
+
 class StepMemory:
     """Live bytes of one step (see the module docstring). Thread-safe: nodes of a step run in parallel."""
 
-    __slots__ = ("allocated", "limit", "live", "lock", "own", "peak", "root", "sizes", "uses")
+    __slots__ = (
+        "allocated",
+        "elements",
+        "limit",
+        "live",
+        "lock",
+        "own",
+        "peak",
+        "released",
+        "root",
+        "sizes",
+        "uses",
+    )
 
     def __init__(self, plan: Plan, limit: int | None, parent: StepMemory | None = None) -> None:
         # the step whose counters (live, peak, allocated) and limit every nested step shares
@@ -64,23 +95,68 @@ class StepMemory:
         self.uses = uses.copy()
         self.sizes: dict[int, int] = {}  # slot -> bytes, for live tensors
         self.lock: threading.Lock = threading.Lock() if parent is None else self.root.lock
+        # list elements counted in the root's live bytes: id -> weak reference (the root's, shared)
+        self.elements: dict[int, weakref.ref[Any]] = {} if parent is None else self.root.elements
+        # bytes of counted list elements Python has freed since, taken off ``live`` under the lock: a
+        # weak reference's callback may run on any thread, even one holding the lock, so it only appends
+        self.released: list[int] = [] if parent is None else self.root.released
+
+    def _sizes(self, outs: Sequence[Any]) -> tuple[list[int], list[tuple[Any, int]]]:
+        """Bytes of each output, and the list elements (with their bytes) that no counted list held
+        before (under the lock)."""
+        elements = self.elements
+        sizes = []
+        new: list[tuple[Any, int]] = []
+        for o in outs:
+            items = list_elements(o)
+            if items is None:
+                # an element read back out of a list is already counted
+                sizes.append(0 if elements and id(o) in elements else int(getattr(o, "nbytes", 0)))
+                continue
+            sizes.append(int(o.nbytes))
+            seen = set()
+            for a in items:
+                if a is not None and id(a) not in elements and id(a) not in seen:
+                    seen.add(id(a))
+                    new.append((a, int(getattr(a, "nbytes", 0))))
+        return sizes, new
+
+    def _join(self, new: list[tuple[Any, int]]) -> int:
+        """Counts these list elements until Python frees them; their bytes (under the lock)."""
+        elements = self.elements
+        joined = 0
+        for a, n in new:
+            try:
+                elements[id(a)] = weakref.ref(a, _forget(elements, self.released, id(a), n))
+            except TypeError:  # not weakly referenceable: left uncounted
+                continue
+            joined += n
+        return joined
+
+    def _drain(self) -> None:
+        released = self.released
+        root = self.root
+        while released:
+            root.live -= released.pop()
 
     def allocate(self, node: PlanNode, outs: Sequence[Any]) -> tuple[ResourceExhaustedError | None, int]:
         """Counts a node's outputs, then frees the inputs it was the last to read. Returns the OOM error
         when the outputs do not fit under the limit (they are not counted then), and the live bytes once
         they were allocated (before the inputs were freed)."""
-        sizes = [int(getattr(o, "nbytes", 0)) for o in outs]
-        size = sum(sizes)
         uses = self.uses
         root = self.root
         with self.lock:
-            live = root.live + size
+            self._drain()
+            sizes, new = self._sizes(outs)
+            size = sum(sizes)
+            live = root.live + size + sum(n for _, n in new)
             if self.limit is not None and live > self.limit:
                 return self._oom(node, outs, live), live
+            joined = self._join(new)
             freed = 0
-            root.allocated += size
+            root.allocated += size + joined
             if root is not self:
-                self.allocated += size
+                self.allocated += size + joined
             if live > root.peak:
                 root.peak = live
             b = node.out_base
@@ -114,17 +190,21 @@ class StepMemory:
     def transient(self, node: PlanNode, outs: Sequence[Any]) -> tuple[ResourceExhaustedError | None, int]:
         """Counts outputs made inside a loop frame for the limit and the peak, then lets them go: the
         frame's iteration holds them, and they are dropped with it."""
-        size = sum(int(getattr(o, "nbytes", 0)) for o in outs)
         root = self.root
         with self.lock:
-            live = root.live + size
+            self._drain()
+            sizes, new = self._sizes(outs)
+            live = root.live + sum(sizes) + sum(n for _, n in new)
             if self.limit is not None and live > self.limit:
                 return self._oom(node, outs, live), live
-            root.allocated += size
+            joined = self._join(new)
+            root.allocated += sum(sizes) + joined
             if root is not self:
-                self.allocated += size
+                self.allocated += sum(sizes) + joined
             if live > root.peak:
                 root.peak = live
+            # list elements stay counted until Python frees them (the iteration's lists hold them)
+            root.live += joined
         return None, live
 
     def hold(self, delta: int) -> None:
@@ -139,6 +219,8 @@ class StepMemory:
 
     def in_use(self) -> int:
         """The root step's live bytes now."""
+        with self.lock:
+            self._drain()
         return self.root.live
 
     def _oom(self, node: PlanNode, outs: Sequence[Any], live: int) -> ResourceExhaustedError:
@@ -154,3 +236,14 @@ class StepMemory:
     def live_slots(self) -> dict[int, int]:
         with self.lock:
             return dict(self.sizes)
+
+
+def _forget(elements: dict[int, weakref.ref[Any]], released: list[int], key: int, size: int) -> Any:
+    """The callback for a counted list element's weak reference: Python freed it."""
+
+    def gone(ref: weakref.ref[Any]) -> None:
+        if elements.get(key) is ref:
+            del elements[key]
+        released.append(size)
+
+    return gone

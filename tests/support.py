@@ -55,6 +55,45 @@ def assert_close(actual: Any, expected: Any, rtol: float = 1e-5, atol: float = 1
         np.testing.assert_array_equal(actual, expected)
 
 
+def v1_while(
+    b: GraphBuilder,
+    n: str,
+    loop_vars: Sequence[tuple[str, Any]],
+    invariants: Sequence[tuple[str, Any]],
+    body: Any,
+    frame: str = "loop",
+    parallel_iterations: int = 10,
+) -> list[str]:
+    """A ``tf.compat.v1.while_loop`` as TensorFlow lowers it (Enter, Merge, LoopCond, Switch, Identity,
+    NextIteration, Exit) over ``i < n`` (int32 tensors; ``i`` starts at 0). ``loop_vars`` and
+    ``invariants`` are (tensor, dtype); ``body(i, loop_vars, invariants)`` returns the next loop_vars.
+    Returns the Exit of each loop var."""
+    attrs = {"frame_name": frame, "parallel_iterations": parallel_iterations}
+    name = b.unique_name(frame)
+    tensors = [(b.constant(np.int32(0)), np.int32), (n, np.int32), *loop_vars]
+    merged, nexts = [], []
+    for k, (t, dtype) in enumerate([tensors[0], *loop_vars]):
+        enter = b.op("Enter", [t], {"T": dtype, **attrs}, name=f"{name}/enter{k}")
+        nexts.append(f"{name}/next{k}")
+        merged.append(b.op("Merge", [enter, nexts[-1]], {"T": dtype, "N": 2}, num_outputs=2)[0])
+    consts = [
+        b.op("Enter", [t], {"T": dtype, **attrs, "is_constant": True}, name=f"{name}/const")
+        for t, dtype in [tensors[1], *invariants]
+    ]
+    cond = b.op("LoopCond", [b.op("Less", [merged[0], consts[0]], {"T": np.int32})])
+    exits, inside = [], []
+    for m, (_, dtype) in zip(merged, [tensors[0], *loop_vars], strict=True):
+        out_false, out_true = b.op("Switch", [m, cond], {"T": dtype}, num_outputs=2)
+        exits.append(b.op("Exit", [out_false], {"T": dtype}))
+        inside.append(b.op("Identity", [out_true], {"T": dtype}))
+    i = inside[0]
+    results = [b.op("AddV2", [i, b.constant(np.int32(1))], {"T": np.int32})]
+    results += list(body(i, inside[1:], consts[1:]))
+    for k, (r, (_, dtype)) in enumerate(zip(results, [tensors[0], *loop_vars], strict=True)):
+        b.op("NextIteration", [r], {"T": dtype}, name=nexts[k])
+    return exits[1:]
+
+
 # --- a test-only kernel: sleeps (releasing the GIL, like a BLAS call), counts its runs ------------------
 
 import threading  # noqa: E402

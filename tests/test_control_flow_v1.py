@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from support import gate_op, sleep_op, v1_while
 
 from poolserve import RunMetadata, RunOptions, Session, load_graph_def
 from poolserve.proto import config_pb2, graph_pb2
@@ -193,3 +195,63 @@ def test_peak_counts_a_loop_and_its_result() -> None:
         sess.run("y:0", ins, options=RunOptions(trace_level=FULL_TRACE), run_metadata=meta)
     # tensors made inside the loop are counted as they are made, then dropped with their iteration
     assert 32 <= step_peak_bytes(meta.step_stats) < 1024
+
+
+def test_independent_expensive_nodes_in_a_loop_body_run_at_once() -> None:
+    """As TensorFlow's executor runs a frame's ready nodes in parallel: both gates of an iteration are running
+    before either is opened, on two threads."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, ())
+    n = b.placeholder("n", np.int32, ())
+    gates = []
+
+    def body(i: str, xs: list[str], _: list[str]) -> list[str]:
+        left, g1 = gate_op(b, xs[0], "loop_gate_a")
+        right, g2 = gate_op(b, xs[0], "loop_gate_b")
+        gates.extend([g1, g2])
+        return [b.add(left, right, name="join")]
+
+    (y,) = v1_while(b, n, [(x, np.float32)], [], body)
+    result: list[Any] = []
+    meta = RunMetadata()
+    with Session(b.graph_def) as sess:
+        run = threading.Thread(
+            target=lambda: result.append(
+                sess.run(
+                    y,
+                    {"x:0": np.float32(1.5), "n:0": np.int32(3)},
+                    options=RunOptions(trace_level=FULL_TRACE),
+                    run_metadata=meta,
+                )
+            )
+        )
+        run.start()
+        try:
+            assert gates[0].started.wait(5) and gates[1].started.wait(5)
+            assert not result
+        finally:
+            for g in gates:
+                g.open()
+            run.join(10)
+    assert result == [1.5 * 2**3]
+    names = [ns.node_name for ns in meta.step_stats.dev_stats[0].node_stats]
+    assert names.count("loop_gate_a") == 3 and names.count("loop_gate_b") == 3
+
+
+def test_a_loop_on_the_callers_thread_runs_its_nodes_in_turn() -> None:
+    """``inter_op_thread_pool = -1``: one thread runs the whole loop, as before."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, ())
+
+    def body(i: str, xs: list[str], _: list[str]) -> list[str]:
+        left = sleep_op(b, xs[0], 0.0, "turn_a")
+        right = sleep_op(b, xs[0], 0.0, "turn_b")
+        return [b.add(left, right)]
+
+    (y,) = v1_while(b, b.constant(np.int32(4)), [(x, np.float32)], [], body)
+    meta = RunMetadata()
+    options = RunOptions(trace_level=FULL_TRACE, inter_op_thread_pool=-1)
+    with Session(b.graph_def) as sess:
+        assert sess.run(y, {"x:0": np.float32(1.0)}, options=options, run_metadata=meta) == 16.0
+    stats = meta.step_stats.dev_stats[0].node_stats
+    assert len({ns.thread_id for ns in stats}) == 1
