@@ -11,6 +11,7 @@ place to its fresh output, so a fused node allocates one tensor where the unfuse
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -164,3 +165,61 @@ def _conv_nchw(node: Node) -> bool:
 kernel("_FusedConv2D", expensive=True)(_fused(conv2d, _conv_nchw))
 kernel("_FusedDepthwiseConv2dNative", expensive=True)(_fused(depthwise_conv2d, _conv_nchw))
 kernel("_FusedMatMul", expensive=True)(_fused(matmul, lambda node: False))
+
+
+@kernel("_FusedLayerNorm")
+def fused_layer_norm(node: Node) -> Compute:
+    """Layer normalization as the optimizer (``runtime/layer_norm_fusion.py``) writes it: inputs ``x``,
+    ``gamma`` and ``beta`` (each broadcasting against ``x``), attrs ``axes`` (the Mean's reduction axes),
+    ``epsilon`` and ``T``. It computes what the unfused graph does, ``(x - mean) * rsqrt(variance +
+    epsilon) * gamma + beta`` with the mean and the variance (of ``x - mean``) taken over ``axes``, in
+    ``T`` throughout, in one node where the graph had about ten."""
+    axes_attr = tuple(node.attr_ints("axes"))
+    dtype = node.attr_dtype("T", np.float32)
+    epsilon = dtype.type(node.attr_float("epsilon"))
+    if dtype not in (np.float32, np.float64):
+        raise UnimplementedError(
+            f"Node '{node.name}' (op '{node.op}'): T = {dtype} is not supported", node.name
+        )
+
+    # per input shape: the normalized axes, their element count, and whether gamma and beta keep x's shape
+    shapes: dict[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], Any, bool, bool]] = {}
+
+    def plan(x: Any, gamma: Any, beta: Any) -> tuple[tuple[int, ...], Any, bool, bool]:
+        for a in axes_attr:
+            if not -x.ndim <= a < x.ndim:
+                raise InvalidArgumentError(
+                    f"Invalid reduction dimension ({a} for input with {x.ndim} dimension(s)"
+                )
+        axes = tuple(sorted({a % x.ndim for a in axes_attr}))
+        count = dtype.type(math.prod(x.shape[a] for a in axes))
+        if len(shapes) >= 16:
+            shapes.clear()
+        return axes, count, _broadcasts_into(gamma, x), _broadcasts_into(beta, x)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, gamma, beta = inputs
+        if x.dtype != dtype:
+            raise InvalidArgumentError(f"x must be {dtype}, got {x.dtype}")
+        key = (x.shape, gamma.shape, beta.shape)
+        p = shapes.get(key)
+        if p is None:
+            p = shapes[key] = plan(x, gamma, beta)
+        axes, count, gamma_in_place, beta_in_place = p
+        mean = np.add.reduce(x, axis=axes, dtype=dtype, keepdims=True)
+        mean /= count
+        y = np.subtract(x, mean)
+        var = np.add.reduce(np.multiply(y, y), axis=axes, dtype=dtype, keepdims=True)
+        var /= count
+        var += epsilon
+        np.reciprocal(np.sqrt(var, out=var), out=var)
+        y *= var
+        y = np.multiply(y, gamma, out=y if gamma_in_place else None)
+        return (np.add(y, beta, out=y if beta_in_place else None),)
+
+    return compute
+
+
+def _broadcasts_into(a: Any, y: Any) -> bool:
+    """Whether ``y op a`` has ``y``'s shape, so the result may go to ``y``."""
+    return a.ndim <= y.ndim and all(d in (1, e) for d, e in zip(a.shape[::-1], y.shape[::-1], strict=False))
