@@ -19,7 +19,7 @@ import numpy as np
 
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 from poolserve.runtime.kernels import nn_ops
-from poolserve.runtime.kernels.conv_ops import conv2d, depthwise_conv2d
+from poolserve.runtime.kernels.conv_ops import conv2d_with_epilogue, depthwise_conv2d_with_epilogue
 from poolserve.runtime.kernels.erf_ops import erfc_fn
 from poolserve.runtime.kernels.math_ops import _sigmoid
 from poolserve.runtime.kernels.nn_ops import matmul
@@ -27,6 +27,8 @@ from poolserve.runtime.kernels.registry import Compute, Factory, OpContext, kern
 from poolserve.runtime.node import Node
 
 Activation = Callable[[Any, float], Any]
+# a product kernel that runs an epilogue on its output in place: (inputs, epilogue) -> output
+ProductFactory = Callable[[Node], Callable[[list[Any], Callable[[Any], Any]], Any]]
 
 _SQRT_HALF = 0.7071067811865476
 _SQRT_2_OVER_PI = 0.7978845608028654
@@ -98,8 +100,9 @@ ACTIVATIONS: dict[str, Activation] = {
 _GELU = ("GeluExact", "GeluApproximate")
 
 
-def _fused(product: Factory, channels_first: Callable[[Node], bool]) -> Factory:
-    """A fused kernel: ``product``'s kernel on (input, filter), then the epilogue ``fused_ops`` names."""
+def _fused(product: ProductFactory, channels_first: Callable[[Node], bool]) -> Factory:
+    """A fused kernel: ``product``'s kernel on (input, filter), then the epilogue ``fused_ops`` names,
+    which the product runs on its fresh output in place (block by block, for large convolutions)."""
 
     def factory(node: Node) -> Compute:
         fused_ops = [
@@ -132,26 +135,33 @@ def _fused(product: Factory, channels_first: Callable[[Node], bool]) -> Factory:
         nchw = channels_first(node)
 
         def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-            # the product's output is a fresh array: the epilogue writes into it
-            y = inner(ctx, inputs[:2])[0]
-            c = y.shape[1] if nchw else y.shape[-1]
             if head == "BiasAdd":
                 bias = inputs[2]
-                if bias.shape != (c,):
-                    raise InvalidArgumentError(
-                        f"Must provide as many biases as the channel dimension of the output: "
-                        f"[{bias.size}] vs. {list(y.shape)}"
-                    )
-                y += bias.reshape(c, 1, 1) if nchw else bias
+                if bias.ndim != 1:
+                    raise InvalidArgumentError(f"bias must be 1-D: {list(bias.shape)}")
+                factor = None
+                shift = bias.reshape(-1, 1, 1) if nchw else bias
             else:
                 scale, offset, mean, variance = inputs[2:]
                 factor = scale * (1 / np.sqrt(variance + variance.dtype.type(epsilon)))
                 shift = offset - mean * factor
                 if nchw:
-                    factor, shift = factor.reshape(c, 1, 1), shift.reshape(c, 1, 1)
-                y *= factor
+                    factor, shift = factor.reshape(-1, 1, 1), shift.reshape(-1, 1, 1)
+            c = inputs[2].size
+
+            def epilogue(y: Any) -> Any:
+                # y: the product's fresh output, or a block of its rows (channels last)
+                if (y.shape[-3] if nchw else y.shape[-1]) != c:
+                    raise InvalidArgumentError(
+                        f"Must provide as many biases as the channel dimension of the output: "
+                        f"[{c}] vs. {list(y.shape)}"
+                    )
+                if factor is not None:
+                    y *= factor
                 y += shift
-            return (y if act is None else act(y, alpha),)
+                return y if act is None else act(y, alpha)
+
+            return (inner(inputs[:2], epilogue),)
 
         return compute
 
@@ -162,9 +172,15 @@ def _conv_nchw(node: Node) -> bool:
     return node.attr_str("data_format", "NHWC") == "NCHW"
 
 
-kernel("_FusedConv2D", expensive=True)(_fused(conv2d, _conv_nchw))
-kernel("_FusedDepthwiseConv2dNative", expensive=True)(_fused(depthwise_conv2d, _conv_nchw))
-kernel("_FusedMatMul", expensive=True)(_fused(matmul, lambda node: False))
+def _matmul_with_epilogue(node: Node) -> Callable[[list[Any], Callable[[Any], Any]], Any]:
+    inner = matmul(node)
+    ctx = OpContext()  # MatMul's kernel reads nothing of its step
+    return lambda inputs, epilogue: epilogue(inner(ctx, inputs)[0])
+
+
+kernel("_FusedConv2D", expensive=True)(_fused(conv2d_with_epilogue, _conv_nchw))
+kernel("_FusedDepthwiseConv2dNative", expensive=True)(_fused(depthwise_conv2d_with_epilogue, _conv_nchw))
+kernel("_FusedMatMul", expensive=True)(_fused(_matmul_with_epilogue, lambda node: False))
 
 
 @kernel("_FusedLayerNorm")
