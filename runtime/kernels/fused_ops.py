@@ -11,6 +11,7 @@ place to its fresh output, so a fused node allocates one tensor where the unfuse
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -20,9 +21,9 @@ import numpy as np
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 from poolserve.runtime.kernels import nn_ops
 from poolserve.runtime.kernels.conv_ops import conv2d_with_epilogue, depthwise_conv2d_with_epilogue
-from poolserve.runtime.kernels.erf_ops import erfc_fn
+from poolserve.runtime.kernels.erf_ops import _erf64, erfc_fn
 from poolserve.runtime.kernels.math_ops import _sigmoid
-from poolserve.runtime.kernels.nn_ops import matmul
+from poolserve.runtime.kernels.nn_ops import _CLIP, matmul
 from poolserve.runtime.kernels.registry import Compute, Factory, OpContext, kernel
 from poolserve.runtime.node import Node
 
@@ -31,6 +32,7 @@ Activation = Callable[[Any, float], Any]
 ProductFactory = Callable[[Node], Callable[[list[Any], Callable[[Any], Any]], Any]]
 
 _SQRT_HALF = 0.7071067811865476
+_F32 = np.dtype(np.float32)
 _SQRT_2_OVER_PI = 0.7978845608028654
 
 
@@ -65,11 +67,54 @@ def _sigmoid_act(y: Any, alpha: float) -> Any:
 
 
 def _gelu_exact(y: Any, alpha: float) -> Any:
-    # 0.5 * x * erfc(-x / sqrt(2)), the form Keras exports, with the Erfc kernel's own approximation, so
-    # that fusing changes no digit the unfused graph computes beyond float rounding
+    if y.dtype == _F32 and y.flags.c_contiguous:
+        flat = y.reshape(-1)
+        for start in range(0, flat.size, _GELU_BLOCK):
+            _gelu_table(flat[start : start + _GELU_BLOCK])
+        return y
+    # 0.5 * x * erfc(-x / sqrt(2)), the form Keras exports, with the Erfc kernel's own approximation
     e = erfc_fn(y.dtype)(y * y.dtype.type(-_SQRT_HALF))
     e *= y.dtype.type(0.5)
     y *= e
+    return y
+
+
+# float32 GELU as relu(x) + g(x), g(x) = x Phi(x) - relu(x) = -|x| Phi(-|x|), interpolated linearly in a
+# table of g at multiples of 1/1024 over [-8, 8] (two 64 KiB tables; g is below 1e-14 past 8). It is
+# within 2e-7 of the exact GELU everywhere (checked on 2 million points; the erfc form the graph spells,
+# in float32 as TensorFlow computes it, is within 9e-7), and costs 11 passes over the tensor against
+# about 35 for the erfc form: BERT-tiny's [128, 512] GELU 0.43 ms against 1.1-2.2 (loaded machine). It
+# runs on blocks of 64K values, whose five temporaries stay in cache: at batch 8 ([1024, 512]) 5.9 ms
+# against 11-16 in one piece (8.7 in 8K blocks, 7.1 in 16K, 6.4 in 32K), the erfc form 11-17.
+_GELU_STEPS = 1024
+_GELU_BLOCK = 1 << 16
+_GELU_HALF = 8 * _GELU_STEPS
+
+
+@functools.cache
+def _gelu_tables() -> tuple[Any, Any]:
+    """(g at grid point k, g's step to k + 1), for k = -8192..8191, at index k + 8192."""
+    x = np.arange(-_GELU_HALF, _GELU_HALF + 1, dtype=np.float64) / _GELU_STEPS
+    g = x * 0.5 * (1.0 + _erf64(x * _SQRT_HALF)) - np.maximum(x, 0.0)
+    return g[:-1].astype(np.float32), np.diff(g).astype(np.float32)
+
+
+def _gelu_table(y: Any) -> Any:
+    values, steps = _gelu_tables()
+    t = np.multiply(y, _F32.type(_GELU_STEPS))  # exact: a power of two
+    _CLIP(t, _F32.type(-_GELU_HALF), _F32.type(_GELU_HALF - 1), out=t)
+    whole = np.floor(t)
+    t -= whole  # exact: the fraction of a step
+    whole += _F32.type(_GELU_HALF)
+    # NaN casts to some integer: "clip" takes any index safely ("wrap" loops on a huge negative one),
+    # and the fraction stays NaN
+    with np.errstate(invalid="ignore"):
+        index = whole.astype(np.intp)
+    g = np.take(steps, index, mode="clip")
+    g *= t
+    g += np.take(values, index, mode="clip")
+    y = nn_ops._relu(y, out=y)
+    y += g
     return y
 
 
