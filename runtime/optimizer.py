@@ -15,14 +15,17 @@ It reads the plan (its executed nodes, their consumers, the folded constants) an
   (Keras's Dense on 3-D input, a Tensordot) moves after the fused node when it keeps the channels last.
 - *Identity and NoOp removal* (the dependency optimizer): executed Identity/StopGradient/Snapshot nodes
   pass their input straight to their consumers; a NoOp that only waits for constants is dropped.
+- *Layer norm* (the remapper, as oneDNN builds fuse it into ``_MklLayerNorm``): the Mean, SquaredDifference,
+  Rsqrt and affine arithmetic of a layer normalization become one ``_FusedLayerNorm``
+  (``runtime/layer_norm_fusion.py``).
 
 A node is only absorbed when nothing else needs its output: not fetched, not fed, not a target, not
 named by a control input, consumed once. GELU is recognised by its value, not its spelling: a closed group
 of elementwise ops on one tensor whose output matches GELU on a probe of 241 points to float32 precision.
 
 ``ConfigProto.graph_options.rewrite_options`` switches it as TensorFlow does: ``disable_meta_optimizer``
-turns all of it off, ``arithmetic_optimization: OFF`` the folding, ``remapping: OFF`` the fusion,
-``dependency_optimization: OFF`` the Identity and NoOp removal.
+turns all of it off, ``arithmetic_optimization: OFF`` the folding, ``remapping: OFF`` the fusion (layer
+norm included), ``dependency_optimization: OFF`` the Identity and NoOp removal.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from poolserve.runtime.builder import attr_value
 from poolserve.runtime.executor import ConstantFolder, Plan
 from poolserve.runtime.kernels.fused_ops import ACTIVATIONS
 from poolserve.runtime.kernels.registry import OpContext
+from poolserve.runtime.layer_norm_fusion import fuse_layer_norms
 from poolserve.runtime.node import Node
 from poolserve.runtime.types import TensorId
 
@@ -184,6 +188,8 @@ class _Rewriter:
             for pn in self.plan.nodes:
                 if pn.op in _PRODUCTS and pn.name not in self.absorbed:
                     self.fold_chain(self.node(pn.name))
+        if self.which.fuse:
+            fuse_layer_norms(self)
         return list(self.out.values())
 
     def skip_noop(self, node: Node) -> None:

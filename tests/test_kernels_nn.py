@@ -602,6 +602,33 @@ def test_depthwise_conv2d_matches_tensorflow():
     assert_close(got, np.array(expected, F32))
 
 
+# Outputs of 128K values and more run a band of rows at a time, the epilogue of a fused node on each band
+# (conv_ops._CHUNK): odd sizes, so that the last band of each image is short.
+BANDED_CASES = [
+    ("Conv2D", (2, 75, 61, 5), (3, 3, 5, 16), (1, 1), (1, 1), "SAME"),
+    ("Conv2D", (3, 64, 48, 8), (1, 1, 8, 24), (1, 1), (1, 1), "VALID"),
+    ("Conv2D", (2, 129, 97, 3), (3, 3, 3, 32), (2, 2), (1, 1), "VALID"),
+    ("DepthwiseConv2dNative", (2, 90, 83, 16), (3, 3, 16, 1), (1, 1), (1, 1), "SAME"),
+    ("DepthwiseConv2dNative", (2, 90, 83, 16), (3, 3, 16, 1), (1, 1), (2, 2), "SAME"),
+    ("DepthwiseConv2dNative", (2, 181, 150, 16), (3, 3, 16, 1), (2, 2), (1, 1), "SAME"),
+    ("DepthwiseConv2dNative", (2, 45, 47, 64), (3, 3, 64, 1), (1, 1), (1, 1), "VALID"),
+]
+
+
+@pytest.mark.parametrize(("op", "xs", "ws", "strides", "dilations", "padding"), BANDED_CASES)
+def test_large_convolutions_run_in_bands(op, xs, ws, strides, dilations, padding):
+    x, w = rand(*xs), rand(*ws)
+    bias = rand(ws[2] * ws[3] if op != "Conv2D" else ws[3]) * 3
+    ref = ref_conv if op == "Conv2D" else ref_depthwise
+    expected = ref(x, w, strides, dilations, padding)
+    assert expected.size >= 2 * 65536
+    attrs = conv_attrs(strides, dilations, padding, None)
+    assert_close(run_op(op, [x, w], attrs), expected, rtol=1e-4, atol=1e-5)
+    fused = {**attrs, "fused_ops": ["BiasAdd", "Relu6"], "num_args": 1}
+    want = np.clip(expected + bias, 0, 6)
+    assert_close(run_op(f"_Fused{op}", [x, w, bias], fused), want, rtol=1e-4, atol=1e-5)
+
+
 def test_depthwise_conv2d_half_empty_and_errors():
     x, w = rand(1, 5, 5, 2, dtype=np.float16), rand(3, 3, 2, 2, dtype=np.float16)
     got = run_op("DepthwiseConv2dNative", [x, w], {"strides": [1, 1, 1, 1], "padding": "SAME"})

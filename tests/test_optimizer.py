@@ -28,7 +28,7 @@ FIXTURES = [
 # fused ops each fixture must show (the transformer's attention projections are Einsums; its feed-forward
 # GELU layer is a Tensordot: MatMul, Reshape, BiasAdd, GELU)
 EXPECTED_FUSED = {
-    "bert_tiny": {"_FusedMatMul"},
+    "bert_tiny": {"_FusedMatMul", "_FusedLayerNorm"},
     "mlp_gelu": {"_FusedMatMul"},
     "mobilenet_v2": {"_FusedConv2D", "_FusedDepthwiseConv2dNative", "_FusedMatMul"},
     "parallel_branches": {"_FusedMatMul"},
@@ -39,8 +39,8 @@ EXPECTED_FUSED = {
     "mlp": {"_FusedMatMul"},
     "mobilenet": {"_FusedConv2D", "_FusedDepthwiseConv2dNative", "_FusedMatMul"},
     "resnet": {"_FusedConv2D", "_FusedMatMul"},
-    "transformer": {"_FusedMatMul"},
-    "transformer_tokens": {"_FusedMatMul"},
+    "transformer": {"_FusedMatMul", "_FusedLayerNorm"},
+    "transformer_tokens": {"_FusedMatMul", "_FusedLayerNorm"},
 }
 PARTITIONS = config_pb2.RunOptions(output_partition_graphs=True)
 TRACED = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE, output_partition_graphs=True)

@@ -78,17 +78,17 @@ _MAX_INNER = 384
 _MIN_ROWS_TO_SPLIT = 64
 
 
-def _matmul(a: Any, b: Any) -> Any:
-    """``np.matmul(a, b)``, float32 contractions deeper than ``_MAX_INNER`` split into equal slices summed
-    (the slices are views: BLAS reads them with their strides, nothing is copied)."""
+def _matmul(a: Any, b: Any, out: Any = None) -> Any:
+    """``np.matmul(a, b, out=out)``, float32 contractions deeper than ``_MAX_INNER`` split into equal slices
+    summed (the slices are views: BLAS reads them with their strides, nothing is copied)."""
     k = a.shape[-1]
     if k <= _MAX_INNER or a.dtype != _F32 or b.dtype != _F32 or a.ndim < 2 or b.ndim < 2:
-        return np.matmul(a, b)
+        return np.matmul(a, b, out=out)
     if a.shape[-2] < _MIN_ROWS_TO_SPLIT:
-        return np.matmul(a, b)
+        return np.matmul(a, b, out=out)
     parts = -(-k // _MAX_INNER)
     step = -(-k // parts)
-    y = np.matmul(a[..., :step], b[..., :step, :])
+    y = np.matmul(a[..., :step], b[..., :step, :], out=out)
     tmp = np.empty_like(y)
     for s in range(step, k, step):
         np.matmul(a[..., s : s + step], b[..., s : s + step, :], out=tmp)

@@ -333,15 +333,21 @@ def _activation(fn: Any) -> Any:
 
 # np.clip, not np.maximum/np.minimum: numpy 2.4's float maximum takes 1.2 ns an element against clip's
 # 0.3 ns ([2304, 48] float32: 131 us against 31 us for both bounds), with the same NaN propagation; and
-# like TensorFlow's max(x, 0), clip keeps -0.0.
+# like TensorFlow's max(x, 0), clip keeps -0.0. np.clip itself is Python that checks its arguments before
+# calling the ufunc below (5-6 us a call, measured on MobileNetV2's 35 Relu6: 9.3 against 3.6 us on
+# [3, 3, 336], 14.3 against 8.9 on [24, 24, 48]); the kernels call the ufunc with bounds of x's type.
+_CLIP: Any = np._core.umath.clip if hasattr(np, "_core") else np.core.umath.clip  # type: ignore[attr-defined]
+
+
 def _relu(x: Any, out: Any = None) -> Any:
     if x.dtype.kind == "f":
-        return np.clip(x, 0, np.inf, out=out)
+        return _CLIP(x, x.dtype.type(0), x.dtype.type(np.inf), out=out)
     return np.maximum(x, 0, out=out)
 
 
 def _relu6(x: Any, out: Any = None) -> Any:
-    return np.clip(x, 0, 6, out=out)
+    t = x.dtype.type
+    return _CLIP(x, t(0), t(6), out=out)
 
 
 def _elu(x: Any) -> Any:
