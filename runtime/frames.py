@@ -666,10 +666,12 @@ class FrameWorkers:
         start = time.time_ns() if step.trace is not None else 0
         try:
             if pn.measure:
+                c0 = time.thread_time()
                 t0 = time.perf_counter()
                 outs = pn.compute(step.ctx, inputs)
                 elapsed = time.perf_counter() - t0
-                pn.learn(elapsed * 1e6)
+                # the thread's CPU time, or the clock's for a blocking kernel (see PlanNode)
+                pn.learn(elapsed * 1e6 if pn.wall else (time.thread_time() - c0) * 1e6)
                 kernel_clock.seconds += elapsed
             else:
                 outs = pn.compute(step.ctx, inputs)
