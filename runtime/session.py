@@ -276,7 +276,7 @@ class Session:
             return None
         assert options is not None
         pool = self.run_handler_pool()
-        slot_id = pool.enter(options.experimental.run_handler_pool_options.priority, short)
+        slot_id = pool.enter(options.experimental.run_handler_pool_options.priority, short, plan)
         return None if slot_id is None else (pool, slot_id)
 
     def _run_in_slot(

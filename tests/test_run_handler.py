@@ -702,6 +702,22 @@ def test_a_short_step_with_a_free_slot_runs_on_its_callers_thread_without_a_hand
     assert stats.running_closures == 0 and stats.active_handlers == 0
 
 
+def test_the_lane_goes_to_a_kind_only_while_it_is_owed():
+    pool = RunHandlerPool(num_threads=1)
+    hb, gate = blocker(pool, 0.01)  # a long step holds the slot; its flow has received nothing yet
+    try:
+        first = pool.enter(kind="S")
+        assert first is not None
+        pool.leave("S", 0, 0.005, 0.0, first)  # the short kind has received 5 ms since
+        assert pool.enter(kind="S") is None  # ahead of the long flow now: it waits its turn
+        other = pool.enter(kind="T")  # a kind that received nothing is owed
+        assert other is not None
+        pool.leave("T", 0, 0.001, 0.0, other)
+    finally:
+        gate.set()
+        hb.release()
+
+
 def test_a_long_step_with_nothing_to_hand_off_runs_on_its_callers_thread_without_a_handler():
     cheap_def, x, y = short_graph()  # no expensive kernel
     b = GraphBuilder()
