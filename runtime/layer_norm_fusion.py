@@ -24,7 +24,6 @@ import numpy as np
 from poolserve.proto import node_def_pb2
 from poolserve.runtime.builder import attr_value
 from poolserve.runtime.kernels.registry import OpContext
-from poolserve.runtime.node import Node
 from poolserve.runtime.types import TensorId
 
 if TYPE_CHECKING:
@@ -235,13 +234,4 @@ def _emit(
         rw.constant(f"{name}/_gamma", gamma),
         rw.constant(f"{name}/_beta", beta),
     ]
-    controls: dict[str, None] = {}
-    for member in chain:
-        for c in rw.nodes[member].control_inputs:
-            if c not in chain:
-                controls[c] = None
-    nd.input.extend(inputs + [f"^{c}" for c in controls])
-    rw.out[name] = nd
-    rw.emitted.add(name)
-    rw.absorbed.update(chain[:-1])
-    rw.nodes[name] = Node(nd)
+    rw.replace_chain(nd, inputs, chain)

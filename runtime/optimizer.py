@@ -559,16 +559,21 @@ class _Rewriter:
                 nd.attr["leakyrelu_alpha"].f = self.nodes[name].attr_float("alpha", 0.2)
         else:
             nd.op = base.op
+        self.replace_chain(nd, inputs, chain)
+
+    def replace_chain(self, nd: node_def_pb2.NodeDef, inputs: list[str], chain: list[str]) -> None:
+        """Writes ``nd`` with ``inputs`` in place of ``chain``: it takes the name of the chain's last node,
+        absorbs the others, and keeps their control inputs from outside the chain."""
         controls: dict[str, None] = {}
         for member in chain:
             for c in self.nodes[member].control_inputs:
                 if c not in chain:
                     controls[c] = None
         nd.input.extend(inputs + [f"^{c}" for c in controls])
-        self.out[name] = nd
-        self.emitted.add(name)
+        self.out[nd.name] = nd
+        self.emitted.add(nd.name)
         self.absorbed.update(chain[:-1])
-        self.nodes[name] = Node(nd)
+        self.nodes[nd.name] = Node(nd)
 
     def constant(self, name: str, value: Any) -> str:
         while name in self.graph.nodes or name in self.out:
