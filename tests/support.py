@@ -8,8 +8,20 @@ from typing import Any
 import numpy as np
 from evaluate import evaluate
 
+from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.graph import Graph
+
+# a run that reports its step stats and the graph it ran (what the optimizer made of it)
+TRACED = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE, output_partition_graphs=True)
+
+
+def rewrite_config(**rewrite: Any) -> config_pb2.ConfigProto:
+    """A ConfigProto with these ``graph_options.rewrite_options`` fields set."""
+    cfg = config_pb2.ConfigProto()
+    for key, value in rewrite.items():
+        setattr(cfg.graph_options.rewrite_options, key, value)
+    return cfg
 
 
 def run_op(

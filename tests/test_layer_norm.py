@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support import TRACED, rewrite_config
 
 from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder
@@ -17,14 +18,6 @@ from poolserve.runtime.graph import Graph, load_graph_def
 from poolserve.runtime.session import Session
 
 FIXTURE = Path(__file__).parent / "fixtures" / "kernels" / "layer_norm"
-TRACED = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE, output_partition_graphs=True)
-
-
-def config(**rewrite: Any) -> config_pb2.ConfigProto:
-    cfg = config_pb2.ConfigProto()
-    for key, value in rewrite.items():
-        setattr(cfg.graph_options.rewrite_options, key, value)
-    return cfg
 
 
 def run(graph: Any, fetches: Any, feeds: Any, cfg: Any = None) -> tuple[Any, Counter[str]]:
@@ -45,8 +38,8 @@ def fixture() -> tuple[Graph, dict[str, Any], dict[str, Any]]:
     ("cfg", "fused"),
     [
         (None, 5),
-        (config(remapping=config_pb2.RewriterConfig.OFF), 0),
-        (config(disable_meta_optimizer=True), 0),
+        (rewrite_config(remapping=config_pb2.RewriterConfig.OFF), 0),
+        (rewrite_config(disable_meta_optimizer=True), 0),
     ],
     ids=["default", "remapping_off", "optimizer_off"],
 )
@@ -69,7 +62,7 @@ def test_fetched_statistics_are_not_fused_away() -> None:
     fetches = [*want, mean, rsqrt]
     got, ops = run(graph, fetches, feeds)
     assert ops["_FusedLayerNorm"] == 4  # the other four still fuse
-    plain, _ = run(graph, fetches, feeds, config(disable_meta_optimizer=True))
+    plain, _ = run(graph, fetches, feeds, rewrite_config(disable_meta_optimizer=True))
     for name, a, b in zip(fetches, got, plain, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=name)
 
@@ -100,6 +93,6 @@ def layer_norm_graph(tail: str) -> tuple[Any, str, dict[str, Any]]:
 def test_only_an_affine_tail_fuses(tail: str, fused: int) -> None:
     graph_def, out, feeds = layer_norm_graph(tail)
     (got,), ops = run(graph_def, [out], feeds)
-    (want,), _ = run(graph_def, [out], feeds, config(disable_meta_optimizer=True))
+    (want,), _ = run(graph_def, [out], feeds, rewrite_config(disable_meta_optimizer=True))
     assert ops["_FusedLayerNorm"] == fused
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support import load_fixture_io
+from support import TRACED, load_fixture_io, rewrite_config
 
 from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder
@@ -43,17 +43,9 @@ EXPECTED_FUSED = {
     "transformer_tokens": {"_FusedMatMul", "_FusedLayerNorm"},
 }
 PARTITIONS = config_pb2.RunOptions(output_partition_graphs=True)
-TRACED = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE, output_partition_graphs=True)
 
 
-def config(**rewrite: Any) -> config_pb2.ConfigProto:
-    cfg = config_pb2.ConfigProto()
-    for key, value in rewrite.items():
-        setattr(cfg.graph_options.rewrite_options, key, value)
-    return cfg
-
-
-OFF = config(disable_meta_optimizer=True)
+OFF = rewrite_config(disable_meta_optimizer=True)
 
 
 def run(
@@ -197,7 +189,7 @@ def test_rewrite_options_switch_passes_off(
     b = GraphBuilder()
     b.graph_def.CopyFrom(graph_def)
     final = b.unary("Relu", out, name="final")  # "out" (an Identity) is executed, not fetched
-    (got,), md = run(b.graph_def, [final], feeds, config(**toggles))
+    (got,), md = run(b.graph_def, [final], feeds, rewrite_config(**toggles))
     (want,), _ = run(b.graph_def, [final], feeds, OFF)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     names = {ns.node_name for d in md.step_stats.dev_stats for ns in d.node_stats}
@@ -411,7 +403,7 @@ def test_noop_waiting_for_constants_is_dropped_but_one_ordering_work_stays() -> 
     (got,), md = run(b.graph_def, [out], feeds)
     assert got.tolist() == [[2.0, 2.0]]
     assert {ns.node_name for d in md.step_stats.dev_stats for ns in d.node_stats} == {"mm", "after_mm", "out"}
-    off = config(dependency_optimization=config_pb2.RewriterConfig.OFF)
+    off = rewrite_config(dependency_optimization=config_pb2.RewriterConfig.OFF)
     (_,), md = run(b.graph_def, [out], feeds, off)
     assert "NoOp" in {ns.node_name for d in md.step_stats.dev_stats for ns in d.node_stats}
 
