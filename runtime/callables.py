@@ -242,11 +242,11 @@ class SessionCallable:
         """A run on the RunHandlerPool: on a slot of it, on this thread, when the session's rule for short
         steps takes one (``Session._enter_pool``); the slot is given back with the step's CPU time."""
         session = self._session
-        slot = session._enter_pool(self._default[0], options, self._slot_step_s, cheap=True)
+        deadline = session.deadline(options)
+        slot = session._enter_pool(self._default[0], options, self._slot_step_s, True, deadline, wait=True)
         if slot is None:
             return self._slow(self._default[0], feeds, options, run_metadata)
         pool, slot_id = slot
-        deadline = session.deadline(options)
         plan = self._plan
         t0, k0 = time.thread_time(), kernel_clock.seconds
         ok = False

@@ -23,7 +23,10 @@ The order is priority (higher first), then one of two policies within a priority
 A thread that finishes a closure takes the next one itself, so a busy pool hands work on without
 waking anyone, and a closure of a short step (under ``SHORT_STEP_S`` of CPU) waits for a thread that is
 up and free soon rather than wake another. A synchronous caller (``RunHandler.help``) runs its own step
-when a slot is free on its arrival, else waits for the step to end, woken once. Between expensive nodes a
+when a slot is free on its arrival, else waits for the step to end, woken once. A synchronous caller whose
+step has nothing to hand off (short, or with no expensive node) takes no run handler at all: it waits for
+a slot in the flows' order and is handed one directly (``enter_wait``); such a step counts in its flow
+as a handler's does. Between expensive nodes a
 step checks whether a request ahead of it waits for a slot, and if so puts its next nodes back in its
 queue (``preempted``): a long step cannot hold a thread while a more urgent request waits for more than
 one node's time.
@@ -68,6 +71,8 @@ SHORT_STEP_S = 200e-6
 # handler, when a slot is free and nobody waits for one (``RunHandlerPool.enter``): below this, a hand-off
 # to a second thread costs about what a parallel branch would save (branches2.b1: ~290 us of CPU a step).
 SLOT_STEP_S = 500e-6
+# At most this many idle flows' tags are kept before those no longer ahead of the virtual time are dropped.
+MAX_IDLE_FLOWS = 256
 # How many such short steps may run beside the slots when every slot holds a long step's work (the lane).
 LANE_STEPS = 1
 # Among requests of one priority, one expected to take T CPU seconds is due at arrival + DEFAULT_STRETCH * T.
@@ -154,22 +159,29 @@ class RunHandler:
         """Every slot is taken or work is waiting: a parallel branch would only queue (read without the
         lock: a hint, not a promise)."""
         pool = self._pool
-        return pool._slots == 0 or pool._queued > 0
+        return pool._slots == 0 or pool._queued > 0 or pool._entries_n > 0
 
     def preempted(self) -> bool:
         """A request ahead of this one has closures waiting for a thread: this step should put its next
         expensive node back in its queue rather than run it now (read without the lock: a hint)."""
         pool = self._pool
-        if not pool._queued:
+        if not pool._queued and not pool._entries_n:
             return False
         if pool.fair:
             # under the lock: the flows are a dict of deques that other threads change (a step asks only
             # between expensive nodes, so the lock costs it nothing that shows)
             with pool._lock:
-                first = pool._first_ready()
-                return (
-                    first is not None and first is not self and pool._order(first) < pool._order(self, True)
-                )
+                mine = pool._order(self, True)
+                first = pool._first_ready() if pool._queued else None
+                if first is not None and first is not self and pool._order(first) < mine:
+                    return True
+                entry = pool._first_entry() if pool._entries_n else None
+                return entry is not None and entry[1] < mine
+        if pool._entries_n:
+            with pool._lock:
+                entry = pool._first_entry() if pool._entries_n else None
+                if entry is not None and entry[1] < self.key:
+                    return True
         for h in pool._active:
             if h is self:
                 return False
@@ -276,8 +288,9 @@ class _Parker:
         with contextlib.suppress(RuntimeError):  # already unparked: the permit is not counted twice
             self._lock.release()
 
-    def park(self) -> None:
-        self._lock.acquire()
+    def park(self, timeout: float = -1.0) -> bool:
+        """Waits for the permit (at most ``timeout`` seconds if not negative); False if it timed out."""
+        return self._lock.acquire(timeout=timeout)
 
 
 class _Worker:
@@ -292,6 +305,23 @@ class _Worker:
         self.awake = False  # a pool thread that is running or was woken, and has not parked since
         self.busy = False  # it runs a closure of a step that is not known to be short
         self.long = False  # its slot holds work of a step not known to take under SLOT_STEP_S
+
+
+class _Entry:
+    """A synchronous caller waiting for a slot to run a step on its own thread with no run handler
+    (``RunHandlerPool.enter_wait``): a short step, or one with nothing to hand off or preempt."""
+
+    __slots__ = ("kind", "n", "parker", "priority", "seq", "short", "since", "slot_id")
+
+    def __init__(self, priority: int, short: bool, kind: object, seq: int) -> None:
+        self.parker = _Parker()
+        self.priority = priority
+        self.short = short
+        self.kind = kind
+        self.seq = seq
+        self.since = time.monotonic()
+        self.slot_id: int | None = None  # set when it is granted a slot or a place in the lane
+        self.n = 0  # threads running the pool's work once it runs (for the kernel threads)
 
 
 class RunHandlerPool:
@@ -318,8 +348,12 @@ class RunHandlerPool:
         self._long = 0  # slots that hold work of steps not known to take under SLOT_STEP_S
         self._lane: set[int] = set()  # enter()'s steps that run beside the slots (see enter)
         self._long_entered: set[int] = set()  # enter()'s steps on a slot that are not short
-        # fair-queueing tags of kinds whose steps ran with enter() while they had no active flow
-        self._lane_tags: dict[tuple[object, int], float] = {}
+        # the tags of idle flows that were ahead of the virtual time when they went idle (see _flow)
+        self._idle_flows: dict[tuple[object, int], _Group] = {}
+        # callers waiting in enter_wait(), per kind and priority in arrival order
+        self._entries: dict[tuple[object, int], deque[_Entry]] = {}
+        self._entries_n = 0
+        self._entries_short = 0  # of those, the short steps (they may take the lane)
         self._vtime: dict[int, float] = {}  # per priority: the tag of the flow furthest behind
         # per worker: the thread CPU time and kernel time when its closure started
         self._local = threading.local()
@@ -453,7 +487,7 @@ class RunHandlerPool:
             if h.released:
                 return False
             self._place(h, seconds, kind)
-            if self._queued or not self._slots:
+            if self._queued or self._entries_n or not self._slots:
                 if wait:
                     me.waiting = True
                 else:
@@ -493,30 +527,156 @@ class RunHandlerPool:
         no pool, where threads run its Python while the matmuls hold the cores without the GIL. A short
         step in the lane costs the long ones at most its own few hundred microseconds of a core."""
         with self._lock:
-            if self._waiters or len(self._active) + self._entered >= self.max_handlers:
+            slot_id = self._try_enter(priority, short, kind)
+            if slot_id is None:
                 return None
-            slot_id = next(self._seq)
-            if self._slots and not self._queued:
-                self._slots -= 1
-                if not short:
-                    self._long_entered.add(slot_id)
-                    self._long += 1
-            elif (
-                short
-                and self._long == self.num_threads
-                and len(self._lane) < LANE_STEPS
-                and not (self._active and self._active[0].priority > priority)
-                and self._owed(kind, priority)
-            ):
-                self._lane.add(slot_id)
-            else:
-                return None
-            self._entered += 1
-            self._acquired += 1
             n = self._running()
         if self._wants[n] != self._kernel_threads.current:
             self._kernel_threads.running(n)
         return slot_id
+
+    def enter_wait(
+        self, priority: int = 0, short: bool = True, kind: object = None, timeout: float | None = None
+    ) -> int | None:
+        """``enter()`` for a synchronous caller that may block: when no slot is free it waits, in the
+        pool's order, for a slot (or, for a short step, a place in the lane) handed to it directly, with
+        no run handler. None only when the pool has no room for another request (``max_handlers``): then
+        wait for a handler. ``timeout`` (seconds) bounds the wait: DeadlineExceededError after it.
+
+        Why: such a step runs on one thread from start to end anyway. Through a run handler it paid the
+        handler's bookkeeping and a hand-off to a pool thread: in a closed loop of 8 callers of
+        branches2.b1 (~290 us of CPU a step), 453 us of CPU a request against 362 without the pool."""
+        with self._lock:
+            slot_id = self._try_enter(priority, short, kind)
+            if slot_id is not None:
+                n = self._running()
+            elif self._waiters or self._requests() >= self.max_handlers:
+                return None
+            else:
+                entry = _Entry(priority, short, kind, next(self._seq))
+                queue = self._entries.get((kind, priority))
+                if queue is None:
+                    queue = self._entries[(kind, priority)] = deque()
+                queue.append(entry)
+                self._enter_flow(kind, priority)
+                self._entries_n += 1
+                self._entries_short += short
+        if slot_id is None:
+            if not entry.parker.park(-1.0 if timeout is None else max(0.0, timeout)):
+                with self._lock:
+                    if entry.slot_id is None:
+                        self._drop_entry(entry)
+                        wait_ms = (time.monotonic() - entry.since) * 1000.0
+                        raise DeadlineExceededError(
+                            f"Could not obtain a RunHandlerPool slot for the step after waiting for "
+                            f"{wait_ms:.0f} ms."
+                        )
+            # granted (perhaps just as the wait timed out: the late permit is never read)
+            slot_id, n = entry.slot_id, entry.n
+            assert slot_id is not None
+        if self._wants[n] != self._kernel_threads.current:
+            self._kernel_threads.running(n)
+        return slot_id
+
+    def _requests(self) -> int:
+        """With the lock held: requests admitted or waiting for a slot (counted against max_handlers)."""
+        return len(self._active) + self._entered + self._entries_n
+
+    def _try_enter(self, priority: int, short: bool, kind: object) -> int | None:
+        """With the lock held: a slot, or a place in the lane, for a caller arriving now, if it may have
+        one without passing anybody over."""
+        if self._waiters or self._requests() >= self.max_handlers:
+            return None
+        if self._slots and not self._queued and not self._entries_n:
+            slot_id = next(self._seq)
+            self._take_slot(slot_id, short)
+        elif short and not self._entries_short and self._lane_open(kind, priority):
+            slot_id = next(self._seq)
+            self._lane.add(slot_id)
+        else:
+            return None
+        self._entered += 1
+        self._acquired += 1
+        self._enter_flow(kind, priority)
+        return slot_id
+
+    def _take_slot(self, slot_id: int, short: bool) -> None:
+        self._slots -= 1
+        if not short:
+            self._long_entered.add(slot_id)
+            self._long += 1
+
+    def _lane_open(self, kind: object, priority: int) -> bool:
+        """With the lock held: a short step of ``kind`` may run in the lane now (see ``enter``)."""
+        return (
+            self._long == self.num_threads
+            and len(self._lane) < LANE_STEPS
+            and not (self._active and self._active[0].priority > priority)
+            and self._owed(kind, priority)
+        )
+
+    def _entry_key(self, e: _Entry) -> tuple[int, float, int]:
+        """With the lock held: a waiting caller's place in the order that ``_first_ready`` uses."""
+        if not self.fair:
+            return (-e.priority, e.since, e.seq)
+        return (-e.priority, self._groups[(e.kind, e.priority)].tag, e.seq)
+
+    def _ready_key(self, h: RunHandler) -> tuple[int, float, int]:
+        """With the lock held: ``h``'s place in the order of ``_first_ready``."""
+        if not self.fair:
+            return h.key
+        return self._order(h)
+
+    def _first_entry(self, short: bool = False) -> tuple[_Entry, tuple[int, float, int]] | None:
+        """With the lock held: the waiting caller (a short one, with ``short``) that comes first."""
+        best: tuple[_Entry, tuple[int, float, int]] | None = None
+        for queue in self._entries.values():
+            e = queue[0]
+            if short and not e.short:
+                continue
+            key = self._entry_key(e)
+            if best is None or key < best[1]:
+                best = (e, key)
+        return best
+
+    def _grant(self, e: _Entry, lane: bool) -> None:
+        """With the lock held: gives the waiting caller ``e`` a slot, or a place in the lane (it is then
+        woken by whoever called this)."""
+        k = (e.kind, e.priority)
+        queue = self._entries[k]
+        queue.remove(e)
+        if not queue:
+            del self._entries[k]
+        self._entries_n -= 1
+        self._entries_short -= e.short
+        slot_id = e.slot_id = next(self._seq)
+        if lane:
+            self._lane.add(slot_id)
+        else:
+            self._take_slot(slot_id, e.short)
+        self._entered += 1
+        self._acquired += 1
+        self._wait_total += time.monotonic() - e.since
+        e.n = self._running()
+
+    def _drop_entry(self, e: _Entry) -> None:
+        k = (e.kind, e.priority)
+        queue = self._entries[k]
+        queue.remove(e)
+        if not queue:
+            del self._entries[k]
+        self._entries_n -= 1
+        self._entries_short -= e.short
+        self._quit_flow(self._groups[k])
+
+    def _lane_grants(self, wake: list[_Worker | _Entry]) -> None:
+        """With the lock held: places in the lane for waiting short steps, while it is open to them."""
+        while self._entries_short and self._long == self.num_threads and len(self._lane) < LANE_STEPS:
+            first = self._first_entry(short=True)
+            if first is None or not self._lane_open(first[0].kind, first[0].priority):
+                return
+            self._grant(first[0], True)
+            wake.append(first[0])
 
     def leave(
         self, kind: object, priority: int, cpu: float, kernel: float, slot_id: int | None = None
@@ -534,22 +694,56 @@ class RunHandlerPool:
                     self._long -= 1
             self._entered -= 1
             g = self._groups.get((kind, priority))
-            if g is not None:
+            if g is not None:  # it joined its flow in enter()
                 self._charge_group(g, self._cost(cpu, kernel))
-            else:  # a kind with no active flow: its tag for the lane (see _owed)
-                self._lane_tags[(kind, priority)] = self._lane_tag(kind, priority) + self._cost(cpu, kernel)
-            wake = self._dispatch() if self._queued else []
+                self._quit_flow(g)
+            wake = self._dispatch() if self._queued or self._entries_n else []
             idle = self._running() == 0
         for w in wake:
             w.parker.unpark()
         if idle and self._kernel_threads.current != self._wants[0]:
             self._kernel_threads.running(0)
 
-    def _lane_tag(self, kind: object, priority: int) -> float:
-        """With the lock held: the fair-queueing tag of ``kind``'s steps run with enter() while it has no
-        active flow (no credit for time away: at least the virtual time)."""
-        vtime = self._vtime.get(priority, 0.0)
-        return max(self._lane_tags.get((kind, priority), vtime), vtime)
+    def _enter_flow(self, kind: object, priority: int) -> None:
+        """With the lock held: a step of ``kind`` run with enter() (or waiting in enter_wait) counts as a
+        request in flight of its flow, as a handler does: its flow is charged what the step took, and the
+        order between it and the handlers waiting for a slot is the flows' order (see _Group)."""
+        self._flow(kind, priority).active += 1
+
+    def _flow(self, kind: object, priority: int) -> _Group:
+        """With the lock held: the flow of ``kind``, made active again if it was idle. A kind that comes
+        back starts where it left off, or at the virtual time if that is later: it is owed nothing for
+        the time it was away, and what it received just before still counts (a closed-loop client of a
+        short kind is idle between its requests: reset each time to the virtual time, it went ahead of
+        every other flow on each return)."""
+        key = (kind, priority)
+        g = self._groups.get(key)
+        if g is None:
+            g = self._idle_flows.pop(key, None)
+            if g is None:
+                g = _Group(kind, priority)
+            self._groups[key] = g
+        if g.active == 0:
+            vtime = self._vtime.get(priority, 0.0)
+            if vtime > g.tag:
+                g.tag = vtime
+        return g
+
+    def _quit_flow(self, g: _Group) -> None:
+        g.active -= 1
+        if g.active:
+            return
+        key = (g.key, g.priority)
+        del self._groups[key]
+        idle = self._idle_flows
+        if g.tag > self._vtime.get(g.priority, 0.0):  # else it would come back at the virtual time anyway
+            idle[key] = g
+            if len(idle) > MAX_IDLE_FLOWS:  # forget the flows that are no longer ahead
+                for k, f in list(idle.items()):
+                    if f.tag <= self._vtime.get(k[1], 0.0):
+                        del idle[k]
+                if len(idle) > MAX_IDLE_FLOWS:
+                    idle.clear()
 
     def _owed(self, kind: object, priority: int) -> bool:
         """With the lock held: whether ``kind``'s flow is not ahead of any other active flow of its
@@ -557,9 +751,13 @@ class RunHandlerPool:
         taken at every chance, short requests got it back to back and starved the long ones holding the
         slots (short_long, closed loop of 8, quiet: branches8.b64 at 0.22x its no-pool throughput)."""
         g = self._groups.get((kind, priority))
-        tag = g.tag if g is not None else self._lane_tag(kind, priority)
+        # a kind with no request in flight comes back where it left off, or at the virtual time (_flow)
+        vtime = self._vtime.get(priority, 0.0)
+        if g is None:
+            g = self._idle_flows.get((kind, priority))
+        tag = vtime if g is None else max(g.tag, vtime)
         for other in self._groups.values():
-            if other is not g and other.priority == priority and other.active and other.tag < tag:
+            if other is not g and other.priority == priority and other.tag < tag:
                 return False
         return True
 
@@ -575,12 +773,7 @@ class RunHandlerPool:
             self._leave(h)
         else:
             self._ungrouped -= 1
-        key = (kind, h.priority)
-        g = self._groups.get(key)
-        if g is None:
-            g = self._groups[key] = _Group(kind, h.priority)
-        if g.active == 0:
-            g.tag = max(g.tag, self._vtime.get(h.priority, 0.0))
+        g = self._flow(kind, h.priority)
         g.handlers.append(h)
         g.active += 1
         h.group = g
@@ -591,9 +784,7 @@ class RunHandlerPool:
             return
         h.group = None
         g.handlers.remove(h)
-        g.active -= 1
-        if g.active == 0:  # when the kind comes back it starts at the virtual time (it is owed nothing)
-            del self._groups[(g.key, g.priority)]
+        self._quit_flow(g)
 
     def _first_ready(self) -> RunHandler | None:
         """The handler the next free slot goes to: with the fair policy, the first request with work in
@@ -657,8 +848,12 @@ class RunHandlerPool:
             self._charge_group(h.group, cpu)
 
     def _charge_group(self, g: _Group, cpu: float) -> None:
-        g.tag += cpu / max(1, g.active)
-        behind = min(x.tag for x in self._groups.values() if x.priority == g.priority)
+        g.tag += cpu / (g.active or 1)
+        groups = self._groups
+        if len(groups) == 1:  # the common case: one kind in flight
+            behind = g.tag
+        else:
+            behind = min(x.tag for x in groups.values() if x.priority == g.priority)
         if behind > self._vtime.get(g.priority, 0.0):
             self._vtime[g.priority] = behind
 
@@ -709,13 +904,20 @@ class RunHandlerPool:
         for w in wake:
             w.parker.unpark()
 
-    def _dispatch(self, hot: _Worker | None = None) -> list[_Worker]:
+    def _dispatch(self, hot: _Worker | None = None) -> list[_Worker | _Entry]:
         """With the lock held: hands free slots and the next closures to chosen workers (to be woken).
         ``hot`` is an idle pool thread that is running now: it goes first, as it needs no wake-up (the
         request's caller, parked, is woken once, when its step ends)."""
-        wake: list[_Worker] = []
-        while self._slots and self._queued:
-            h = self._first_ready()
+        wake: list[_Worker | _Entry] = []
+        while self._slots and (self._queued or self._entries_n):
+            h = self._first_ready() if self._queued else None
+            if self._entries_n:  # a caller waiting in enter_wait() may come first
+                first = self._first_entry()
+                assert first is not None
+                if h is None or first[1] < self._ready_key(h):
+                    self._grant(first[0], False)
+                    wake.append(first[0])
+                    continue
             if h is None:
                 break
             helper = h.helper
@@ -745,6 +947,8 @@ class RunHandlerPool:
             self._queued -= 1
             self._slots -= 1
             wake.append(w)
+        if self._entries_short:
+            self._lane_grants(wake)
         return wake
 
     def _work(self) -> None:
@@ -804,7 +1008,7 @@ class RunHandlerPool:
                         spent = done.cpu
                     done = None
                 task, me.task = me.task, None
-                wake: list[_Worker] = []
+                wake: list[_Worker | _Entry] = []
                 if task is None:
                     if own is not None and own.released:
                         own.helper = None
@@ -855,7 +1059,7 @@ class RunHandlerPool:
                 threads=self.num_threads,
                 max_handlers=self.max_handlers,
                 active_handlers=len(self._active) + self._entered,
-                waiting_requests=sum(1 for _, w in self._waiters if not w.done),
+                waiting_requests=sum(1 for _, w in self._waiters if not w.done) + self._entries_n,
                 queued_closures=self._queued,
                 running_closures=self._running(),
                 queued_per_handler=[len(h.queue) for h in self._active],

@@ -260,14 +260,22 @@ class Session:
         return self._check_handler(handler, deadline)
 
     def _enter_pool(
-        self, sig: Signature, options: config_pb2.RunOptions | None, below: float, cheap: bool = False
+        self,
+        sig: Signature,
+        options: config_pb2.RunOptions | None,
+        below: float,
+        cheap: bool = False,
+        deadline: Deadline | None = None,
+        wait: bool = False,
     ) -> tuple[RunHandlerPool, int] | None:
         """The RunHandlerPool and the id of a slot taken for this caller (``RunHandlerPool.enter``), if
         this run uses the pool, its plan's steps took less than ``below`` seconds of CPU and a slot is
         free (or a place in the lane beside the slots). With ``cheap``, also a plan of any cost whose
         last step had no expensive node (``Plan.cheap``): a run handler would only add its bookkeeping
         (chain200.b1, one caller: 1.55 ms of CPU a step against 1.50 without the pool), as such a step
-        runs on one thread from start to end anyway, with nothing to preempt it between."""
+        runs on one thread from start to end anyway, with nothing to preempt it between. With ``wait``
+        (a synchronous caller), it waits for a slot when none is free (``RunHandlerPool.enter_wait``), at
+        most until ``deadline``."""
         plan = sig.plan
         short = 0.0 < plan.cpu < below
         if not (short or (cheap and plan.cheap and plan.cpu > 0.0)):
@@ -276,7 +284,12 @@ class Session:
             return None
         assert options is not None
         pool = self.run_handler_pool()
-        slot_id = pool.enter(options.experimental.run_handler_pool_options.priority, short, plan)
+        priority = options.experimental.run_handler_pool_options.priority
+        if wait:
+            timeout = None if deadline is None else deadline.remaining_ms() / 1000.0
+            slot_id = pool.enter_wait(priority, short, plan, timeout)
+        else:
+            slot_id = pool.enter(priority, short, plan)
         return None if slot_id is None else (pool, slot_id)
 
     def _run_in_slot(
@@ -470,7 +483,7 @@ class Session:
             finished.release()
 
         with np.errstate(all="ignore"):
-            slot = self._enter_pool(sig, options, SLOT_STEP_S, cheap=True)
+            slot = self._enter_pool(sig, options, SLOT_STEP_S, True, deadline, wait=True)
             if slot is not None:
                 self._run_in_slot(slot, sig, feeds, options, run_metadata, on_done, deadline, True)
             else:

@@ -827,3 +827,79 @@ def test_arun_runs_a_short_step_on_the_loop_on_a_free_slot():
     assert record.used_pool and record.handler_id is not None and gets == []
     assert threads == {threading.get_ident() & 0x7FFFFFFF}  # it ran here, on the event loop's thread
     assert pool.stats().running_closures == 0
+
+
+def test_a_synchronous_short_step_waits_for_a_slot_without_a_run_handler():
+    graph_def, x, y = short_graph()
+    pool = RunHandlerPool(num_threads=1)
+    opts = pool_options()
+    with Session(graph_def, run_handler_pool=pool) as s:
+        s.run(y, {x: np.arange(4, dtype=np.float32)}, options=opts)  # learns that its steps are short
+        held = pool.enter(kind="other")  # another short step holds the only slot: no lane
+        assert held is not None
+        gets = []
+        get = pool.get
+        pool.get = lambda *a, **k: gets.append(a) or get(*a, **k)
+        out = []
+        t = threading.Thread(target=lambda: out.append(s.run(y, {x: np.ones(4, np.float32)}, options=opts)))
+        t.start()
+        deadline = time.monotonic() + 5
+        while pool.stats().waiting_requests == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert pool.stats().waiting_requests == 1 and not out  # it waits for the slot
+        pool.leave("other", 0, 0.0001, 0.0, held)  # the slot goes straight to it
+        t.join(5)
+        np.testing.assert_array_equal(out[0], np.full((2, 2), 2, np.float32))
+        assert gets == []  # it never took a run handler
+    stats = pool.stats()
+    assert stats.running_closures == 0 and stats.active_handlers == 0 and stats.waiting_requests == 0
+
+
+def test_a_wait_for_a_slot_ends_at_the_deadline_and_leaves_nothing_behind():
+    graph_def, x, y = short_graph()
+    pool = RunHandlerPool(num_threads=1)
+    with Session(graph_def, run_handler_pool=pool) as s:
+        s.run(y, {x: np.arange(4, dtype=np.float32)}, options=pool_options())
+        held = pool.enter(kind="other")
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExceededError, match="RunHandlerPool slot"):
+            s.run(y, {x: np.ones(4, np.float32)}, options=pool_options(timeout_ms=50))
+        assert 0.04 <= time.monotonic() - t0 < 5
+        assert pool.stats().waiting_requests == 0
+        pool.leave("other", 0, 0.0001, 0.0, held)
+        out = s.run(y, {x: np.ones(4, np.float32)}, options=pool_options())  # the slot is free again
+        np.testing.assert_array_equal(out, np.full((2, 2), 2, np.float32))
+    assert pool.stats().active_handlers == 0
+
+
+def test_waiting_steps_get_the_slot_in_the_flows_order():
+    pool = RunHandlerPool(num_threads=1)
+    hb, gate = blocker(pool, 0.01)  # a long step holds the slot; its flow has received nothing
+    order = []
+    try:
+        lane = pool.enter(kind="A")  # the lane beside the long step
+        assert lane is not None
+        pool.leave("A", 0, 0.005, 0.0, lane)  # A has received 5 ms: A is ahead of the others now
+
+        def wait(kind):
+            slot = pool.enter_wait(kind=kind, timeout=5)
+            order.append(kind)
+            pool.leave(kind, 0, 0.0001, 0.0, slot)
+
+        ta = threading.Thread(target=wait, args=("A",))
+        ta.start()  # A waits first (the lane is not its to take) ...
+        deadline = time.monotonic() + 5
+        while pool.stats().waiting_requests < 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        tb = threading.Thread(target=wait, args=("B",))
+        tb.start()  # ... and B, owed its turn, behind it in arrival but ahead in the flows' order
+        while pool.stats().waiting_requests < 2 and time.monotonic() < deadline and not order:
+            time.sleep(0.001)
+        assert order in ([], ["B"])  # B may have taken the lane, A may not
+    finally:
+        gate.set()
+        hb.release()
+    ta.join(5)
+    tb.join(5)
+    assert order == ["B", "A"]
+    assert pool.stats().waiting_requests == 0
