@@ -246,7 +246,7 @@ class SessionCallable:
         slot = session._enter_pool(self._default[0], options, self._slot_step_s, True, deadline, wait=True)
         if slot is None:
             return self._slow(self._default[0], feeds, options, run_metadata)
-        pool, slot_id = slot
+        pool, slot_id, priority = slot
         plan = self._plan
         t0, k0 = time.thread_time(), kernel_clock.seconds
         ok = False
@@ -257,7 +257,6 @@ class SessionCallable:
             ok = True
         finally:
             cpu = time.thread_time() - t0
-            priority = options.experimental.run_handler_pool_options.priority
             pool.leave(plan, priority, cpu, kernel_clock.seconds - k0, slot_id)
         if ok:
             plan.learn_cpu(cpu)

@@ -267,7 +267,7 @@ class Session:
         cheap: bool = False,
         deadline: Deadline | None = None,
         wait: bool = False,
-    ) -> tuple[RunHandlerPool, int] | None:
+    ) -> tuple[RunHandlerPool, int, int] | None:
         """The RunHandlerPool and the id of a slot taken for this caller (``RunHandlerPool.enter``), if
         this run uses the pool, its plan's steps took less than ``below`` seconds of CPU and a slot is
         free (or a place in the lane beside the slots). With ``cheap``, also a plan of any cost whose
@@ -283,18 +283,18 @@ class Session:
         if not self.uses_run_handler_pool(options):
             return None
         assert options is not None
-        pool = self.run_handler_pool()
+        pool = self._run_handler_pool or self.run_handler_pool()
         priority = options.experimental.run_handler_pool_options.priority
         if wait:
             timeout = None if deadline is None else deadline.remaining_ms() / 1000.0
             slot_id = pool.enter_wait(priority, short, plan, timeout)
         else:
             slot_id = pool.enter(priority, short, plan)
-        return None if slot_id is None else (pool, slot_id)
+        return None if slot_id is None else (pool, slot_id, priority)
 
     def _run_in_slot(
         self,
-        slot: tuple[RunHandlerPool, int],
+        slot: tuple[RunHandlerPool, int, int],
         sig: Signature,
         feeds: list[Any],
         options: config_pb2.RunOptions | None,
@@ -307,7 +307,7 @@ class Session:
         cost is this thread's CPU time (wall time would count the GIL and the cores taken by others, and
         push a busy server's short plans off this path)."""
         assert options is not None
-        pool, slot_id = slot
+        pool, slot_id, priority = slot
         t0, k0 = time.thread_time(), kernel_clock.seconds
         try:
             if deadline is not None:
@@ -327,7 +327,6 @@ class Session:
             )
         finally:
             cpu = time.thread_time() - t0
-            priority = options.experimental.run_handler_pool_options.priority
             pool.leave(sig.plan, priority, cpu, kernel_clock.seconds - k0, slot_id)
         # the CPU time includes the answer: a traced step's metadata would count as the plan's cost
         if step.status is None and not (options.trace_level or options.output_partition_graphs):
