@@ -195,6 +195,7 @@ def bench_big(base: str, address: str, model: str, shape: tuple[int, int], repea
 
 def bench_codec(repeat: int) -> dict[str, float]:
     """The server's decode + encode of a 1 MiB MLP request (4096 x 64) and its 4096 x 10 answer."""
+    from poolserve.server import grpc_raw as grpc_raw_mod
     from poolserve.server import kserve, kserve_grpc
     from poolserve.server.service import InferResult
 
@@ -208,10 +209,10 @@ def bench_codec(repeat: int) -> dict[str, float]:
         kserve.decode_request(json_body)
         kserve.encode_response("mlp", "1", [("probabilities", y, False)])
 
-    def grpc_path() -> None:
-        decoded = kserve_grpc.decode_infer(grpc_service_pb2.ModelInferRequest.FromString(grpc_body))
+    def grpc_path() -> None:  # what the server's (de)serializers and adapter do
+        decoded = kserve_grpc.decode_infer(grpc_raw_mod.parse_request(grpc_body))
         decoded.outputs = [kserve.RequestedOutput("probabilities", True)]
-        kserve_grpc.encode_infer(result, decoded).SerializeToString()
+        grpc_raw_mod.serialize_response(kserve_grpc.encode_infer(result, decoded))
 
     out: dict[str, float] = {}
     for name, fn in (("json", json_path), ("grpc_raw", grpc_path)):

@@ -485,6 +485,13 @@ def to_tensor_proto(value: Any) -> tensor_pb2.TensorProto:
 
 def to_binary(where: str, value: Any) -> bytes:
     """An array as raw little-endian, row-major bytes (strings: length-prefixed)."""
+    data = binary_data(where, value)
+    return data if isinstance(data, bytes) else data.tobytes()
+
+
+def binary_data(where: str, value: Any) -> bytes | Array:
+    """``to_binary``'s bytes without copying a numeric array that already is little-endian and
+    contiguous: the array itself (its memory is the bytes), else a converted copy; strings as bytes."""
     arr = np.asarray(value)
     if arr.dtype.kind in "OSU":
         parts: list[bytes] = []
@@ -497,4 +504,4 @@ def to_binary(where: str, value: Any) -> bytes:
         return b"".join(parts)
     if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and not np.little_endian):
         arr = arr.astype(arr.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(arr).tobytes()
+    return np.ascontiguousarray(arr)
