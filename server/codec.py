@@ -396,8 +396,12 @@ def from_binary(
     where: str, buf: memoryview, dtype: Dtype, shape: tuple[int, ...], what: str = "binary_data_size"
 ) -> Array:
     """Raw little-endian, row-major bytes as an array of ``shape``; a zero-copy view of the body where
-    possible. Strings are a 4-byte little-endian length and the bytes, per element. ``what`` names the
-    bytes in errors (HTTP's binary_data_size, gRPC's raw_input_contents[i])."""
+    possible: where the bytes start at an address the dtype aligns to (a tensor's offset in a body is
+    whatever the header before it makes it), else an aligned copy: numpy reads an unaligned array through
+    buffers, so every op reading it would pay about a copy's worth (a 4096 x 64 float32 input: +0.15 ms a
+    Relu, +1.5 ms a MatMul, measured in one noisy run), where this pays one. Strings are a
+    4-byte little-endian length and the bytes, per element. ``what`` names the bytes in errors (HTTP's
+    binary_data_size, gRPC's raw_input_contents[i])."""
     count = math.prod(shape)
     if dtype.kind == "O":
         return _binary_strings(where, buf, shape, count, what)
@@ -409,7 +413,8 @@ def from_binary(
         )
     if dtype.kind == "b":  # any non-zero byte is true; a bool view of other bytes is not a valid bool
         return np.frombuffer(buf, np.uint8).astype(np.bool_).reshape(shape)
-    return np.frombuffer(buf, dtype.newbyteorder("<")).reshape(shape)
+    arr = np.frombuffer(buf, dtype.newbyteorder("<")).reshape(shape)
+    return arr if arr.flags.aligned else arr.copy()
 
 
 def _binary_strings(where: str, buf: memoryview, shape: tuple[int, ...], count: int, what: str) -> Array:
