@@ -7,10 +7,15 @@
    latency, and the server's CPU time per request (from /proc: the clients share the machine, and
    httpx costs its client more than grpc's C core does, so the CPU per request is the fairer figure).
 2. A 1 MiB float32 input, one request at a time (median of ``--repeat``): KServe JSON over HTTP, the
-   HTTP binary extension and gRPC raw, on the branches model (1024 x 256, as bench_http) and the MLP
-   (4096 x 64, lighter compute: more of the time is the protocol's).
+   HTTP binary extension and gRPC raw, on the branches model (1024 x 256, as bench_http), the MLP
+   (4096 x 64, lighter compute) and ``normalize`` (1024 x 256 -> 1024 x 256: (x - mean) / std per feature,
+   a pre-processing model whose compute is a Sub and a Mul: the protocol's share of the time, 1 MiB in
+   and 1 MiB out). The JSON client uses orjson both ways (numpy's float32 values as they are), so the
+   JSON figure is the server's JSON, not the stdlib's on the client.
 3. In this process, the protocol's own work on that MLP request (no compute, no network): parsing and
    decoding the request and encoding the answer, KServe JSON against gRPC raw (median of ``--repeat``).
+
+The server runs the embedded default config's mlp and branches and the generated normalize model.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,18 +34,43 @@ from typing import Any
 import grpc
 import httpx
 import numpy as np
+import orjson
 
 from benchmarks import bench_http
 from benchmarks.bench_http import free_port
 from poolserve.proto import grpc_service_pb2
+from poolserve.runtime.builder import GraphBuilder, shape
 
 ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "configs" / "models"
 HEADER = "Inference-Header-Content-Length"
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
-def start(http_port: int, grpc_port: int) -> Any:
-    args = ["-m", "poolserve.server.cli", "serve", "--log-level", "warning"]
+def normalize_model() -> bytes:
+    """input [None, 256] -> (x - mean) * (1 / std), per feature -> output [None, 256]."""
+    rng = np.random.default_rng(3)
+    b = GraphBuilder()
+    x = b.placeholder("input", np.float32, (None, 256))
+    centred = b.binary("Sub", x, b.constant(rng.normal(0, 1, 256).astype(np.float32), name="mean"))
+    scaled = b.mul(centred, b.constant(rng.uniform(0.5, 2, 256).astype(np.float32), name="inv_std"))
+    b.op("Identity", [scaled], {"T": np.float32, "_output_shapes": [shape((None, 256))]}, name="output")
+    return b.graph_def.SerializeToString()
+
+
+def start(http_port: int, grpc_port: int, folder: Path) -> Any:
+    """The server on a config of the default mlp and branches and the normalize model (in ``folder``)."""
+    (folder / "normalize.pb").write_bytes(normalize_model())
+    models = {
+        "mlp": MODELS / "mlp.pb",
+        "branches": MODELS / "branches.pb",
+        "normalize": folder / "normalize.pb",
+    }
+    config = folder / "bench_grpc.toml"
+    config.write_text(
+        "\n".join(f'[[models]]\nname = "{name}"\npath = "{path}"' for name, path in models.items()) + "\n"
+    )
+    args = ["-m", "poolserve.server.cli", "serve", "--log-level", "warning", "--config", str(config)]
     return bench_http.start([*args, "--port", str(http_port), "--grpc-port", str(grpc_port)], http_port)
 
 
@@ -67,10 +99,9 @@ def http_binary(model: str, x: np.ndarray[Any, Any]) -> tuple[str, bytes, dict[s
 
 
 def http_json(model: str, x: np.ndarray[Any, Any]) -> tuple[str, bytes, dict[str, str]]:
-    body = {
-        "inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]
-    }
-    return f"/v2/models/{model}/infer", json.dumps(body).encode(), {"content-type": "application/json"}
+    body = {"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel()}]}
+    data = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+    return f"/v2/models/{model}/infer", data, {"content-type": "application/json"}
 
 
 def grpc_raw(model: str, x: np.ndarray[Any, Any]) -> bytes:
@@ -86,7 +117,7 @@ def decode_http(response: httpx.Response) -> np.ndarray[Any, Any]:
         n = int(response.headers[HEADER])
         json.loads(response.content[:n])
         return np.frombuffer(response.content[n:], np.float32)
-    return np.asarray(response.json()["outputs"][0]["data"], np.float32)
+    return np.asarray(orjson.loads(response.content)["outputs"][0]["data"], np.float32)
 
 
 def decode_grpc(data: bytes) -> np.ndarray[Any, Any]:
@@ -193,8 +224,36 @@ def bench_big(base: str, address: str, model: str, shape: tuple[int, int], repea
     return out
 
 
+# model -> its 1 MiB float32 input's shape
+ONE_MIB = {"branches": (1024, 256), "mlp": (4096, 64), "normalize": (1024, 256)}
+
+
+def step_times(config: Path, repeat: int) -> dict[str, float]:
+    """Each model's step on its 1 MiB input in this process (``Session.run``, the server's config):
+    the part of a request's time no protocol can save (median ms of ``repeat``)."""
+    from poolserve.server.config import load_config
+    from poolserve.server.models import load_model
+
+    settings = load_config(config)
+    out = {}
+    for mc in settings.models:
+        entry = load_model(mc, settings)
+        x = np.random.default_rng(1).standard_normal(ONE_MIB[mc.name]).astype(np.float32)
+        feeds = entry.feeds({"input": x})
+        fetches = entry.fetches([s.name for s in entry.outputs])
+        entry.session.run(fetches, feeds)
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            entry.session.run(fetches, feeds)
+            times.append(time.perf_counter() - t0)
+        out[mc.name] = float(np.median(times) * 1e3)
+    return out
+
+
 def bench_codec(repeat: int) -> dict[str, float]:
     """The server's decode + encode of a 1 MiB MLP request (4096 x 64) and its 4096 x 10 answer."""
+    from poolserve.server import grpc_raw as grpc_raw_mod
     from poolserve.server import kserve, kserve_grpc
     from poolserve.server.service import InferResult
 
@@ -208,10 +267,10 @@ def bench_codec(repeat: int) -> dict[str, float]:
         kserve.decode_request(json_body)
         kserve.encode_response("mlp", "1", [("probabilities", y, False)])
 
-    def grpc_path() -> None:
-        decoded = kserve_grpc.decode_infer(grpc_service_pb2.ModelInferRequest.FromString(grpc_body))
+    def grpc_path() -> None:  # what the server's (de)serializers and adapter do
+        decoded = kserve_grpc.decode_infer(grpc_raw_mod.parse_request(grpc_body))
         decoded.outputs = [kserve.RequestedOutput("probabilities", True)]
-        kserve_grpc.encode_infer(result, decoded).SerializeToString()
+        grpc_raw_mod.serialize_response(kserve_grpc.encode_infer(result, decoded))
 
     out: dict[str, float] = {}
     for name, fn in (("json", json_path), ("grpc_raw", grpc_path)):
@@ -234,31 +293,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--no-load", action="store_true", help="skip part 1 (the 8-client MLP load)")
     args = parser.parse_args(argv)
     os.environ.setdefault("POOLSERVE_TRACES__SAMPLE_RATE", "0")
     http_port, grpc_port = free_port(), free_port()
-    server = start(http_port, grpc_port)
+    folder = Path(tempfile.mkdtemp(prefix="bench_grpc."))
+    server = start(http_port, grpc_port, folder)
     base, address = f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}"
     try:
         load = os.getloadavg()[0]
-        mlp = bench_mlp(server.pid, base, address, args.clients, args.rounds, args.seconds)
-        print(f"example MLP, {args.clients} closed-loop clients, {args.rounds} x {args.seconds:g} s rounds")
-        for name in ("http_binary", "grpc_raw"):
-            r = mlp[name]
+        mlp: dict[str, Any] = {}
+        if not args.no_load:
+            mlp = bench_mlp(server.pid, base, address, args.clients, args.rounds, args.seconds)
             print(
-                f"  {name:12} {r['throughput_rps']:8.1f} req/s  p50 {r['p50_ms']:6.2f} ms  "
-                f"p99 {r['p99_ms']:6.2f} ms  server CPU {r['server_cpu_ms_per_request']:.2f} ms/request"
+                f"example MLP, {args.clients} closed-loop clients, {args.rounds} x {args.seconds:g} s rounds"
             )
-        print(f"  gRPC raw / HTTP binary throughput: {mlp['throughput_ratio']:.2f}x")
+            for name in ("http_binary", "grpc_raw"):
+                r = mlp[name]
+                print(
+                    f"  {name:12} {r['throughput_rps']:8.1f} req/s  p50 {r['p50_ms']:6.2f} ms  "
+                    f"p99 {r['p99_ms']:6.2f} ms  server CPU {r['server_cpu_ms_per_request']:.2f} ms/request"
+                )
+            print(f"  gRPC raw / HTTP binary throughput: {mlp['throughput_ratio']:.2f}x")
+        steps = step_times(folder / "bench_grpc.toml", args.repeat)
         big = {
-            "branches": bench_big(base, address, "branches", (1024, 256), args.repeat),
-            "mlp": bench_big(base, address, "mlp", (4096, 64), args.repeat),
+            model: bench_big(base, address, model, ONE_MIB[model], args.repeat) | {"step_ms": steps[model]}
+            for model in ONE_MIB
         }
         for model, r in big.items():
             print(
                 f"1 MiB float32 input ({model}): JSON {r['json_ms']:.1f} ms, "
                 f"HTTP binary {r['http_binary_ms']:.1f} ms, gRPC raw {r['grpc_raw_ms']:.1f} ms: "
-                f"{r['grpc_over_json']:.1f}x JSON"
+                f"{r['grpc_over_json']:.1f}x JSON (the step alone, in process: {r['step_ms']:.1f} ms; "
+                f"JSON / 20 = {r['json_ms'] / 20:.1f} ms)"
             )
         codec = bench_codec(args.repeat)
         print(
@@ -278,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.terminate()
         server.wait(15)
+        shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 

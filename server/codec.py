@@ -396,8 +396,12 @@ def from_binary(
     where: str, buf: memoryview, dtype: Dtype, shape: tuple[int, ...], what: str = "binary_data_size"
 ) -> Array:
     """Raw little-endian, row-major bytes as an array of ``shape``; a zero-copy view of the body where
-    possible. Strings are a 4-byte little-endian length and the bytes, per element. ``what`` names the
-    bytes in errors (HTTP's binary_data_size, gRPC's raw_input_contents[i])."""
+    possible: where the bytes start at an address the dtype aligns to (a tensor's offset in a body is
+    whatever the header before it makes it), else an aligned copy: numpy reads an unaligned array through
+    buffers, so every op reading it would pay about a copy's worth (a 4096 x 64 float32 input: +0.15 ms a
+    Relu, +1.5 ms a MatMul, measured in one noisy run), where this pays one. Strings are a
+    4-byte little-endian length and the bytes, per element. ``what`` names the bytes in errors (HTTP's
+    binary_data_size, gRPC's raw_input_contents[i])."""
     count = math.prod(shape)
     if dtype.kind == "O":
         return _binary_strings(where, buf, shape, count, what)
@@ -409,7 +413,8 @@ def from_binary(
         )
     if dtype.kind == "b":  # any non-zero byte is true; a bool view of other bytes is not a valid bool
         return np.frombuffer(buf, np.uint8).astype(np.bool_).reshape(shape)
-    return np.frombuffer(buf, dtype.newbyteorder("<")).reshape(shape)
+    arr = np.frombuffer(buf, dtype.newbyteorder("<")).reshape(shape)
+    return arr if arr.flags.aligned else arr.copy()
 
 
 def _binary_strings(where: str, buf: memoryview, shape: tuple[int, ...], count: int, what: str) -> Array:
@@ -485,6 +490,13 @@ def to_tensor_proto(value: Any) -> tensor_pb2.TensorProto:
 
 def to_binary(where: str, value: Any) -> bytes:
     """An array as raw little-endian, row-major bytes (strings: length-prefixed)."""
+    data = binary_data(where, value)
+    return data if isinstance(data, bytes) else data.tobytes()
+
+
+def binary_data(where: str, value: Any) -> bytes | Array:
+    """``to_binary``'s bytes without copying a numeric array that already is little-endian and
+    contiguous: the array itself (its memory is the bytes), else a converted copy; strings as bytes."""
     arr = np.asarray(value)
     if arr.dtype.kind in "OSU":
         parts: list[bytes] = []
@@ -497,4 +509,4 @@ def to_binary(where: str, value: Any) -> bytes:
         return b"".join(parts)
     if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and not np.little_endian):
         arr = arr.astype(arr.dtype.newbyteorder("<"))
-    return np.ascontiguousarray(arr).tobytes()
+    return np.ascontiguousarray(arr)

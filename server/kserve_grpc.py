@@ -5,7 +5,9 @@ service's request by ``kserve.infer_request`` (datatypes, parameters ``priority`
 microseconds, ``trace``, ``use_run_handler_pool``). Inputs come as ``raw_input_contents`` (one entry per
 input, in order: the binary extension's bytes) or as typed ``contents``, never both; outputs always go
 back as ``raw_output_contents``, as Triton sends them. The trace a request asks for comes back as the
-response parameter ``trace`` (Chrome trace JSON).
+response parameter ``trace`` (Chrome trace JSON). Raw tensors skip protobuf's copies both ways
+(``server.grpc_raw``): an input array is a view of the call's body, an output's memory is joined into the
+answer's bytes once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from poolserve.proto import grpc_service_pb2_grpc
 from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, UnavailableError, UnimplementedError
 from poolserve.runtime.types import Array
 from poolserve.server import codec, kserve, kserve_config
+from poolserve.server.grpc_raw import RawInferRequest, RawInferResponse, parse_request, serialize_response
 from poolserve.server.grpc_server import GrpcAdapter, guarded, serve, serve_stream
 from poolserve.server.kserve import DecodedRequest, RequestedOutput
 from poolserve.server.models import ModelEntry
@@ -61,9 +64,11 @@ def _contents(where: str, tensor: pb.ModelInferRequest.InferInputTensor, shape: 
     return codec.from_values(where, getattr(tensor.contents, field), dtype, shape)
 
 
-def decode_infer(message: pb.ModelInferRequest) -> DecodedRequest:
+def decode_infer(request: pb.ModelInferRequest | RawInferRequest) -> DecodedRequest:
     """A ModelInferRequest as KServe's decoded request (the errors name the input or field)."""
-    raw = message.raw_input_contents
+    if isinstance(request, pb.ModelInferRequest):
+        request = RawInferRequest.of(request)
+    message, raw = request.message, request.raw
     if not message.inputs:
         raise InvalidArgumentError("'inputs' must be a non-empty list")
     if raw and len(raw) != len(message.inputs):
@@ -93,9 +98,7 @@ def decode_infer(message: pb.ModelInferRequest) -> DecodedRequest:
                 raise InvalidArgumentError(
                     f"{where} has contents but the request carries raw_input_contents: use one or the other"
                 )
-            inputs[name] = codec.from_binary(
-                where, memoryview(raw[i]), dtype, shape, f"raw_input_contents[{i}]"
-            )
+            inputs[name] = codec.from_binary(where, raw[i], dtype, shape, f"raw_input_contents[{i}]")
         else:
             inputs[name] = _contents(where, tensor, shape)
         datatypes[name] = tensor.datatype
@@ -121,37 +124,44 @@ def decode_infer(message: pb.ModelInferRequest) -> DecodedRequest:
     )
 
 
-def encode_infer(result: InferResult, decoded: DecodedRequest) -> pb.ModelInferResponse:
-    response = pb.ModelInferResponse(
-        model_name=result.model, model_version=str(result.version), id=decoded.request_id or ""
+def encode_infer(result: InferResult, decoded: DecodedRequest) -> RawInferResponse:
+    """The answer; its ``raw`` outputs are the result's arrays themselves where their memory already is
+    the raw bytes (``serialize`` copies them once, into the answer's bytes)."""
+    response = RawInferResponse(
+        pb.ModelInferResponse(
+            model_name=result.model, model_version=str(result.version), id=decoded.request_id or ""
+        )
     )
     for requested in decoded.outputs or ():
         value = np.asarray(result.outputs[requested.name])
-        response.outputs.add(name=requested.name, datatype=kserve.datatype_of(value.dtype), shape=value.shape)
-        response.raw_output_contents.append(codec.to_binary(f"output '{requested.name}'", value))
+        outputs = response.message.outputs
+        outputs.add(name=requested.name, datatype=kserve.datatype_of(value.dtype), shape=value.shape)
+        response.raw.append(codec.binary_data(f"output '{requested.name}'", value))
     if result.trace is not None:
-        response.parameters["trace"].string_param = codec.dumps(result.trace).decode()
+        response.message.parameters["trace"].string_param = codec.dumps(result.trace).decode()
     return response
 
 
-class ModelInferAdapter(GrpcAdapter[pb.ModelInferRequest, DecodedRequest, pb.ModelInferResponse]):
+class ModelInferAdapter(GrpcAdapter[RawInferRequest, DecodedRequest, RawInferResponse]):
     endpoint = "/inference.GRPCInferenceService/ModelInfer"
 
-    def model(self, message: pb.ModelInferRequest) -> tuple[str, int | None]:
-        return message.model_name, version(message.model_version)
+    def model(self, request: RawInferRequest) -> tuple[str, int | None]:
+        return request.message.model_name, version(request.message.model_version)
 
-    def decode_size(self, message: pb.ModelInferRequest) -> int:
-        if message.raw_input_contents:
+    def decode_size(self, request: RawInferRequest) -> int:
+        if request.raw:
             return 0
         contents = codec.KSERVE_CONTENTS
-        fields = (getattr(t.contents, contents.get(t.datatype, "bytes_contents")) for t in message.inputs)
+        fields = (
+            getattr(t.contents, contents.get(t.datatype, "bytes_contents")) for t in request.message.inputs
+        )
         return sum(8 * len(values) for values in fields)
 
-    def decode(self, message: pb.ModelInferRequest, entry: ModelEntry) -> tuple[InferRequest, DecodedRequest]:
-        decoded = decode_infer(message)
+    def decode(self, request: RawInferRequest, entry: ModelEntry) -> tuple[InferRequest, DecodedRequest]:
+        decoded = decode_infer(request)
         return kserve.infer_request(entry, decoded), decoded
 
-    def encode(self, result: InferResult, context: DecodedRequest) -> pb.ModelInferResponse:
+    def encode(self, result: InferResult, context: DecodedRequest) -> RawInferResponse:
         return encode_infer(result, context)
 
 
@@ -164,16 +174,19 @@ ENABLE_FINAL_RESPONSE = "triton_enable_empty_final_response"
 
 
 def stream_answer(
-    request: pb.ModelInferRequest, response: pb.ModelInferResponse | None, error: str
+    request: RawInferRequest, answer: RawInferResponse | None, error: str
 ) -> pb.ModelStreamInferResponse:
     """A stream's answer to one request: its response, or its error with the request's id and model (so a
     client can tell which request failed). A request asking for Triton's final-response flag gets it on
     its one response (a poolserve model answers each request once)."""
-    if response is None:
+    message = request.message
+    if answer is None:
         response = pb.ModelInferResponse(
-            model_name=request.model_name, model_version=request.model_version, id=request.id
+            model_name=message.model_name, model_version=message.model_version, id=message.id
         )
-    if ENABLE_FINAL_RESPONSE in request.parameters:
+    else:
+        response = answer.full()
+    if ENABLE_FINAL_RESPONSE in message.parameters:
         response.parameters[FINAL_RESPONSE].bool_param = True
     return pb.ModelStreamInferResponse(error_message=error, infer_response=response)
 
@@ -195,11 +208,11 @@ class KServeServicer:
         self.RepositoryModelLoad = guarded(self._repository_load)
         self.RepositoryModelUnload = guarded(self._repository_unload)
 
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: RawInferRequest, context: Context) -> RawInferResponse:
         return await serve(self.infer, self.service, request, context)
 
     async def ModelStreamInfer(
-        self, requests: AsyncIterator[pb.ModelInferRequest], context: Context
+        self, requests: AsyncIterator[RawInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         # an async generator function: grpc.aio tells a streaming handler by that
         answers = serve_stream(self.stream_infer, self.service, requests, context, stream_answer)
@@ -290,7 +303,36 @@ def _no_parameters(parameters: Any) -> None:
         )
 
 
+class _Handlers:
+    """Stands in for the server to take the method handlers the generated code registers."""
+
+    def __init__(self) -> None:
+        self.name = ""
+        self.handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass
+
+    def add_registered_method_handlers(
+        self, name: str, handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        self.name, self.handlers = name, handlers
+
+
 def add_to_server(server: grpc.aio.Server, service: InferenceService) -> None:
-    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        KServeServicer(service), server
+    """The generated service's handlers, with the inference calls' messages read and written by
+    ``server.grpc_raw`` instead of protobuf."""
+    servicer = KServeServicer(service)
+    taken = _Handlers()
+    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, taken)  # type: ignore[no-untyped-call]
+    handlers = dict(taken.handlers)
+    handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
+        servicer.ModelInfer, request_deserializer=parse_request, response_serializer=serialize_response
     )
+    handlers["ModelStreamInfer"] = grpc.stream_stream_rpc_method_handler(
+        servicer.ModelStreamInfer,
+        request_deserializer=parse_request,
+        response_serializer=pb.ModelStreamInferResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(taken.name, handlers),))
+    server.add_registered_method_handlers(taken.name, handlers)

@@ -302,3 +302,18 @@ async def test_big_bodies_and_answers_leave_the_event_loop_in_every_protocol(
         for adapter in ("NativeAdapter", "KServeAdapter", "TFServingAdapter")
         for step in ("decode", "encode")
     ]
+
+
+def test_from_binary_is_a_view_of_aligned_bytes_and_an_aligned_copy_of_others() -> None:
+    # a tensor's offset in a body is whatever the header before it makes it: numpy's loops read an
+    # unaligned array slowly, so it is copied once (and only then)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    body = b"\0" * 8 + x.tobytes() + b"\0"
+    base = np.frombuffer(body, np.uint8)
+    aligned = codec.from_binary("input 'x'", memoryview(body)[8:-1], np.dtype(np.float32), (3, 4))
+    assert aligned.flags.aligned and np.shares_memory(aligned, base)
+    np.testing.assert_array_equal(aligned, x)
+    shifted = b"\0" + x.tobytes()
+    view = codec.from_binary("input 'x'", memoryview(shifted)[1:], np.dtype(np.float32), (3, 4))
+    assert view.flags.aligned and not np.shares_memory(view, np.frombuffer(shifted, np.uint8))
+    np.testing.assert_array_equal(view, x)
