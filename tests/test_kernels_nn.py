@@ -581,6 +581,12 @@ DEPTHWISE_CASES = [
     ((2, 9, 9, 3), (3, 2, 3, 2), (1, 1), (2, 3), "SAME", None),
     ((1, 6, 7, 2), (3, 3, 2, 1), (2, 1), (1, 1), "EXPLICIT", ((2, 1), (0, 1))),
     ((1, 4, 4, 3), (5, 5, 3, 1), (1, 1), (1, 1), "SAME", None),
+    # channel multiplier 1 through each of conv_ops._depthwise_nhwc's ways: copied patches (dilated; 48
+    # channels), the strided einsum (96 channels), a multiply-add per tap (16 channels, 16K outputs)
+    ((1, 10, 9, 5), (3, 3, 5, 1), (1, 1), (2, 2), "SAME", None),
+    ((2, 7, 6, 48), (3, 3, 48, 1), (2, 2), (1, 1), "SAME", None),
+    ((1, 5, 6, 96), (3, 3, 96, 1), (1, 1), (1, 1), "VALID", None),
+    ((1, 32, 33, 16), (3, 3, 16, 1), (1, 1), (1, 1), "SAME", None),
 ]
 
 
