@@ -17,6 +17,8 @@ from numpy.lib.stride_tricks import as_strided
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 from poolserve.runtime.kernels._common import (
     _F16,
+    _F32,
+    _MAX_INNER,
     _PLAN_CACHE_SIZE,
     _attrs_of,
     _dims,
@@ -289,9 +291,30 @@ def conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue | None], A
     the output is large (``_FusedConv2D``)."""
     win = _window_attrs(node)
     geometry = _geometry_cache(win)
+    # per (input shape, filter shape, dtypes) seen and checked: the 1x1 convolution's matrix shapes, or
+    # None for the general path. A small convolution's BLAS call is ~12 us; the checks, views and calls
+    # around it cost as much again (MobileNetV2 runs 35 convolutions, most of them small 1x1).
+    pointwise: dict[tuple[Any, ...], tuple[int, int, int, tuple[int, ...]] | None] = {}
 
     def compute(inputs: list[Any], epilogue: Epilogue | None) -> Any:
         x, w = inputs
+        key = (x.shape, w.shape, x.dtype, w.dtype)
+        fast = pointwise.get(key, False)
+        if fast is False:
+            y = checked(x, w, epilogue)  # raises on bad shapes: nothing is remembered
+            if len(pointwise) >= _PLAN_CACHE_SIZE:
+                pointwise.clear()
+            pointwise[key] = _pointwise_plan(x, w, win)
+            return y
+        if fast is None:
+            return checked(x, w, epilogue)
+        rows, c, o, out_shape = fast
+        y = np.matmul(x.reshape(rows, c), w.reshape(c, o))
+        if epilogue is not None:
+            epilogue(y)
+        return y.reshape(out_shape)
+
+    def checked(x: Any, w: Any, epilogue: Epilogue | None) -> Any:
         _check_rank4(x, "convolution input")
         _check_rank4(w, "convolution filter")
         h, wd, c = (x.shape[2], x.shape[3], x.shape[1]) if win.nchw else x.shape[1:]
@@ -312,6 +335,29 @@ def conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue | None], A
         return _conv2d(x, w, win, oh, ow, pads, groups, epilogue)
 
     return compute
+
+
+def _pointwise_plan(x: Any, w: Any, win: _Window) -> tuple[int, int, int, tuple[int, ...]] | None:
+    """(rows, input channels, output channels, output shape) when the checked convolution of ``x`` by
+    ``w`` is one small matrix product: NHWC, 1x1, unit strides, no padding, one group, float32 or float64
+    on both sides, an output below the banded size and a depth BLAS takes in one call."""
+    kh, kw, c, o = w.shape
+    n, h, wd = x.shape[:3]
+    if (
+        win.nchw
+        or kh != 1
+        or kw != 1
+        or win.sh != 1
+        or win.sw != 1
+        or any(win.pads)
+        or x.shape[3] != c
+        or x.dtype != w.dtype
+        or x.dtype not in (_F32, np.dtype(np.float64))
+        or n * h * wd * o >= 2 * _CHUNK
+        or c > _MAX_INNER
+    ):
+        return None
+    return n * h * wd, c, o, (n, h, wd, o)
 
 
 def _after(y: Any, epilogue: Epilogue | None) -> Any:
