@@ -299,13 +299,13 @@ def conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue | None], A
     def compute(inputs: list[Any], epilogue: Epilogue | None) -> Any:
         x, w = inputs
         key = (x.shape, w.shape, x.dtype, w.dtype)
-        fast = pointwise.get(key, False)
-        if fast is False:
+        if key not in pointwise:
             y = checked(x, w, epilogue)  # raises on bad shapes: nothing is remembered
             if len(pointwise) >= _PLAN_CACHE_SIZE:
                 pointwise.clear()
             pointwise[key] = _pointwise_plan(x, w, win)
             return y
+        fast = pointwise.get(key)
         if fast is None:
             return checked(x, w, epilogue)
         rows, c, o, out_shape = fast

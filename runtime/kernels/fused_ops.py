@@ -229,7 +229,7 @@ def _fused(product: ProductFactory, channels_first: Callable[[Node], bool]) -> F
                 factor, shift = factor.reshape(-1, 1, 1), shift.reshape(-1, 1, 1)
             c = inputs[2].size
 
-            def epilogue(y: Any) -> Any:
+            def bn_epilogue(y: Any) -> Any:
                 # y: the product's fresh output, or a block of its rows (channels last)
                 if (y.shape[-3] if nchw else y.shape[-1]) != c:
                     raise InvalidArgumentError(
@@ -240,7 +240,7 @@ def _fused(product: ProductFactory, channels_first: Callable[[Node], bool]) -> F
                 y += shift
                 return y if act is None else act(y, alpha)
 
-            return (inner(inputs[:2], epilogue),)
+            return (inner(inputs[:2], bn_epilogue),)
 
         return compute
 
