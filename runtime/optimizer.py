@@ -18,6 +18,9 @@ It reads the plan (its executed nodes, their consumers, the folded constants) an
 - *Layer norm* (the remapper, as oneDNN builds fuse it into ``_MklLayerNorm``): the Mean, SquaredDifference,
   Rsqrt and affine arithmetic of a layer normalization become one ``_FusedLayerNorm``
   (``runtime/layer_norm_fusion.py``).
+- *Tensordot* (remapping): Keras's Dense on a 3-D input, written out by TensorFlow as Transpose, Reshape,
+  MatMul and Reshape with ten shape nodes, becomes one ``BatchMatMulV2`` when no bias and activation fused
+  into its MatMul (``runtime/tensordot_fusion.py``).
 
 A node is only absorbed when nothing else needs its output: not fetched, not fed, not a target, not
 named by a control input, consumed once. GELU is recognised by its value, not its spelling: a closed group
@@ -25,7 +28,7 @@ of elementwise ops on one tensor whose output matches GELU on a probe of 241 poi
 
 ``ConfigProto.graph_options.rewrite_options`` switches it as TensorFlow does: ``disable_meta_optimizer``
 turns all of it off, ``arithmetic_optimization: OFF`` the folding, ``remapping: OFF`` the fusion (layer
-norm included), ``dependency_optimization: OFF`` the Identity and NoOp removal.
+norm and Tensordot included), ``dependency_optimization: OFF`` the Identity and NoOp removal.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from poolserve.runtime.kernels.fused_ops import ACTIVATIONS
 from poolserve.runtime.kernels.registry import OpContext
 from poolserve.runtime.layer_norm_fusion import fuse_layer_norms
 from poolserve.runtime.node import Node
+from poolserve.runtime.tensordot_fusion import fuse_tensordots
 from poolserve.runtime.types import TensorId
 
 _PRODUCTS = {
@@ -190,6 +194,7 @@ class _Rewriter:
                     self.fold_chain(self.node(pn.name))
         if self.which.fuse:
             fuse_layer_norms(self)
+            fuse_tensordots(self)  # last: a MatMul fused with its bias and activation stays so
         return list(self.out.values())
 
     def skip_noop(self, node: Node) -> None:

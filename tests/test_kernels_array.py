@@ -614,6 +614,13 @@ def test_gather_errors():
     fails("GatherV2", [P, i32([0]), i32([0])], "axis must be scalar")
     fails("GatherV2", [np.float32(1), i32([0]), i32(0)], "params must be at least 1 dimensional")
     fails("Gather", [P, i32([[1], [9]])], "indices[1,0] = 9 is not in [0, 5)")
+    # past 64 indices the check is numpy's reductions, below it Python's: both find the same first culprit
+    for n in (64, 65, 300):
+        many = np.zeros(n, np.int32)
+        many[n - 2], many[n - 1] = -3, 8
+        fails("GatherV2", [P, many, i32(0)], f"indices[{n - 2}] = -3 is not in [0, 5)")
+        many[n - 2] = 4
+        assert_close(run_op("GatherV2", [P, many[:-1], i32(0)]), P[many[:-1]])
     params = np.zeros((2, 3, 4), np.float32)
     fails(
         "GatherV2",

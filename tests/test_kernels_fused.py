@@ -6,7 +6,13 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 from support import run_op
+
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.errors import InvalidArgumentError
+from poolserve.runtime.graph import Graph
+from poolserve.runtime.session import Session
 
 F32 = np.float32
 _TF_ERF = Path(__file__).parent / "fixtures" / "kernels" / "erf_float32.npz"
@@ -44,3 +50,46 @@ def test_gelu_float32_special_values():
     got = fused_gelu(x.T).reshape(-1)
     assert np.isnan(got[0]) and got[1] == np.inf and got[3] == F32(1e30)
     assert abs(got[2]) < 1e-12 and abs(got[4]) < 1e-12 and got[5] == 0
+
+
+def _fused_pointwise_session(bias_fed: bool) -> tuple[Session, str, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((1, 1, 5, 7)).astype(F32)
+    bias = rng.standard_normal(7).astype(F32)
+    b = GraphBuilder()
+    x = b.placeholder("x", F32)
+    b_in = b.placeholder("bias", F32) if bias_fed else b.constant(bias)
+    attrs = {"T": F32, "strides": [1, 1, 1, 1], "padding": "SAME", "fused_ops": ["BiasAdd", "Relu6"]}
+    out = b.op("_FusedConv2D", [x, b.constant(w), b_in], {**attrs, "num_args": 1}, name="op")
+    return Session(Graph(b.graph_def)), out, w, bias
+
+
+def _relu6_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    y = np.einsum("nhwc,co->nhwo", x.astype(np.float64), w[0, 0].astype(np.float64)) + bias
+    return np.clip(y, 0, 6).astype(F32)
+
+
+def test_fused_pointwise_convolution_remembers_shapes_and_still_checks_them():
+    # a 1x1 convolution checks an input shape once, then runs as one matrix product (conv_ops); the
+    # epilogue of a constant bias is built once (fused_ops): new shapes, a bad shape and the first shape
+    # again each get the right answer or error
+    sess, out, w, bias = _fused_pointwise_session(bias_fed=False)
+    rng = np.random.default_rng(4)
+    for shape in [(1, 3, 4, 5), (1, 3, 4, 5), (2, 6, 1, 5), (1, 3, 4, 5)]:
+        x = (rng.standard_normal(shape) * 3).astype(F32)
+        got = sess.run(out, {"x:0": x})
+        assert got.shape == (*shape[:3], 7)
+        np.testing.assert_allclose(got, _relu6_conv(x, w, bias), rtol=1e-5, atol=1e-5)
+        with pytest.raises(InvalidArgumentError, match="input depth must be evenly divisible"):
+            sess.run(out, {"x:0": np.ones((*shape[:3], 3), F32)})
+
+
+def test_fused_convolution_reads_each_steps_bias():
+    sess, out, w, _ = _fused_pointwise_session(bias_fed=True)
+    x = np.random.default_rng(5).standard_normal((1, 2, 3, 5)).astype(F32)
+    for shift in (0.5, 2.0, 0.5):
+        bias = np.full(7, shift, F32)
+        got = sess.run(out, {"x:0": x, "bias:0": bias})
+        np.testing.assert_allclose(got, _relu6_conv(x, w, bias), rtol=1e-5, atol=1e-5)
+    with pytest.raises(InvalidArgumentError, match="bias must be 1-D"):
+        sess.run(out, {"x:0": x, "bias:0": np.ones((1, 7), F32)})

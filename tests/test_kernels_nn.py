@@ -133,6 +133,16 @@ def test_batch_matmul_v2_broadcasts():
     assert_close(run_op("BatchMatMulV2", [m, y]), np.matmul(m, y), rtol=1e-5)
 
 
+def test_batch_matmul_v2_by_a_matrix_runs_all_rows_at_once():
+    # [..., m, k] @ [k, n] as one [rows, k] @ [k, n] product: contiguous (also deeper than the 384 terms
+    # float32 products are split at), adjoint and broadcast operands must give numpy's answer
+    for x, w in [(rand(2, 3, 5, 4), rand(4, 6)), (rand(2, 70, 400), rand(400, 3))]:
+        assert_close(run_op("BatchMatMulV2", [x, w]), np.matmul(x, w), rtol=1e-5, atol=1e-5)
+    x, w = rand(2, 4, 5), rand(6, 4)
+    want = np.matmul(x.transpose(0, 2, 1), w.T)
+    assert_close(run_op("BatchMatMulV2", [x, w], {"adj_x": True, "adj_y": True}), want, rtol=1e-5)
+
+
 def test_batch_matmul_v3_casts_to_tout():
     x = RNG.integers(-128, 127, (2, 3, 40)).astype(np.int8)
     y = RNG.integers(0, 255, (40, 2)).astype(np.uint8)
@@ -581,6 +591,12 @@ DEPTHWISE_CASES = [
     ((2, 9, 9, 3), (3, 2, 3, 2), (1, 1), (2, 3), "SAME", None),
     ((1, 6, 7, 2), (3, 3, 2, 1), (2, 1), (1, 1), "EXPLICIT", ((2, 1), (0, 1))),
     ((1, 4, 4, 3), (5, 5, 3, 1), (1, 1), (1, 1), "SAME", None),
+    # channel multiplier 1 through each of conv_ops._depthwise_nhwc's ways: copied patches (dilated; 48
+    # channels), the strided einsum (96 channels), a multiply-add per tap (16 channels, 16K outputs)
+    ((1, 10, 9, 5), (3, 3, 5, 1), (1, 1), (2, 2), "SAME", None),
+    ((2, 7, 6, 48), (3, 3, 48, 1), (2, 2), (1, 1), "SAME", None),
+    ((1, 5, 6, 96), (3, 3, 96, 1), (1, 1), (1, 1), "VALID", None),
+    ((1, 32, 33, 16), (3, 3, 16, 1), (1, 1), (1, 1), "SAME", None),
 ]
 
 

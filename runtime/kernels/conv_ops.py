@@ -17,6 +17,8 @@ from numpy.lib.stride_tricks import as_strided
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 from poolserve.runtime.kernels._common import (
     _F16,
+    _F32,
+    _MAX_INNER,
     _PLAN_CACHE_SIZE,
     _attrs_of,
     _dims,
@@ -289,9 +291,30 @@ def conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue | None], A
     the output is large (``_FusedConv2D``)."""
     win = _window_attrs(node)
     geometry = _geometry_cache(win)
+    # per (input shape, filter shape, dtypes) seen and checked: the 1x1 convolution's matrix shapes, or
+    # None for the general path. A small convolution's BLAS call is ~12 us; the checks, views and calls
+    # around it cost as much again (MobileNetV2 runs 35 convolutions, most of them small 1x1).
+    pointwise: dict[tuple[Any, ...], tuple[int, int, int, tuple[int, ...]] | None] = {}
 
     def compute(inputs: list[Any], epilogue: Epilogue | None) -> Any:
         x, w = inputs
+        key = (x.shape, w.shape, x.dtype, w.dtype)
+        if key not in pointwise:
+            y = checked(x, w, epilogue)  # raises on bad shapes: nothing is remembered
+            if len(pointwise) >= _PLAN_CACHE_SIZE:
+                pointwise.clear()
+            pointwise[key] = _pointwise_plan(x, w, win)
+            return y
+        fast = pointwise.get(key)
+        if fast is None:
+            return checked(x, w, epilogue)
+        rows, c, o, out_shape = fast
+        y = np.matmul(x.reshape(rows, c), w.reshape(c, o))
+        if epilogue is not None:
+            epilogue(y)
+        return y.reshape(out_shape)
+
+    def checked(x: Any, w: Any, epilogue: Epilogue | None) -> Any:
         _check_rank4(x, "convolution input")
         _check_rank4(w, "convolution filter")
         h, wd, c = (x.shape[2], x.shape[3], x.shape[1]) if win.nchw else x.shape[1:]
@@ -312,6 +335,29 @@ def conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue | None], A
         return _conv2d(x, w, win, oh, ow, pads, groups, epilogue)
 
     return compute
+
+
+def _pointwise_plan(x: Any, w: Any, win: _Window) -> tuple[int, int, int, tuple[int, ...]] | None:
+    """(rows, input channels, output channels, output shape) when the checked convolution of ``x`` by
+    ``w`` is one small matrix product: NHWC, 1x1, unit strides, no padding, one group, float32 or float64
+    on both sides, an output below the banded size and a depth BLAS takes in one call."""
+    kh, kw, c, o = w.shape
+    n, h, wd = x.shape[:3]
+    if (
+        win.nchw
+        or kh != 1
+        or kw != 1
+        or win.sh != 1
+        or win.sw != 1
+        or any(win.pads)
+        or x.shape[3] != c
+        or x.dtype != w.dtype
+        or x.dtype not in (_F32, np.dtype(np.float64))
+        or n * h * wd * o >= 2 * _CHUNK
+        or c > _MAX_INNER
+    ):
+        return None
+    return n * h * wd, c, o, (n, h, wd, o)
 
 
 def _after(y: Any, epilogue: Epilogue | None) -> Any:
@@ -352,12 +398,28 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
     return compute
 
 
-# From this many output channels on, an NHWC depthwise convolution is one einsum over a strided view of
-# all taps; below, a multiply-add per tap. Measured on MobileNetV2's 3x3 shapes, one image, interleaved:
-# 24x24x144 0.37 ms against 0.65 ms, 6x6x576 0.08 against 0.18, 24x24x48 stride 2 0.14 against 0.19,
-# 24x24x48 stride 1 0.24 against 0.23 (taps over whole rows); but 48x48x16 0.81 against 0.29 (the
-# einsum's inner loop over 16 channels is too short).
-_EINSUM_DEPTHWISE_CHANNELS = 48
+# Depthwise convolutions of channel multiplier 1, NHWC: each output value sums kh * kw products, which
+# numpy has no kernel for. Three ways, measured as whole fused kernels (bias and Relu6 included) on
+# MobileNetV2's 3x3 shapes, one BLAS thread, loaded 2-core machine, interleaved, best of 3 x 5, us:
+#
+#   output (n, oh, ow, c), stride     einsum, strided view   copied patches   multiply-add per tap
+#   (1, 24, 24, 48), 1                313                    248              -
+#   (1, 24, 24, 48), 2                339                    270              -
+#   (8, 24, 24, 48), 1                1977                   1701             -
+#   (1, 12, 12, 144), 2               171                    172              -
+#   (8, 6, 6, 144), 1                 262                    277              -
+#   (1, 48, 48, 16), 1                -                      458              390
+#   (1, 96, 96, 16), 1                -                      2064             1399
+#   (1, 16, 16, 8), 1                 -                      83               132
+#   (4, 16, 16, 8), 2                 -                      200              304
+#
+# einsum's inner loop over a strided 6-D view is short when the channels are few; copying a band of
+# patches to a contiguous [rows, kh * kw, c] block first (one more pass) lets it run over whole patch
+# rows. From 96 channels on the copy does not pay; with few channels, unit column stride and outputs
+# large enough to amortise its calls, a multiply-add per tap over whole rows (ow * c values) wins.
+_STRIDED_EINSUM_CHANNELS = 96
+_ROWWISE_TAPS_CHANNELS = 48
+_ROWWISE_TAPS_VALUES = 1 << 14
 
 
 def _depthwise_nhwc(xp: Any, w: Any, win: _Window, oh: int, ow: int, epilogue: Epilogue | None) -> Any:
@@ -366,34 +428,54 @@ def _depthwise_nhwc(xp: Any, w: Any, win: _Window, oh: int, ow: int, epilogue: E
     kh, kw, c, _ = w.shape
     n = xp.shape[0]
     y = np.empty((n, oh, ow, c), np.result_type(xp, w))
-    w3 = w.reshape(kh, kw, c)
+    values = n * oh * ow * c
+    if c < _ROWWISE_TAPS_CHANNELS and win.sw == win.dw == 1 and values >= _ROWWISE_TAPS_VALUES:
+        return _depthwise_rowwise_taps(xp, w, win, y, epilogue)
     s0, s1, s2, s3 = xp.strides
-    sh, sw, dh, dw = win.sh, win.sw, win.dh, win.dw
-    if c >= _EINSUM_DEPTHWISE_CHANNELS:
-        # one pass over a strided patch view, no temporaries (in bands it lost: 2.90 against 2.65 ms on
-        # [8, 24, 24, 48], each einsum call parses its subscripts again)
-        patches = _window_view(xp, (n, oh, ow, kh, kw, c), (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3))
-        np.einsum("nhwijc,ijc->nhwc", patches, w3, out=y)
+    patches = _window_view(
+        xp, (n, oh, ow, kh, kw, c), (s0, s1 * win.sh, s2 * win.sw, s1 * win.dh, s2 * win.dw, s3)
+    )
+    if c >= _STRIDED_EINSUM_CHANNELS:
+        # one pass over the strided view, no temporaries (in bands it lost: each einsum call parses its
+        # subscripts again)
+        np.einsum("nhwijc,ijc->nhwc", patches, w.reshape(kh, kw, c), out=y)
         return _after(y, epilogue)
+    taps = kh * kw
+    w2 = w.reshape(taps, c)
+    if values < 2 * _CHUNK:
+        cols = np.empty((n, oh, ow, kh, kw, c), y.dtype)
+        cols[...] = patches
+        np.einsum("ptc,tc->pc", cols.reshape(-1, taps, c), w2, out=y.reshape(-1, c))
+        return _after(y, epilogue)
+    buf = np.empty((max(1, _CHUNK // (ow * c)), ow, kh, kw, c), y.dtype)
+    for b, r0, r1 in _lines(n, oh, ow * c):
+        block = y[b, r0:r1]
+        band = buf[: r1 - r0]
+        band[...] = patches[b, r0:r1]
+        np.einsum("ptc,tc->pc", band.reshape(-1, taps, c), w2, out=block.reshape(-1, c))
+        if epilogue is not None:
+            epilogue(block)
+    return y
+
+
+def _depthwise_rowwise_taps(xp: Any, w: Any, win: _Window, y: Any, epilogue: Epilogue | None) -> Any:
+    """A multiply-add per tap, for unit column stride and dilation: a tap's window is then a run of
+    ``ow * c`` contiguous values per output row, so each multiply-add loops over whole rows, not over c
+    values at a time (48x48x16: 0.37 ms against 0.53)."""
+    kh, kw, c, _ = w.shape
+    n, oh, ow, _ = y.shape
     bands: Any = [(slice(None), 0, oh)] if n * oh * ow * c < 2 * _CHUNK else _lines(n, oh, ow * c)
-    # Few channels: a multiply-add per tap. With unit column stride and dilation a tap's window is a run
-    # of ow * c contiguous values per output row, so each multiply-add loops over whole rows, not over c
-    # values at a time (48x48x16: 0.37 ms against 0.53).
-    rowwise = sw == dw == 1
-    wt = np.tile(w3, (1, 1, ow)) if rowwise else w3  # one call: np.tile costs ~15 us a call
+    wt = np.tile(w.reshape(kh, kw, c), (1, 1, ow))  # one call: np.tile costs ~15 us a call
     tmp: Any = None
     for b, r0, r1 in bands:
         block = y[b, r0:r1]
-        acc = block.reshape(*block.shape[:-2], ow * c) if rowwise else block
+        acc = block.reshape(*block.shape[:-2], ow * c)
         if tmp is None or tmp.shape != acc.shape:
             tmp = np.empty_like(acc)
         for i in range(kh):
-            rows = _taps(r0 * sh + i * dh, r1 - r0, sh)
+            rows = _taps(r0 * win.sh + i * win.dh, r1 - r0, win.sh)
             for j in range(kw):
-                if rowwise:
-                    v = xp[b, rows, j * dw : j * dw + ow, :].reshape(acc.shape)
-                else:
-                    v = xp[b, rows, _taps(j * dw, ow, sw), :]
+                v = xp[b, rows, j : j + ow, :].reshape(acc.shape)
                 if i == j == 0:
                     np.multiply(v, wt[i, j], out=acc)
                 else:
@@ -401,6 +483,11 @@ def _depthwise_nhwc(xp: Any, w: Any, win: _Window, oh: int, ow: int, epilogue: E
         if epilogue is not None:
             epilogue(block)
     return y
+
+
+# the other depthwise layouts (NCHW, channel multipliers): one einsum over a strided view from this many
+# output channels on, a multiply-add per tap below
+_EINSUM_DEPTHWISE_CHANNELS = 48
 
 
 def _depthwise(xp: Any, w: Any, win: _Window, oh: int, ow: int) -> Any:

@@ -18,9 +18,18 @@ def _tensor(value: Any, dtype: np.dtype[Any]) -> Any:
     return value if isinstance(value, np.ndarray) else np.array(value, dtype=dtype)
 
 
+# Up to this many indices are checked as Python ints: two numpy reductions cost ~9 us on a loaded machine
+# against ~3 for the list (an embedding lookup of one request, a shape vector's GatherV2)
+_FEW_INDICES = 64
+
+
 def _check_indices(indices: Any, limit: int) -> None:
     """Raises TensorFlow's error for the first index outside [0, limit)."""
-    if indices.min() >= 0 and indices.max() < limit:
+    if indices.size <= _FEW_INDICES:
+        few = indices.ravel().tolist()
+        if min(few) >= 0 and max(few) < limit:
+            return
+    elif indices.min() >= 0 and indices.max() < limit:
         return
     first = np.flatnonzero((indices < 0) | (indices >= limit))[0]
     pos = np.unravel_index(first, indices.shape)

@@ -79,6 +79,10 @@ def batch_matmul(node: Node) -> Compute:
             y = _adjoint(y)
         if x.dtype == _F16:
             return (np.matmul(x, y, dtype=_F32).astype(_F16),)
+        if y.ndim == 2 and x.ndim > 2 and x.flags.c_contiguous:
+            # [..., m, k] @ [k, n] as one product of all rows (Tensordot's, EinsumDense's): numpy would
+            # call BLAS once per leading index
+            return (_matmul(x.reshape(-1, x.shape[-1]), y).reshape(*x.shape[:-1], y.shape[-1]),)
         return (_matmul(x, y),)
 
     return compute
