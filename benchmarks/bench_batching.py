@@ -73,10 +73,12 @@ def model_paths(tmp: Path) -> dict[str, Path]:
     }
 
 
-def write_config(path: Path, models: dict[str, Path], batching: bool) -> None:
+def write_config(path: Path, models: dict[str, Path], batching: bool, session_config: str = "") -> None:
     lines = ["[server]", f"port = {PORT}", f"grpc_port = {GRPC_PORT}"]
     for name, model in models.items():
         lines += ["[[models]]", f'name = "{name}"', f'path = "{model}"']
+        if session_config:
+            lines.append(f"session_config = {json.dumps(session_config)}")
         if batching:
             lines += ["[models.batching]", "max_batch_size = 64"]
     path.write_text("\n".join(lines) + "\n")
@@ -125,7 +127,7 @@ def measure(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
         for run in range(args.first_run, args.first_run + args.runs):
             for mode in ("off", "on"):
                 config = tmp / f"batching_{mode}.toml"
-                write_config(config, models, mode == "on")
+                write_config(config, models, mode == "on", args.session_config)
                 server = start_server(config, out / f"server_{mode}.log")
                 try:
                     for model in models:
@@ -143,6 +145,7 @@ def measure(args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
                                     "model": model,
                                     "protocol": protocol,
                                     "clients": clients,
+                                    "session_config": args.session_config,
                                     "rps": runs["throughput_rps"],
                                     "p50_ms": runs["latency_ms"]["p50"],
                                     "p99_ms": runs["latency_ms"]["p99"],
@@ -169,7 +172,10 @@ def span(values: list[float], fmt: str = "{:.0f}") -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """Per model, protocol and clients: req/s and p99 on against off, ratios per run, batch rows."""
+    """Per model, protocol and clients: req/s and p99 on against off, ratios per run, batch rows. A load
+    with failed requests is left out (its throughput measures the failure) and listed below the table."""
+    failed = [r for r in rows if r["errors"] > 0]
+    rows = [r for r in rows if r["errors"] == 0]
     out = [
         "| model | protocol | clients | req/s on / off | ratio | p99 ms on / off | batch rows "
         "| server CPU ms/req on / off | generator CPU ms/req |",
@@ -193,6 +199,11 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{span([r['server_cpu_ms_per_request'] for r in off], '{:.2f}')} "
             f"| {span([r['generator_cpu_ms_per_request'] for r in sel], '{:.2f}')} |"
         )
+    for r in failed:
+        out.append(
+            f"left out: run {r['run']}, batching {r['batching']}, {r['model']} {r['protocol']} "
+            f"{r['clients']} clients: {r['errors']} failed requests, {r['rps']:.0f} req/s"
+        )
     return "\n".join(out)
 
 
@@ -203,6 +214,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[32, 1])
     parser.add_argument("--models", nargs="+", default=list(PROTOCOLS), choices=list(PROTOCOLS))
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "poolserve-batching")
+    parser.add_argument(
+        "--session-config",
+        default="",
+        help='every model\'s session_config on both servers, e.g. "intra_op_parallelism_threads: 1"',
+    )
     parser.add_argument("--first-run", type=int, default=1, help="number of the first run")
     parser.add_argument("--summary", type=Path, nargs="+", help="render the table of summary.json files")
     args = parser.parse_args()
