@@ -211,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="M",
         help="--overload: the multiples of the capacity offered (default 1 2 3 5)",
     )
+    p.add_argument(
+        "--http-client",
+        choices=("raw", "httpx"),
+        default="raw",
+        help="HTTP load loops: a lean HTTP/1.1 sender (default; a tenth of httpx's CPU) or httpx",
+    )
     p.add_argument("--report", metavar="FILE.json", help="write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="write latency plots (needs matplotlib)")
     p.add_argument("--payload", metavar="FILE.json", help="inputs as JSON {name: nested list}")
@@ -351,6 +357,10 @@ class Runner:
 
             address = args.grpc_address or default_address(args.url)
             return GrpcSender(address, args.url, connections, client_timeout)
+        if args.http_client == "raw" and args.url.startswith("http://"):
+            from poolserve.loadtest.raw_http import RawHttpSender
+
+            return RawHttpSender(args.url, connections, client_timeout)
         return HttpSender(args.url, connections, client_timeout)
 
     async def run(self) -> int:

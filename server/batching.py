@@ -7,9 +7,10 @@ dimension 0, run as one ``Session.arun``, and the outputs are split back by rows
 
 A batch forms as soon as its queue holds ``max_batch_size`` rows, or a preferred size, and otherwise:
 
-- ``max_queue_delay_us = "auto"`` (the default): at once when fewer than ``max_concurrent_batches`` of
-  the model's batches are running, else when one ends. Requests that arrive while the model computes
-  wait for it, so batches grow with the load and a lone request never waits;
+- ``max_queue_delay_us = "auto"`` (the default): when fewer than ``max_concurrent_batches`` of the
+  model's batches are running, one event loop iteration after the first member joined (so that requests
+  the loop read together batch together), else when one ends. Requests that arrive while the model
+  computes wait for it, so batches grow with the load and a lone request never waits for company;
 - a number: when the oldest member has waited that long (Triton's ``max_queue_delay_microseconds``).
 
 Members are taken by priority, then arrival. One whose deadline passed while it waited is answered
@@ -160,7 +161,11 @@ class Batcher:
             self._flush(key, queue)
         elif self.delay is None:
             if self.running < self.max_concurrent:
-                self._flush(key, queue)
+                # the batch's members are chosen one loop iteration later, not now: requests the loop has
+                # already read (their tasks are ready in this iteration) join this batch instead of
+                # waiting for the next one; a lone request loses one iteration (microseconds)
+                self.running += 1
+                asyncio.get_running_loop().call_soon(self._release)
         elif queue.timer is None and queue.members:
             loop = asyncio.get_running_loop()
             wait = max(0.0, queue.members[0].arrived + self.delay - time.monotonic())
@@ -205,7 +210,11 @@ class Batcher:
             m.future.add_done_callback(abandoned)
 
     def _batch_done(self, task: asyncio.Task[None]) -> None:
-        """A batch ended: with ``auto``, the next ones start, the queue with the oldest member first."""
+        self._release()
+
+    def _release(self) -> None:
+        """A batch ended, or a slot held for one loop iteration is given back: with ``auto``, the next
+        batches start, the queue with the oldest member first."""
         self.running -= 1
         while self.delay is None and self.running < self.max_concurrent:
             ready = [(q.members[0].seq, k, q) for k, q in self._queues.items() if q.members]

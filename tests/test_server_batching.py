@@ -59,9 +59,27 @@ def test_concurrent_requests_run_as_one_step_each_getting_its_own_rows(tmp_path)
     for x, r in zip(inputs, results, strict=True):
         np.testing.assert_array_equal(r.outputs["out"], x * 2 + 1)  # exactly its rows, no others
     batches = {r.timings.batch.batch_id: r.timings.batch for r in results if r.timings.batch}
-    assert len(batches) == 2  # the first alone (the model was idle), then all that queued behind it
-    assert sorted(b.members for b in batches.values()) == [1, 15]
-    assert sum(b.rows for b in batches.values()) == sum(len(x) for x in inputs)
+    # requests that reach the idle model in the same loop iteration run together: before, the first ran
+    # alone and the 15 others after it
+    assert [(b.members, b.rows) for b in batches.values()] == [(16, sum(len(x) for x in inputs))]
+
+
+def test_auto_a_lone_request_runs_at_once_and_alone(tmp_path):
+    rt = service(tmp_path, {"max_batch_size": 64})  # "auto"
+
+    async def one_by_one() -> list[InferResult]:
+        return [await rt.infer(InferRequest("add", {"x": rows(2, i)})) for i in range(5)]
+
+    try:
+        results = asyncio.run(one_by_one())
+        alone = asyncio.run(asyncio.wait_for(rt.infer(InferRequest("add", {"x": rows(1, 0)})), 5.0))
+    finally:
+        rt.close()
+    for i, r in enumerate(results):
+        np.testing.assert_array_equal(r.outputs["out"], rows(2, i) * 2 + 1)
+        assert r.timings.batch is not None and (r.timings.batch.members, r.timings.batch.rows) == (1, 2)
+    assert len({r.timings.batch.batch_id for r in results if r.timings.batch}) == 5
+    assert alone.timings.batch is not None and alone.timings.batch.members == 1
 
 
 def test_a_batched_mlp_gives_what_each_request_gets_alone(tmp_path):
