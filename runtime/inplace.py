@@ -91,25 +91,19 @@ def _binary(fn: Callable[..., Any], ports: tuple[int, ...], fallback: Compute) -
         if dtype is not None and getattr(y, "dtype", None) == dtype:
             for k in ports:
                 a = inputs[k]
-                # the operand names hold it too: the sole holder's count plus x's and y's names
-                if (
-                    sys.getrefcount(a) <= _SOLE + 1
-                    and _writable(a, dtype, _NUMBER)
-                    and a.shape == _shape(x, y)
-                ):
-                    return (fn(x, y, out=a),)
+                # the operand names hold it too: the sole holder's count plus x's or y's name
+                if sys.getrefcount(a) <= _SOLE + 1 and _writable(a, dtype, _NUMBER):
+                    try:
+                        return (fn(x, y, out=a),)
+                    except ValueError:
+                        # numpy refuses an ``out`` smaller than the broadcast result before it writes
+                        # anything (cheaper than checking the shapes first, 2-3 us a call); the other
+                        # operand may be the bigger one, or the shapes do not broadcast and the ordinary
+                        # kernel names them
+                        continue
         return fallback(ctx, inputs)
 
     return compute
-
-
-def _shape(x: Any, y: Any) -> tuple[int, ...] | None:
-    if x.shape == y.shape:
-        return tuple(x.shape)
-    try:
-        return tuple(np.broadcast_shapes(x.shape, y.shape))
-    except ValueError:
-        return None  # the ordinary kernel raises the error
 
 
 def donate_buffers(plan: Plan) -> int:
