@@ -8,10 +8,11 @@ that passes another tensor through). Such a node gets ``PlanNode.donate`` (the s
 before calling it, so that the step's value list no longer holds them) and a kernel that tries ``out=``.
 
 At run time the kernel still checks, per call, that writing is safe, with the rule numpy uses to elide
-temporaries: the array owns its data, is writeable, C-contiguous, has the output's dtype and shape, and its
-reference count shows that only the kernel's input list holds it. A view (Reshape, Identity, a slice) of a
-live tensor holds a reference to its base, so neither the view nor its base passes; neither do fetched or
-fed values, constants (read-only, held by the plan), nor outputs a trace still records. When the check
+temporaries: the array is writeable, C-contiguous, has the output's dtype and shape, and its reference
+count shows that only the kernel's input list holds it; it owns its data, or it is a view of a whole buffer
+(a reshaped matmul result) that only it holds. A view (Reshape, Identity, a slice) of a live tensor holds a
+reference to its base, so neither the view nor its base passes; neither do fetched or fed values,
+constants (read-only, held by the plan), nor outputs a trace still records. When the check
 fails the node runs its ordinary kernel: the result is the same, only a buffer is allocated.
 
 ``ConfigProto.graph_options.rewrite_options.memory_optimization: NO_MEM_OPT`` (or
@@ -66,12 +67,31 @@ def _count_held_by_list(inputs: list[Any], k: int) -> int:
 _SOLE = _count_held_by_list([np.empty(1)], 0)
 
 
+def _base_refs(a: Any) -> int:
+    base = a.base
+    return sys.getrefcount(base)
+
+
+# The reference count of an array that only a view of it holds (read as ``_base_refs`` reads it). Kernels
+# often return such views: a reshaped matmul result from a fused convolution, an Einsum's output.
+_VIEW_SOLE = _base_refs(np.empty(4).reshape(2, 2))
+
+
 def _writable(a: Any, dtype: Any, kinds: frozenset[str]) -> bool:
     # a 0-d result is a numpy scalar from the ordinary kernel: nothing to save there, and it stays one
     if type(a) is not np.ndarray or a.dtype != dtype or a.dtype.kind not in kinds or not a.ndim:
         return False
     flags = a.flags
-    return bool(flags.owndata and flags.writeable and flags.c_contiguous)
+    if not (flags.writeable and flags.c_contiguous):
+        return False
+    if flags.owndata:
+        return True
+    # a view of a whole buffer that nothing else holds (every other view of it would hold the base too)
+    base = a.base
+    if type(base) is not np.ndarray or base.nbytes != a.nbytes or not base.flags.owndata:
+        return False
+    del base  # this name must not count as a holder
+    return _base_refs(a) <= _VIEW_SOLE
 
 
 def _unary(fn: Callable[..., Any], kinds: frozenset[str], fallback: Compute) -> Compute:

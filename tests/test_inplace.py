@@ -149,8 +149,14 @@ def test_kernel_does_not_write_an_array_something_else_holds(op: str) -> None:
     view = X.copy()[:, :256]  # not its own data
     compute(None, [view])  # type: ignore[arg-type]
     assert calls == ["ordinary"] * 2
+    base = X.copy()
+    compute(None, [base.reshape(512, 128)])  # type: ignore[arg-type]
+    assert calls == ["ordinary"] * 3  # a whole-buffer view, but its base is held here
+    np.testing.assert_array_equal(base, X)
     result = compute(None, [X.copy()])  # type: ignore[arg-type]
-    assert calls == ["ordinary"] * 2  # sole holder: written in place
+    assert calls == ["ordinary"] * 3  # sole holder: written in place
+    compute(None, [X.copy().reshape(512, 128)])  # type: ignore[arg-type]
+    assert calls == ["ordinary"] * 3  # a view of a whole buffer only it holds (a reshaped product)
     np.testing.assert_allclose(result[0], fallback(None, [X])[0], rtol=1e-6)
 
 
