@@ -46,7 +46,7 @@ class OptimizerOptions(_message.Message):
     def __init__(self, do_common_subexpression_elimination: _Optional[bool] = ..., do_constant_folding: _Optional[bool] = ..., max_folded_constant_in_bytes: _Optional[int] = ..., do_function_inlining: _Optional[bool] = ..., opt_level: _Optional[_Union[OptimizerOptions.Level, str]] = ..., global_jit_level: _Optional[_Union[OptimizerOptions.GlobalJitLevel, str]] = ..., cpu_global_jit: _Optional[bool] = ...) -> None: ...
 
 class RewriterConfig(_message.Message):
-    __slots__ = ("arithmetic_optimization", "dependency_optimization", "remapping", "disable_meta_optimizer")
+    __slots__ = ("memory_optimization", "arithmetic_optimization", "dependency_optimization", "remapping", "disable_meta_optimizer")
     class Toggle(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         DEFAULT: _ClassVar[RewriterConfig.Toggle]
@@ -61,15 +61,33 @@ class RewriterConfig(_message.Message):
     AGGRESSIVE: RewriterConfig.Toggle
     EXPERIMENTAL_MLIR: RewriterConfig.Toggle
     EXPERIMENTAL_BOTH: RewriterConfig.Toggle
+    class MemOptType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        DEFAULT_MEM_OPT: _ClassVar[RewriterConfig.MemOptType]
+        NO_MEM_OPT: _ClassVar[RewriterConfig.MemOptType]
+        MANUAL: _ClassVar[RewriterConfig.MemOptType]
+        HEURISTICS: _ClassVar[RewriterConfig.MemOptType]
+        SWAPPING_HEURISTICS: _ClassVar[RewriterConfig.MemOptType]
+        RECOMPUTATION_HEURISTICS: _ClassVar[RewriterConfig.MemOptType]
+        SCHEDULING_HEURISTICS: _ClassVar[RewriterConfig.MemOptType]
+    DEFAULT_MEM_OPT: RewriterConfig.MemOptType
+    NO_MEM_OPT: RewriterConfig.MemOptType
+    MANUAL: RewriterConfig.MemOptType
+    HEURISTICS: RewriterConfig.MemOptType
+    SWAPPING_HEURISTICS: RewriterConfig.MemOptType
+    RECOMPUTATION_HEURISTICS: RewriterConfig.MemOptType
+    SCHEDULING_HEURISTICS: RewriterConfig.MemOptType
+    MEMORY_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
     ARITHMETIC_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCY_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
     REMAPPING_FIELD_NUMBER: _ClassVar[int]
     DISABLE_META_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    memory_optimization: RewriterConfig.MemOptType
     arithmetic_optimization: RewriterConfig.Toggle
     dependency_optimization: RewriterConfig.Toggle
     remapping: RewriterConfig.Toggle
     disable_meta_optimizer: bool
-    def __init__(self, arithmetic_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., dependency_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., remapping: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., disable_meta_optimizer: _Optional[bool] = ...) -> None: ...
+    def __init__(self, memory_optimization: _Optional[_Union[RewriterConfig.MemOptType, str]] = ..., arithmetic_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., dependency_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., remapping: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., disable_meta_optimizer: _Optional[bool] = ...) -> None: ...
 
 class GraphOptions(_message.Message):
     __slots__ = ("enable_recv_scheduling", "optimizer_options", "build_cost_model", "build_cost_model_after", "infer_shapes", "place_pruned_graph", "enable_bfloat16_sendrecv", "timeline_step", "rewrite_options")

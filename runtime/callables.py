@@ -38,8 +38,9 @@ from poolserve.runtime.types import TensorId
 if TYPE_CHECKING:
     from poolserve.runtime.session import Session
 
-# (kernel, input slots, first output slot, the node if its kernel is timed, the node)
-_Instr = tuple[Any, tuple[int, ...], int, PlanNode | None, PlanNode]
+# (kernel, input slots, first output slot, the node if its kernel is timed, the node, the input slots it may
+# write into: cleared before it runs, runtime/inplace.py)
+_Instr = tuple[Any, tuple[int, ...], int, PlanNode | None, PlanNode, tuple[int, ...]]
 
 
 class SerialProgram:
@@ -61,7 +62,7 @@ class SerialProgram:
                     ready.append(c)
         assert len(order) == plan.num_nodes, "a plan's graph is acyclic"
         self.code: tuple[_Instr, ...] = tuple(
-            (pn.compute, pn.in_slots, pn.out_base, pn if pn.measure else None, pn) for pn in order
+            (pn.compute, pn.in_slots, pn.out_base, pn if pn.measure else None, pn, pn.donate) for pn in order
         )
         # nodes whose kernels are timed: only they can be (or become) expensive
         self.measured = tuple(pn for pn in plan.nodes if pn.measure)
@@ -96,11 +97,17 @@ def run_serial(program: SerialProgram, values: list[Any], ctx: OpContext, step: 
     perf = time.perf_counter
     cpu = time.thread_time
     clock = kernel_clock
-    for compute, in_slots, base, timed, pn in program.code:
+    for compute, in_slots, base, timed, pn, donate in program.code:
         if step.status is not None:
             return
         try:
-            if timed is None:
+            if donate:  # never timed (runtime/inplace.py)
+                args = [values[s] for s in in_slots]
+                for s in donate:
+                    values[s] = None
+                outs = compute(ctx, args)
+                del args
+            elif timed is None:
                 outs = compute(ctx, [values[s] for s in in_slots])
             else:
                 c0 = cpu()
@@ -117,6 +124,7 @@ def run_serial(program: SerialProgram, values: list[Any], ctx: OpContext, step: 
         for o in outs:
             values[base] = o
             base += 1
+        o, outs = None, ()  # the values hold them now: a consumer may find itself their sole holder
 
 
 def _feed_check(graph: Graph, tid: TensorId) -> Callable[[Any], Any]:

@@ -73,6 +73,7 @@ class PlanNode:
         "compute",
         "consumers",
         "cost_us",
+        "donate",
         "expensive",
         "in_slots",
         "index",
@@ -99,6 +100,9 @@ class PlanNode:
         self.out_base = 0
         self.num_outputs = 0
         self.consumers: tuple[int, ...] = ()
+        # input slots that die at this node and that its kernel may write its output into: the step clears
+        # them before calling it, so that only the kernel's input list holds them (runtime/inplace.py)
+        self.donate: tuple[int, ...] = ()
         # Only kernels registered as expensive are timed; cheap ones always run inline. A kernel's cost is
         # the CPU time of its thread: wall time counted the waits for the GIL and the cores, and on a busy
         # machine it sent 0.1 ms matmuls to other threads, where they waited on each other (branches4.b16,
@@ -566,7 +570,9 @@ class Step:
                 return
             node = nodes[pop()]
             try:
-                if node.measure:
+                if node.donate:
+                    outs = node.compute(ctx, _donated(values, node))
+                elif node.measure:
                     c0 = cpu()
                     t0 = perf()
                     outs = node.compute(ctx, [values[s] for s in node.in_slots])
@@ -582,6 +588,10 @@ class Step:
             for o in outs:
                 values[b] = o
                 b += 1
+            o, outs = (
+                None,
+                (),
+            )  # the step's values hold them now: a consumer may find itself their sole holder
             expensive: list[int] | None = None
             with lock:
                 self._remaining -= 1
@@ -627,8 +637,12 @@ class Step:
             node = nodes[stack.pop()]
             c0 = time.thread_time_ns()
             start = time.time_ns()
+            args = [values[s] for s in node.in_slots]
+            if node.donate:
+                for s in node.donate:
+                    values[s] = None
             try:
-                outs = node.compute(ctx, [values[s] for s in node.in_slots])
+                outs = node.compute(ctx, args)
             except BaseException as e:
                 self._fail(kernel_error(node, e))
                 return
@@ -638,7 +652,8 @@ class Step:
                 kernel_clock.seconds += (end - start) / 1e9
             in_use = 0
             if memory is not None:
-                error, in_use = memory.allocate(node, outs)
+                # a donated input the kernel wrote into is the output's buffer: not a second allocation
+                error, in_use = memory.allocate(node, outs, args if node.donate else None)
                 if error is not None:
                     self._fail(error)
                     return
@@ -648,6 +663,10 @@ class Step:
             for o in outs:
                 values[b] = o
                 b += 1
+            o, outs = (
+                None,
+                (),
+            )  # the step's values hold them now: a consumer may find itself their sole holder
             ready: list[int] = []
             with lock:
                 self._remaining -= 1
@@ -693,6 +712,15 @@ class Step:
                 if v is not None:
                     sizes[pn.name] = sizes.get(pn.name, 0) + int(getattr(v, "nbytes", 0))
         return sorted(((b, n) for n, b in sizes.items() if b), reverse=True)
+
+
+def _donated(values: list[Any], node: PlanNode) -> list[Any]:
+    """The node's inputs, with the slots it may write into cleared from the step's values: its input list
+    then holds them alone (only elementwise kernels that never measure their cost donate)."""
+    args = [values[s] for s in node.in_slots]
+    for s in node.donate:
+        values[s] = None
+    return args
 
 
 def _never() -> bool:

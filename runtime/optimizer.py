@@ -28,7 +28,9 @@ of elementwise ops on one tensor whose output matches GELU on a probe of 241 poi
 
 ``ConfigProto.graph_options.rewrite_options`` switches it as TensorFlow does: ``disable_meta_optimizer``
 turns all of it off, ``arithmetic_optimization: OFF`` the folding, ``remapping: OFF`` the fusion (layer
-norm and Tensordot included), ``dependency_optimization: OFF`` the Identity and NoOp removal.
+norm and Tensordot included), ``dependency_optimization: OFF`` the Identity and NoOp removal,
+``memory_optimization: NO_MEM_OPT`` the buffer reuse of elementwise nodes (``runtime/inplace.py``), which
+runs last, on the rewritten plan.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import numpy as np
 from poolserve.proto import config_pb2, node_def_pb2
 from poolserve.runtime.builder import attr_value
 from poolserve.runtime.executor import ConstantFolder, Plan
+from poolserve.runtime.inplace import donate_buffers
 from poolserve.runtime.kernels.fused_ops import ACTIVATIONS
 from poolserve.runtime.kernels.registry import OpContext
 from poolserve.runtime.layer_norm_fusion import fuse_layer_norms
@@ -69,6 +72,7 @@ class Passes:
     fold: bool  # arithmetic_optimization
     fuse: bool  # remapping
     identities: bool  # dependency_optimization
+    inplace: bool = True  # memory_optimization: elementwise outputs reuse dying inputs (runtime/inplace.py)
 
 
 def passes(config: config_pb2.ConfigProto) -> Passes | None:
@@ -77,8 +81,13 @@ def passes(config: config_pb2.ConfigProto) -> Passes | None:
     if rw.disable_meta_optimizer:
         return None
     off = config_pb2.RewriterConfig.OFF
-    p = Passes(rw.arithmetic_optimization != off, rw.remapping != off, rw.dependency_optimization != off)
-    return p if p.fold or p.fuse or p.identities else None
+    p = Passes(
+        rw.arithmetic_optimization != off,
+        rw.remapping != off,
+        rw.dependency_optimization != off,
+        rw.memory_optimization != config_pb2.RewriterConfig.NO_MEM_OPT,
+    )
+    return p if p.fold or p.fuse or p.identities or p.inplace else None
 
 
 def optimize(plan: Plan, folder: ConstantFolder | None, which: Passes) -> Plan:
@@ -87,12 +96,14 @@ def optimize(plan: Plan, folder: ConstantFolder | None, which: Passes) -> Plan:
     if plan.frames is not None:
         return plan
     node_defs = _Rewriter(plan, which).run()
-    if not node_defs:
-        return plan
-    graph = plan.graph.rewritten(node_defs)
-    # The folder's values are keyed by node name: rewritten nodes keep names of executed (never folded)
-    # nodes, and new nodes are Consts, so what it holds stays true of the rewritten graph.
-    return Plan(graph, plan.feeds, plan.fetches, plan.targets, folder=folder)
+    if node_defs:
+        graph = plan.graph.rewritten(node_defs)
+        # The folder's values are keyed by node name: rewritten nodes keep names of executed (never folded)
+        # nodes, and new nodes are Consts, so what it holds stays true of the rewritten graph.
+        plan = Plan(graph, plan.feeds, plan.fetches, plan.targets, folder=folder)
+    if which.inplace:  # last: it reads the final plan's slots and consumers
+        donate_buffers(plan)
+    return plan
 
 
 def _gelu_reference(x: Any) -> dict[str, Any]:

@@ -139,24 +139,28 @@ class StepMemory:
         while released:
             root.live -= released.pop()
 
-    def allocate(self, node: PlanNode, outs: Sequence[Any]) -> tuple[ResourceExhaustedError | None, int]:
+    def allocate(
+        self, node: PlanNode, outs: Sequence[Any], donated: Sequence[Any] | None = None
+    ) -> tuple[ResourceExhaustedError | None, int]:
         """Counts a node's outputs, then frees the inputs it was the last to read. Returns the OOM error
         when the outputs do not fit under the limit (they are not counted then), and the live bytes once
-        they were allocated (before the inputs were freed)."""
+        they were allocated (before the inputs were freed). ``donated``: the node's inputs when it may
+        have written an output into one (``runtime/inplace.py``): such an output took no new bytes."""
         uses = self.uses
         root = self.root
         with self.lock:
             self._drain()
             sizes, new = self._sizes(outs)
             size = sum(sizes)
-            live = root.live + size + sum(n for _, n in new)
+            reused = self._reused(node, outs, sizes, donated) if donated is not None else 0
+            live = root.live + size - reused + sum(n for _, n in new)
             if self.limit is not None and live > self.limit:
                 return self._oom(node, outs, live), live
             joined = self._join(new)
             freed = 0
-            root.allocated += size + joined
+            root.allocated += size - reused + joined
             if root is not self:
-                self.allocated += size + joined
+                self.allocated += size - reused + joined
             if live > root.peak:
                 root.peak = live
             b = node.out_base
@@ -173,10 +177,20 @@ class StepMemory:
                     uses[s] = left
                     if left == 0:
                         freed += self.sizes.pop(s, 0)
-            root.live = live - freed
+            root.live = live + reused - freed
             if root is not self:
                 self.own += size - freed
         return None, live
+
+    def _reused(self, node: PlanNode, outs: Sequence[Any], sizes: list[int], donated: Sequence[Any]) -> int:
+        """Bytes of outputs that are a live input's buffer written in place (under the lock)."""
+        reused = 0
+        for o, n in zip(outs, sizes, strict=True):
+            for s, a in zip(node.in_slots, donated, strict=True):
+                if o is a and s in self.sizes:
+                    reused += n
+                    break
+        return reused
 
     def release(self) -> None:
         """A nested step's end: what it still holds (its results) leaves the root's live bytes."""

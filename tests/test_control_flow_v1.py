@@ -179,7 +179,10 @@ def test_memory_limit_counts_live_bytes() -> None:
         assert result.shape == x.shape
         assert step_peak_bytes(meta.step_stats) == 4 * 1024 * 1024
         sess.run(out, {"x:0": x})  # untraced, limited
-    with Session(graph_def, memory_limit_bytes=3 * 1024 * 1024) as sess:
+    # each Relu could write into its dying input (tests/test_inplace.py): without that, two tensors are live
+    no_reuse = config_pb2.ConfigProto()
+    no_reuse.graph_options.rewrite_options.memory_optimization = config_pb2.RewriterConfig.NO_MEM_OPT
+    with Session(graph_def, no_reuse, memory_limit_bytes=3 * 1024 * 1024) as sess:
         opts = RunOptions(report_tensor_allocations_upon_oom=True)
         with pytest.raises(ResourceExhaustedError, match=r"live tensors would take 4194304 bytes") as e:
             sess.run(out, {"x:0": x}, options=opts)
