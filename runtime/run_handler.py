@@ -642,13 +642,7 @@ class RunHandlerPool:
     def _grant(self, e: _Entry, lane: bool) -> None:
         """With the lock held: gives the waiting caller ``e`` a slot, or a place in the lane (it is then
         woken by whoever called this)."""
-        k = (e.kind, e.priority)
-        queue = self._entries[k]
-        queue.remove(e)
-        if not queue:
-            del self._entries[k]
-        self._entries_n -= 1
-        self._entries_short -= e.short
+        self._unqueue(e)
         slot_id = e.slot_id = next(self._seq)
         if lane:
             self._lane.add(slot_id)
@@ -660,6 +654,11 @@ class RunHandlerPool:
         e.n = self._running()
 
     def _drop_entry(self, e: _Entry) -> None:
+        """With the lock held: ``e`` gave up waiting (its deadline passed); it leaves its flow."""
+        self._unqueue(e)
+        self._quit_flow(self._groups[(e.kind, e.priority)])
+
+    def _unqueue(self, e: _Entry) -> None:
         k = (e.kind, e.priority)
         queue = self._entries[k]
         queue.remove(e)
@@ -667,7 +666,6 @@ class RunHandlerPool:
             del self._entries[k]
         self._entries_n -= 1
         self._entries_short -= e.short
-        self._quit_flow(self._groups[k])
 
     def _lane_grants(self, wake: list[_Worker | _Entry]) -> None:
         """With the lock held: places in the lane for waiting short steps, while it is open to them."""
