@@ -143,9 +143,52 @@ class Batcher:
             arrays, rows, deadline, priority, traced, time.monotonic(), loop.create_future(), next(self._seq)
         )
         queue.members.append(member)
+        if (
+            self.delay is None
+            and self.running < self.max_concurrent
+            and len(self._queues) == 1
+            and len(queue.members) == 1
+            and rows < self.max_batch_size
+            and rows not in self.preferred
+        ):
+            return await self._lone(key, queue, member)
         self._consider(key, queue)
         # cancelled (the client went away, or the deadline passed while it waited for a batch): the member
         # is dropped, or its rows discarded
+        return await self._await_member(member)
+
+    async def _lone(
+        self, key: Key, queue: _Queue, member: _Member
+    ) -> tuple[list[Any], BatchInfo, config_pb2.RunMetadata | None]:
+        """With ``auto``, a request that finds the model idle and nobody waiting: it holds the model's
+        batch slot for one loop iteration (requests the loop has already read join it), then, if still
+        alone, runs its step in its own task. A batch of one through the batch's task cost a lone client
+        two more task hand-offs and ``wait_for``'s task: 0.2-0.4 ms a request (example mlp, MobileNetV2)."""
+        self.running += 1
+        released = False
+        try:
+            await asyncio.sleep(0)
+            if queue.members != [member] or len(self._queues) != 1:  # company came: batch as usual
+                self._release()
+                released = True
+                return await self._await_member(member)
+            queue.members.clear()
+            self._queues.pop(key, None)
+            info = BatchInfo(next(_batch_ids), member.rows, 1, member.arrived, time.monotonic())
+            values, metadata = await self._step(queue, [member])
+            if self.observe is not None:
+                self.observe(member.rows, info.started_at - member.arrived)
+            return values, info, metadata
+        finally:
+            if not released:
+                if not member.future.done():  # cancelled while it held the slot: no batch for it
+                    member.future.cancel()
+                self._release()
+
+    async def _await_member(
+        self, member: _Member
+    ) -> tuple[list[Any], BatchInfo, config_pb2.RunMetadata | None]:
+        deadline = member.deadline
         if deadline is None:
             return await member.future
         try:

@@ -202,3 +202,29 @@ def test_a_model_without_a_batch_dimension_is_refused_at_start_up(tmp_path):
         service(tmp_path, {}, b.graph_def)
     with pytest.raises(ValueError, match="preferred_batch_sizes"):
         make_config({"models": [{"name": "m", "path": "m.pb", "batching": {"preferred_batch_sizes": [64]}}]})
+
+
+def test_auto_a_lone_request_runs_its_step_in_its_own_task_and_a_cancelled_one_runs_none(tmp_path):
+    rt = service(tmp_path, {"max_batch_size": 64}, slow_add_graph(0.2))  # "auto"
+    try:
+
+        async def go() -> tuple[int, InferResult, Any]:
+            lone = asyncio.ensure_future(rt.infer(InferRequest("add", {"x": rows(1, 0)})))
+            await asyncio.sleep(0.05)
+            tasks = len(asyncio.all_tasks())  # this one and the request's: no batch task beside them
+            result = await lone
+            gone = asyncio.ensure_future(rt.infer(InferRequest("add", {"x": rows(1, 1)})))
+            await asyncio.sleep(0)  # it holds the model's slot for one loop iteration ...
+            gone.cancel()  # ... and its client goes away then
+            after = await asyncio.gather(gone, return_exceptions=True)
+            # the slot came back: the next request runs (a slot kept would queue it for ever)
+            await asyncio.wait_for(rt.infer(InferRequest("add", {"x": rows(1, 2)})), 5.0)
+            return tasks, result, after[0]
+
+        tasks, result, gone = asyncio.run(go())
+    finally:
+        rt.close()
+    assert tasks == 2
+    np.testing.assert_array_equal(result.outputs["out"], rows(1, 0) * 2 + 1)
+    assert result.timings.batch is not None and result.timings.batch.members == 1
+    assert isinstance(gone, asyncio.CancelledError)
