@@ -79,7 +79,18 @@ class TraceStoreError(RuntimeError):
 
 def _connect(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
+    # Switching to WAL can fail with "database is locked" at once, without the busy timeout, while another
+    # process opens the same new file (two workers starting together): try again until the timeout.
+    give_up = time.monotonic() + _BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > give_up:
+                conn.close()
+                raise
+            time.sleep(0.02)
     # WAL with synchronous=NORMAL: no fsync per commit; a power cut may lose the last traces, never the file
     conn.execute("PRAGMA synchronous=NORMAL")
     # INSERT OR REPLACE's delete of the old row fires the delete trigger (the totals stay right) only so
