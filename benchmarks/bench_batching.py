@@ -17,17 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.servers import cpu_seconds, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 REALISTIC = ROOT / "tests" / "fixtures" / "models" / "realistic"
@@ -84,26 +83,11 @@ def write_config(path: Path, models: dict[str, Path], batching: bool, session_co
     path.write_text("\n".join(lines) + "\n")
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def start_server(config: Path, log: Path) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "poolserve.server.cli", "serve", "--config", str(config)]
     proc = subprocess.Popen([*cmd, "--log-level", "warning"], stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    for _ in range(300):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/v2/health/ready", timeout=1) as r:
-                if r.status == 200:
-                    return proc
-        except OSError:
-            pass
-        if proc.poll() is not None:
-            raise SystemExit(f"the server stopped at start-up; see {log}")
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit(f"the server did not become ready; see {log}")
+    wait_ready(f"http://127.0.0.1:{PORT}", proc, path="/v2/health/ready")  # the log says why not
+    return proc
 
 
 def loadtest(model: str, protocol: str, clients: int, duration: float, report: Path) -> dict[str, Any]:

@@ -37,7 +37,7 @@ import numpy as np
 import orjson
 
 from benchmarks import bench_http
-from benchmarks.bench_http import free_port
+from benchmarks.servers import cpu_seconds, free_port
 from poolserve.proto import grpc_service_pb2
 from poolserve.runtime.builder import GraphBuilder, shape
 
@@ -72,12 +72,6 @@ def start(http_port: int, grpc_port: int, folder: Path) -> Any:
     )
     args = ["-m", "poolserve.server.cli", "serve", "--log-level", "warning", "--config", str(config)]
     return bench_http.start([*args, "--port", str(http_port), "--grpc-port", str(grpc_port)], http_port)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (all its threads) so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def http_binary(model: str, x: np.ndarray[Any, Any]) -> tuple[str, bytes, dict[str, str]]:

@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,33 +23,19 @@ from typing import Any
 import httpx
 import numpy as np
 
+from benchmarks.servers import free_port, wait_ready
+
 ROOT = Path(__file__).resolve().parent.parent
 # `poolserve serve` in a child process (the port is added per call), HTTP only: no default gRPC port taken
 SERVE = ["-m", "poolserve.server.cli", "serve", "--log-level", "warning", "--grpc-port", "0"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start(args: list[str], port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/health/ready", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            raise SystemExit(f"server {args} exited with {proc.returncode}")
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit(f"server {args} did not become ready")
+    wait_ready(f"http://127.0.0.1:{port}", proc)
+    return proc
 
 
 async def closed_loop(

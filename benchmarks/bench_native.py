@@ -23,7 +23,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from benchmarks.bench_http import closed_loop, free_port, start, summary
+from benchmarks.bench_http import closed_loop, start, summary
+from benchmarks.servers import free_port
 from poolserve.runtime.builder import GraphBuilder
 
 INPUTS, HIDDEN, CLASSES, BATCH = 784, 256, 10, 4

@@ -28,31 +28,12 @@ from typing import Any
 
 import httpx
 
+from benchmarks.servers import cpu_seconds, free_port, wait_ready
 from poolserve.server import ray_serve
 from poolserve.server.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = (1, 8)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_ready(url: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/v1/health/ready", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not become ready")
 
 
 def replicas(url: str, want: int, tries: int = 200) -> dict[str, dict[str, Any]]:
@@ -64,11 +45,6 @@ def replicas(url: str, want: int, tries: int = 200) -> dict[str, dict[str, Any]]
         if len(seen) >= want:
             break
     return seen
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def proxy_pids() -> list[int]:
@@ -122,7 +98,7 @@ def single_process(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "poolserve.server.cli", "serve", "--port", str(port), "--grpc-port", "0"]
     server = subprocess.Popen([*cmd, "--log-level", "warning"], cwd=ROOT, env=env)
     try:
-        wait_ready(url)
+        wait_ready(url, seconds=120)
         out: dict[str, Any] = {f"c{c}": load(url, args, c, tmp, [server.pid], []) for c in CLIENTS}
         out["rss_mib"] = [round(p["rss_bytes"] / 2**20, 1) for p in replicas(url, 1).values()]
     finally:
@@ -139,7 +115,7 @@ def on_serve(n: int, cpus: int, url: str, args: argparse.Namespace, tmp: Path) -
     config.ray.num_replicas, config.ray.num_cpus = n, float(cpus)
     t0 = time.monotonic()
     serve.run(ray_serve.application(config), name=ray_serve.APP_NAME, route_prefix="/")
-    wait_ready(url)
+    wait_ready(url, seconds=120)
     seen = replicas(url, n)
     started_s = time.monotonic() - t0
     pids = [p["pid"] for p in seen.values()]

@@ -15,19 +15,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.servers import cpu_seconds, free_port, wait_ready
 from poolserve.runtime.graph import load_graph_def
 from poolserve.runtime.session import Session
 
@@ -35,20 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "models" / "mlp.pb"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def start_server(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     config = folder / "bench_remote.toml"
     config.write_text(
         f'[server]\nhost = "127.0.0.1"\nport = {port}\ngrpc_port = 0\n\n'
@@ -59,18 +46,8 @@ def start_server(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
     cmd = [sys.executable, "-m", "poolserve.server.cli", "serve", "--config", str(config)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/v1/health/ready", timeout=1) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise SystemExit("the server did not start")
-        time.sleep(0.1)
+    wait_ready(url, proc)
+    return proc, url
 
 
 def main() -> None:
@@ -102,7 +79,7 @@ def main() -> None:
             samples: dict[str, list[tuple[float, float, float]]] = {k: [] for k in variants}
             for _ in range(args.rounds):
                 for name, fn in variants.items():
-                    w0, c0, s0 = time.perf_counter(), time.process_time(), _cpu_seconds(proc.pid)
+                    w0, c0, s0 = time.perf_counter(), time.process_time(), cpu_seconds(proc.pid)
                     for _ in range(args.number):
                         fn()
                     n = args.number
@@ -110,7 +87,7 @@ def main() -> None:
                         (
                             (time.perf_counter() - w0) / n,
                             (time.process_time() - c0) / n,
-                            (_cpu_seconds(proc.pid) - s0) / n,
+                            (cpu_seconds(proc.pid) - s0) / n,
                         )
                     )
             report: dict[str, Any] = {"rounds": args.rounds, "number": args.number}

@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
+from benchmarks.servers import cpu_seconds, free_port, wait_ready
 from poolserve.runtime.builder import GraphBuilder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,14 +39,6 @@ def build_chain(path: Path, nodes: int) -> None:
         h = b.unary("Tanh", b.mul(b.add(h, one), half))
     b.identity(h, name="out")
     path.write_bytes(b.graph_def.SerializeToString())
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rss_mib(pid: int) -> float:
@@ -64,11 +56,6 @@ def children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def one_round(
     workers: int, config: Path, args: argparse.Namespace, pin: tuple[str, str] | None
 ) -> dict[str, Any]:
@@ -84,16 +71,7 @@ def one_round(
     env["XDG_STATE_HOME"] = str(config.parent / "state")
     server = subprocess.Popen(serve, cwd=ROOT, env=env)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/v1/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise RuntimeError("the server did not start")
-            time.sleep(0.1)
+        wait_ready(url, server)
         time.sleep(1.0 if workers > 1 else 0.2)  # the other workers load too
         pids = [server.pid, *children(server.pid)] if workers > 1 else [server.pid]
         cpu_before = sum(cpu_seconds(p) for p in pids)
