@@ -283,7 +283,7 @@ class Session:
         if not self.uses_run_handler_pool(options):
             return None
         assert options is not None
-        pool = self._run_handler_pool or self.run_handler_pool()
+        pool = self.run_handler_pool()
         priority = options.experimental.run_handler_pool_options.priority
         if wait:
             timeout = None if deadline is None else deadline.remaining_ms() / 1000.0

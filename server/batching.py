@@ -148,8 +148,7 @@ class Batcher:
             and self.running < self.max_concurrent
             and len(self._queues) == 1
             and len(queue.members) == 1
-            and rows < self.max_batch_size
-            and rows not in self.preferred
+            and not self._full(rows)
         ):
             return await self._lone(key, queue, member)
         self._consider(key, queue)
@@ -198,9 +197,13 @@ class Batcher:
 
     # --- forming batches ---------------------------------------------------------------------------------
 
+    def _full(self, rows: int) -> bool:
+        """A batch of ``rows`` starts at once: it is as large as allowed, or of a preferred size."""
+        return rows >= self.max_batch_size or rows in self.preferred
+
     def _consider(self, key: Key, queue: _Queue) -> None:
         rows = queue.rows
-        if rows >= self.max_batch_size or rows in self.preferred:
+        if self._full(rows):
             self._flush(key, queue)
         elif self.delay is None:
             if self.running < self.max_concurrent:
