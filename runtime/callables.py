@@ -265,9 +265,10 @@ class SessionCallable:
             ok = True
         finally:
             cpu = time.thread_time() - t0
-            pool.leave(plan, priority, cpu, kernel_clock.seconds - k0, slot_id)
+            kernel = kernel_clock.seconds - k0
+            pool.leave(plan, priority, cpu, kernel, slot_id)
         if ok:
-            plan.learn_cpu(cpu)
+            plan.learn_cpu(cpu, kernel)
         return result
 
     def _run(self, program: SerialProgram, feeds: list[Any], deadline: Deadline | None) -> Any:

@@ -192,6 +192,8 @@ class Plan:
         # CPU seconds a step of this plan takes on the RunHandlerPool's threads, learned as node costs are
         # (0 = not yet measured): the pool's hint of how long a step will run
         self.cpu = 0.0
+        # of that, the share spent in timed kernels (numpy runs them without the GIL); -1 until measured
+        self.kernel_share = -1.0
         # a kernel that may wait without computing: the CPU measured says nothing of the time a step takes
         self.blocking = False
         # the last step of it that ended ran expensive nodes on two threads at once: the next one's kernels
@@ -279,11 +281,16 @@ class Plan:
     def num_nodes(self) -> int:
         return len(self.nodes)
 
-    def learn_cpu(self, seconds: float) -> None:
+    def learn_cpu(self, seconds: float, kernel: float = -1.0) -> None:
+        """Learns a step's thread CPU time; ``kernel``, when measured, the part of it in timed kernels."""
         # a blocking plan stays unmeasured (cost 0): the fast lanes (``Session._enter_pool``, ``arun``'s
         # steps on the event loop) take only plans measured cheap, and a sleeping kernel would look free
         if seconds > 0.0 and not self.blocking:
             self.cpu = seconds if self.cpu == 0.0 else (9.0 * self.cpu + seconds) / 10.0
+            if kernel >= 0.0:
+                share = min(1.0, kernel / seconds)
+                known = self.kernel_share >= 0.0
+                self.kernel_share = (9.0 * self.kernel_share + share) / 10.0 if known else share
 
 
 class NodeRecord:

@@ -73,8 +73,15 @@ SHORT_STEP_S = 200e-6
 SLOT_STEP_S = 500e-6
 # At most this many idle flows' tags are kept before those no longer ahead of the virtual time are dropped.
 MAX_IDLE_FLOWS = 256
-# How many such short steps may run beside the slots when every slot holds a long step's work (the lane).
+# How many steps may run beside the slots (the lane): a short step when every slot holds a long step's work,
+# or an interpreter-only step (below) whenever the lane has room.
 LANE_STEPS = 1
+# A step with no expensive node that spent less than this share of its CPU time in timed kernels needs the
+# interpreter, not a core of its own. In a slot it took a core from the kernels of other models, which the
+# GIL let run beside it without the pool: chain200.b64 (2.2 ms, all interpreter) beside MobileNetV2 and
+# branches4.b8, closed loop of 8, got 0.35-0.42x its no-pool throughput; with the lane open to it whatever
+# the slots hold, 0.59-0.87x (quiet, two runs each; the other two models still gained).
+INTERP_SHARE = 0.1
 # Among requests of one priority, one expected to take T CPU seconds is due at arrival + DEFAULT_STRETCH * T.
 DEFAULT_STRETCH = 8.0
 
@@ -311,12 +318,13 @@ class _Entry:
     """A synchronous caller waiting for a slot to run a step on its own thread with no run handler
     (``RunHandlerPool.enter_wait``): a short step, or one with nothing to hand off or preempt."""
 
-    __slots__ = ("kind", "n", "parker", "priority", "seq", "short", "since", "slot_id")
+    __slots__ = ("interp", "kind", "n", "parker", "priority", "seq", "short", "since", "slot_id")
 
-    def __init__(self, priority: int, short: bool, kind: object, seq: int) -> None:
+    def __init__(self, priority: int, short: bool, kind: object, seq: int, interp: bool = False) -> None:
         self.parker = _Parker()
         self.priority = priority
         self.short = short
+        self.interp = interp  # no expensive node: the step needs the interpreter only (see _lane_open)
         self.kind = kind
         self.seq = seq
         self.since = time.monotonic()
@@ -353,7 +361,7 @@ class RunHandlerPool:
         # callers waiting in enter_wait(), per kind and priority in arrival order
         self._entries: dict[tuple[object, int], deque[_Entry]] = {}
         self._entries_n = 0
-        self._entries_short = 0  # of those, the short steps (they may take the lane)
+        self._entries_lane = 0  # of those, the ones that may take the lane (short or interpreter-only)
         self._vtime: dict[int, float] = {}  # per priority: the tag of the flow furthest behind
         # per worker: the thread CPU time and kernel time when its closure started
         self._local = threading.local()
@@ -507,12 +515,15 @@ class RunHandlerPool:
         local.k0, local.c0 = h.inline[1], h.inline[0]
         return True
 
-    def enter(self, priority: int = 0, short: bool = True, kind: object = None) -> int | None:
+    def enter(
+        self, priority: int = 0, short: bool = True, kind: object = None, interp: bool = False
+    ) -> int | None:
         """Takes a slot for a caller that runs a step from start to end on its own thread, with no run
         handler: a ``short`` one (under ``SLOT_STEP_S`` of CPU), or one with nothing to hand off or to
         preempt (see ``Session._enter_pool``). A free slot, when nobody waits for one (so nobody is passed
-        over); or, for a short step, when every slot holds work of long steps and no request of a higher
-        priority is active, a place in the lane beside the slots (``LANE_STEPS`` at a time). Returns an id
+        over); or a place in the lane beside the slots (``LANE_STEPS`` at a time, see ``_lane_open``): for a
+        short step when every slot holds work of long steps, for an interpreter-only step (``interp``)
+        whenever it has room, and for neither while a request of a higher priority is active. Returns an id
         unique among handlers (for traces) when the caller may run; it must ``leave()`` with it when the
         step ends. None: wait for the pool.
 
@@ -527,7 +538,7 @@ class RunHandlerPool:
         no pool, where threads run its Python while the matmuls hold the cores without the GIL. A short
         step in the lane costs the long ones at most its own few hundred microseconds of a core."""
         with self._lock:
-            slot_id = self._try_enter(priority, short, kind)
+            slot_id = self._try_enter(priority, short, kind, interp)
             if slot_id is None:
                 return None
             n = self._running()
@@ -536,7 +547,12 @@ class RunHandlerPool:
         return slot_id
 
     def enter_wait(
-        self, priority: int = 0, short: bool = True, kind: object = None, timeout: float | None = None
+        self,
+        priority: int = 0,
+        short: bool = True,
+        kind: object = None,
+        timeout: float | None = None,
+        interp: bool = False,
     ) -> int | None:
         """``enter()`` for a synchronous caller that may block: when no slot is free it waits, in the
         pool's order, for a slot (or, for a short step, a place in the lane) handed to it directly, with
@@ -547,20 +563,20 @@ class RunHandlerPool:
         handler's bookkeeping and a hand-off to a pool thread: in a closed loop of 8 callers of
         branches2.b1 (~290 us of CPU a step), 453 us of CPU a request against 362 without the pool."""
         with self._lock:
-            slot_id = self._try_enter(priority, short, kind)
+            slot_id = self._try_enter(priority, short, kind, interp)
             if slot_id is not None:
                 n = self._running()
             elif self._waiters or self._requests() >= self.max_handlers:
                 return None
             else:
-                entry = _Entry(priority, short, kind, next(self._seq))
+                entry = _Entry(priority, short, kind, next(self._seq), interp)
                 queue = self._entries.get((kind, priority))
                 if queue is None:
                     queue = self._entries[(kind, priority)] = deque()
                 queue.append(entry)
                 self._enter_flow(kind, priority)
                 self._entries_n += 1
-                self._entries_short += short
+                self._entries_lane += short or interp
         if slot_id is None:
             if not entry.parker.park(-1.0 if timeout is None else max(0.0, timeout)):
                 with self._lock:
@@ -582,7 +598,7 @@ class RunHandlerPool:
         """With the lock held: requests admitted or waiting for a slot (counted against max_handlers)."""
         return len(self._active) + self._entered + self._entries_n
 
-    def _try_enter(self, priority: int, short: bool, kind: object) -> int | None:
+    def _try_enter(self, priority: int, short: bool, kind: object, interp: bool) -> int | None:
         """With the lock held: a slot, or a place in the lane, for a caller arriving now, if it may have
         one without passing anybody over."""
         if self._waiters or self._requests() >= self.max_handlers:
@@ -590,7 +606,7 @@ class RunHandlerPool:
         if self._slots and not self._queued and not self._entries_n:
             slot_id = next(self._seq)
             self._take_slot(slot_id, short)
-        elif short and not self._entries_short and self._lane_open(kind, priority):
+        elif (short or interp) and not self._entries_lane and self._lane_open(kind, priority, interp):
             slot_id = next(self._seq)
             self._lane.add(slot_id)
         else:
@@ -606,8 +622,12 @@ class RunHandlerPool:
             self._long_entered.add(slot_id)
             self._long += 1
 
-    def _lane_open(self, kind: object, priority: int) -> bool:
-        """With the lock held: a short step of ``kind`` may run in the lane now (see ``enter``)."""
+    def _lane_open(self, kind: object, priority: int, interp: bool) -> bool:
+        """With the lock held: a step of ``kind`` may run in the lane now (see ``enter``): a short one when
+        every slot holds long work and its flow is owed; an interpreter-only one (``interp``, see
+        ``INTERP_SHARE``) whenever the lane has room. Neither passes a request of a higher priority."""
+        if interp:
+            return len(self._lane) < LANE_STEPS and not (self._active and self._active[0].priority > priority)
         return (
             self._long == self.num_threads
             and len(self._lane) < LANE_STEPS
@@ -627,12 +647,13 @@ class RunHandlerPool:
             return h.key
         return self._order(h)
 
-    def _first_entry(self, short: bool = False) -> tuple[_Entry, tuple[int, float, int]] | None:
-        """With the lock held: the waiting caller (a short one, with ``short``) that comes first."""
+    def _first_entry(self, lane: bool = False) -> tuple[_Entry, tuple[int, float, int]] | None:
+        """With the lock held: the waiting caller (one that may take the lane, with ``lane``) that comes
+        first."""
         best: tuple[_Entry, tuple[int, float, int]] | None = None
         for queue in self._entries.values():
             e = queue[0]
-            if short and not e.short:
+            if lane and not (e.short or e.interp):
                 continue
             key = self._entry_key(e)
             if best is None or key < best[1]:
@@ -665,13 +686,13 @@ class RunHandlerPool:
         if not queue:
             del self._entries[k]
         self._entries_n -= 1
-        self._entries_short -= e.short
+        self._entries_lane -= e.short or e.interp
 
     def _lane_grants(self, wake: list[_Worker | _Entry]) -> None:
         """With the lock held: places in the lane for waiting short steps, while it is open to them."""
-        while self._entries_short and self._long == self.num_threads and len(self._lane) < LANE_STEPS:
-            first = self._first_entry(short=True)
-            if first is None or not self._lane_open(first[0].kind, first[0].priority):
+        while self._entries_lane and len(self._lane) < LANE_STEPS:
+            first = self._first_entry(lane=True)
+            if first is None or not self._lane_open(first[0].kind, first[0].priority, first[0].interp):
                 return
             self._grant(first[0], True)
             wake.append(first[0])
@@ -945,7 +966,7 @@ class RunHandlerPool:
             self._queued -= 1
             self._slots -= 1
             wake.append(w)
-        if self._entries_short:
+        if self._entries_lane:
             self._lane_grants(wake)
         return wake
 

@@ -40,7 +40,7 @@ from poolserve.runtime.kernels.registry import ResourceContainer
 from poolserve.runtime.memory import keep_freed_memory
 from poolserve.runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report, plan_graph_def
 from poolserve.runtime.partial_run import PartialRuns
-from poolserve.runtime.run_handler import SLOT_STEP_S, RunHandler, RunHandlerPool, get_pool
+from poolserve.runtime.run_handler import INTERP_SHARE, SLOT_STEP_S, RunHandler, RunHandlerPool, get_pool
 from poolserve.runtime.targets import DeviceAttributes, session_factory, split_args
 from poolserve.runtime.threadpool import (
     CallerThread,
@@ -275,7 +275,8 @@ class Session:
         (chain200.b1, one caller: 1.55 ms of CPU a step against 1.50 without the pool), as such a step
         runs on one thread from start to end anyway, with nothing to preempt it between. With ``wait``
         (a synchronous caller), it waits for a slot when none is free (``RunHandlerPool.enter_wait``), at
-        most until ``deadline``."""
+        most until ``deadline``. A cheap plan whose steps spent almost nothing in timed kernels
+        (``INTERP_SHARE``) needs only the interpreter: it may take the pool's lane whatever the slots hold."""
         plan = sig.plan
         short = 0.0 < plan.cpu < below
         if not (short or (cheap and plan.cheap and plan.cpu > 0.0)):
@@ -285,11 +286,12 @@ class Session:
         assert options is not None
         pool = self.run_handler_pool()
         priority = options.experimental.run_handler_pool_options.priority
+        interp = plan.cheap and 0.0 <= plan.kernel_share < INTERP_SHARE
         if wait:
             timeout = None if deadline is None else deadline.remaining_ms() / 1000.0
-            slot_id = pool.enter_wait(priority, short, plan, timeout)
+            slot_id = pool.enter_wait(priority, short, plan, timeout, interp)
         else:
-            slot_id = pool.enter(priority, short, plan)
+            slot_id = pool.enter(priority, short, plan, interp)
         return None if slot_id is None else (pool, slot_id, priority)
 
     def _run_in_slot(
@@ -327,10 +329,11 @@ class Session:
             )
         finally:
             cpu = time.thread_time() - t0
-            pool.leave(sig.plan, priority, cpu, kernel_clock.seconds - k0, slot_id)
+            kernel = kernel_clock.seconds - k0
+            pool.leave(sig.plan, priority, cpu, kernel, slot_id)
         # the CPU time includes the answer: a traced step's metadata would count as the plan's cost
         if step.status is None and not (options.trace_level or options.output_partition_graphs):
-            sig.plan.learn_cpu(cpu)
+            sig.plan.learn_cpu(cpu, kernel)
         return step
 
     def _check_handler(self, handler: RunHandler, deadline: Deadline | None) -> RunHandler:

@@ -702,6 +702,69 @@ def test_a_short_step_with_a_free_slot_runs_on_its_callers_thread_without_a_hand
     assert stats.running_closures == 0 and stats.active_handlers == 0
 
 
+def test_an_interpreter_only_step_takes_the_lane_whatever_the_slots_hold():
+    pool = RunHandlerPool(num_threads=1)
+    hs, gate = blocker(pool, 100e-6)  # a short step's closure holds the only slot: no lane for short steps
+    try:
+        assert pool.enter() is None
+        lane = pool.enter(short=False, kind="chain", interp=True)  # the interpreter is what it needs
+        assert lane is not None and pool.stats().running_closures == 2
+        assert pool.enter(short=False, kind="chain", interp=True) is None  # one step at a time in the lane
+        granted: list[int | None] = []
+        waiter = threading.Thread(
+            target=lambda: granted.append(pool.enter_wait(0, False, "chain", 5.0, interp=True))
+        )
+        waiter.start()
+        deadline = time.monotonic() + 5
+        while pool.stats().waiting_requests == 0 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        pool.leave("chain", 0, 0.002, 0.0, lane)  # the lane frees: the waiting caller is handed it
+        waiter.join(5)
+        assert granted and granted[0] is not None and granted[0] != lane
+        pool.leave("chain", 0, 0.002, 0.0, granted[0])
+        urgent = pool.get(priority=1)  # a request of a higher priority is active: nobody passes it
+        assert pool.enter(short=False, kind="chain", interp=True) is None
+        urgent.release()
+    finally:
+        gate.set()
+        hs.release()
+    deadline = time.monotonic() + 5
+    while pool.stats().running_closures and time.monotonic() < deadline:
+        time.sleep(0.001)
+    stats = pool.stats()
+    assert stats.running_closures == 0 and stats.active_handlers == 0 and stats.waiting_requests == 0
+
+
+def test_a_session_passes_a_plan_as_interpreter_only_when_its_kernels_took_almost_nothing():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None, 64))
+    chain = x
+    for _ in range(8):
+        chain = b.relu(b.add(chain, b.constant(np.float32(0.5))))
+    w = b.constant(np.full((64, 64), 0.01, np.float32))
+    product = b.matmul(b.matmul(x, w), w)
+    pool = RunHandlerPool(num_threads=2)
+    seen: list[tuple[str, bool]] = []
+    enter_wait = pool.enter_wait
+
+    label = ["chain"]
+
+    def spy(priority=0, short=True, kind=None, timeout=None, interp=False):
+        seen.append((label[0], interp))
+        return enter_wait(priority, short, kind, timeout, interp)
+
+    pool.enter_wait = spy
+    feed = np.ones((256, 64), np.float32)
+    with Session(b.graph_def, run_handler_pool=pool) as s:
+        for label[0], fetch in (("chain", chain), ("matmul", product)):
+            for _ in range(5):
+                s.run(fetch, {x: feed}, options=pool_options())
+    assert ("chain", True) in seen  # no timed kernel: the interpreter is all it needs
+    assert ("matmul", True) not in seen  # its matmuls run without the GIL: it needs a core
+    stats = pool.stats()
+    assert stats.running_closures == 0 and stats.active_handlers == 0
+
+
 def test_the_lane_goes_to_a_kind_only_while_it_is_owed():
     pool = RunHandlerPool(num_threads=1)
     hb, gate = blocker(pool, 0.01)  # a long step holds the slot; its flow has received nothing yet
