@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from poolserve.proto import config_pb2
-from poolserve.runtime import run_handler
+from poolserve.runtime import run_handler, threadpool
 from poolserve.runtime.deadline import Deadline
 from poolserve.runtime.errors import (
     DeadlineExceededError,
@@ -198,6 +198,9 @@ class InferenceService:
     def start(self) -> None:
         """Makes the RunHandlerPool and loads every configured model (blocking: run it off the loop)."""
         sys.setswitchinterval(self.config.runtime.gil_switch_interval_ms / 1000.0)
+        if not self.config.runtime.intra_op_threads:
+            threadpool.keep_core_for_loop()
+            self._kernel_threads = KernelThreads()  # with the budget that leaves
         self._pool = self._configure_pool()
         self._kernel_threads.running(1)  # finds the BLAS libraries now, not in the first request
         self._kernel_threads.running(0)

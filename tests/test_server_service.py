@@ -228,21 +228,24 @@ def _blas_threads() -> int:
     return max((lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"), default=0)
 
 
-def test_steps_without_the_pool_share_the_cores_between_their_blas_threads(model_dir: Path) -> None:
-    """Two steps the pool does not run, at once: each kernel gets half the cores, so they never put more
-    BLAS threads than cores to work; the process's own number is back when they end."""
-    from poolserve.runtime.threadpool import KernelThreads, default_num_threads
+def test_steps_without_the_pool_share_the_cores_between_their_blas_threads(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two steps the pool does not run, at once: each kernel gets half the cores the server leaves to
+    kernels, so they never put more BLAS threads than cores to work; the process's own number is back
+    when they end."""
+    from poolserve.runtime import threadpool
 
-    if KernelThreads.pinned:
+    if threadpool.KernelThreads.pinned:
         pytest.skip("an earlier test in this process set intra_op_parallelism_threads")
-    default = _blas_threads()
-    if default < 2:
-        pytest.skip("numpy's BLAS runs one thread here")
+    threadpool.keep_core_for_loop()  # with this machine's cores, as any server in this process does
+    monkeypatch.setattr(threadpool, "_core_share", 5)  # five cores: four for kernels, two each for two
     config = make_config(
         {"run_handler_pool": {"enabled": False}, "models": [{"name": "slow", "path": "slow.pb"}]}, model_dir
     )
     rt = InferenceService(config)
     rt.start()
+    default = _blas_threads()
     seen: list[int] = []
 
     async def main() -> None:
@@ -258,5 +261,6 @@ def test_steps_without_the_pool_share_the_cores_between_their_blas_threads(model
         asyncio.run(main())
     finally:
         rt.close()
-    assert seen and seen[0] == max(1, default_num_threads() // 2)
+    assert threadpool.kernel_cores() == 4
+    assert seen and seen[0] == 2
     assert _blas_threads() == default

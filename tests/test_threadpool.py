@@ -1,4 +1,8 @@
 import itertools
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -195,3 +199,37 @@ def test_worker_init_makes_numpy_ignore_float_errors_on_that_thread():
     inited.join(5)
     assert out[0] == (ignore, np.inf)
     assert np.geterr()["divide"] == "warn"  # per thread: the caller's state is untouched
+
+
+KEEP_CORE = """
+import json, os
+from threadpoolctl import threadpool_info
+from poolserve.runtime import threadpool
+
+def blas():
+    return max(lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas")
+
+before = blas()
+if os.environ.get("PINNED"):
+    threadpool.set_intra_op_threads(1)
+threadpool.keep_core_for_loop()
+print(json.dumps({"before": before, "after": blas(), "kernel_cores": threadpool.kernel_cores(),
+                  "budget": threadpool.KernelThreads().budget}))
+"""
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_a_server_keeps_a_core_for_its_event_loop_unless_the_user_set_the_threads(pinned):
+    """In a fresh process (the setting is process-wide): BLAS kernels get every core but one, at least one;
+    a count the user set is left alone."""
+    env = dict(os.environ, PINNED="1" if pinned else "")
+    out = subprocess.run(
+        [sys.executable, "-c", KEEP_CORE], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    got = json.loads(out.stdout)
+    cores = os.cpu_count() or 1
+    if pinned:
+        assert got["after"] == 1  # the user's count
+        assert got["kernel_cores"] == cores  # nothing kept
+    else:
+        assert got["kernel_cores"] == got["budget"] == got["after"] == max(1, cores - 1)
