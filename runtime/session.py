@@ -267,6 +267,7 @@ class Session:
         cheap: bool = False,
         deadline: Deadline | None = None,
         wait: bool = False,
+        loop: bool = False,
     ) -> tuple[RunHandlerPool, int, int] | None:
         """The RunHandlerPool and the id of a slot taken for this caller (``RunHandlerPool.enter``), if
         this run uses the pool, its plan's steps took less than ``below`` seconds of CPU and a slot is
@@ -276,7 +277,9 @@ class Session:
         runs on one thread from start to end anyway, with nothing to preempt it between. With ``wait``
         (a synchronous caller), it waits for a slot when none is free (``RunHandlerPool.enter_wait``), at
         most until ``deadline``. A cheap plan whose steps spent almost nothing in timed kernels
-        (``INTERP_SHARE``) needs only the interpreter: it may take the pool's lane whatever the slots hold."""
+        (``INTERP_SHARE``) needs only the interpreter: it may take the pool's lane whatever the slots hold.
+        With ``loop`` (an event loop that would otherwise run the short step itself without the pool), it
+        runs the step on the loop when no slot is free, unless a higher priority is active."""
         plan = sig.plan
         short = 0.0 < plan.cpu < below
         if not (short or (cheap and plan.cheap and plan.cpu > 0.0)):
@@ -291,7 +294,7 @@ class Session:
             timeout = None if deadline is None else deadline.remaining_ms() / 1000.0
             slot_id = pool.enter_wait(priority, short, plan, timeout, interp)
         else:
-            slot_id = pool.enter(priority, short, plan, interp)
+            slot_id = pool.enter(priority, short, plan, interp, loop)
         return None if slot_id is None else (pool, slot_id, priority)
 
     def _run_in_slot(
@@ -584,7 +587,7 @@ class Session:
         if deadline is None:
             deadline = self.deadline(options)
         sig, feeds, scheduler = self._prepare(fetches, feed_dict, options)
-        slot = self._enter_pool(sig, options, INLINE_STEP_S)
+        slot = self._enter_pool(sig, options, INLINE_STEP_S, loop=True)
         if slot is not None:  # a short step, a free slot: it runs here, on the loop, with no hand-off
             if record is not None:
                 record.used_pool = True

@@ -892,6 +892,68 @@ def test_arun_runs_a_short_step_on_the_loop_on_a_free_slot():
     assert pool.stats().running_closures == 0
 
 
+def test_an_event_loop_runs_a_short_step_itself_when_no_slot_is_free_unless_a_higher_priority_is_active():
+    pool = RunHandlerPool(num_threads=1)
+    hb, gate = blocker(pool, 0.01)  # a long step holds the only slot
+    try:
+        lane = pool.enter(kind="S")  # the lane takes one short step
+        assert lane is not None
+        assert pool.enter(kind="S") is None  # a thread that may wait: no room
+        own = pool.enter(kind="S", loop=True)  # the loop's thread is there anyway: it runs the step
+        assert own is not None and own != lane
+        assert pool.enter(short=False, kind="L", loop=True) is None  # not a long step
+        pool.leave("S", 0, 0.0001, 0.0, own)
+        pool.leave("S", 0, 0.0001, 0.0, lane)
+        urgent = pool.get(priority=1)  # a request of a higher priority is active: nobody passes it
+        assert pool.enter(kind="S", loop=True) is None
+        mine = pool.enter(priority=1, kind="S", loop=True)  # its own priority passes
+        assert mine is not None
+        pool.leave("S", 1, 0.0001, 0.0, mine)
+        urgent.release()
+    finally:
+        gate.set()
+        hb.release()
+    wait_idle(pool)
+    stats = pool.stats()
+    assert stats.running_closures == 0 and stats.active_handlers == 0 and stats.waiting_requests == 0
+
+
+def test_arun_runs_a_short_step_on_the_loop_while_the_pool_is_busy():
+    from poolserve.runtime.session import INLINE_STEP_S, StepRecord
+
+    graph_def, x, y = short_graph()
+    pool = RunHandlerPool(num_threads=1)
+    opts = pool_options()
+
+    async def main(s):
+        await s.arun(y, {x: np.arange(4, dtype=np.float32)}, options=opts)
+        wait_idle(pool)
+        for plan in s._calls.plans.values():
+            plan.cpu = INLINE_STEP_S / 4  # short, whatever this machine measured just now
+        hb, gate = blocker(pool, 0.01)  # a long step holds the only slot
+        lane = pool.enter(kind="other")  # and another short step the lane
+        try:
+            gets = []
+            get_async = pool.get_async
+            pool.get_async = lambda *a, **k: gets.append(a) or get_async(*a, **k)
+            record = StepRecord()
+            out = await asyncio.wait_for(
+                s.arun(y, {x: np.arange(4, dtype=np.float32)}, options=opts, record=record), 5
+            )
+        finally:
+            pool.leave("other", 0, 0.0001, 0.0, lane)
+            gate.set()
+            hb.release()
+        return out, record, gets
+
+    with Session(graph_def, run_handler_pool=pool) as s:
+        out, record, gets = asyncio.run(main(s))
+    np.testing.assert_array_equal(out, np.arange(1, 5, dtype=np.float32).reshape(2, 2))
+    assert record.used_pool and gets == []  # no wait for a handler behind the long step
+    wait_idle(pool)
+    assert pool.stats().running_closures == 0 and pool.stats().active_handlers == 0
+
+
 def test_a_synchronous_short_step_waits_for_a_slot_without_a_run_handler():
     graph_def, x, y = short_graph()
     pool = RunHandlerPool(num_threads=1)
