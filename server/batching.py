@@ -9,8 +9,9 @@ A batch forms as soon as its queue holds ``max_batch_size`` rows, or a preferred
 
 - ``max_queue_delay_us = "auto"`` (the default): when fewer than ``max_concurrent_batches`` of the
   model's batches are running, one event loop iteration after the first member joined (so that requests
-  the loop read together batch together), else when one ends. Requests that arrive while the model
-  computes wait for it, so batches grow with the load and a lone request never waits for company;
+  the loop read together batch together; only while the model's requests overlap, see ``Batcher._lone``),
+  else when one ends. Requests that arrive while the model computes wait for it, so batches grow with the
+  load and a lone request never waits for company;
 - a number: when the oldest member has waited that long (Triton's ``max_queue_delay_microseconds``).
 
 Members are taken by priority, then arrival. One whose deadline passed while it waited is answered
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -79,6 +81,10 @@ class _Queue:
 
 Key = tuple[tuple[str, ...], tuple[str, ...], bool, tuple[tuple[str, tuple[int, ...]], ...]]
 
+# With "auto", a request that finds the model idle yields one loop iteration for company only if, within this
+# many seconds, a request of this model arrived while another was in flight (see Batcher._lone).
+COMPANY_WINDOW_S = 1.0
+
 
 class Batcher:
     """One model's batches (see the module docstring). Used from the event loop only."""
@@ -104,6 +110,8 @@ class Batcher:
         self._queues: dict[Key, _Queue] = {}
         self._seq = itertools.count()
         self._alone: set[Key] = set()  # signatures whose outputs cannot be split by rows
+        self._in_flight = 0  # requests inside run()
+        self._overlap_at = -math.inf  # when a request last arrived while another was in flight
 
     def batchable(self, feeds: dict[str, Array]) -> int:
         """The rows of a request that can join a batch, or 0 (it runs alone): every feed an array with
@@ -139,38 +147,46 @@ class Batcher:
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = _Queue(names, tuple(fetches), use_pool)
-        member = _Member(
-            arrays, rows, deadline, priority, traced, time.monotonic(), loop.create_future(), next(self._seq)
-        )
+        now = time.monotonic()
+        member = _Member(arrays, rows, deadline, priority, traced, now, loop.create_future(), next(self._seq))
         queue.members.append(member)
-        if (
-            self.delay is None
-            and self.running < self.max_concurrent
-            and len(self._queues) == 1
-            and len(queue.members) == 1
-            and not self._full(rows)
-        ):
-            return await self._lone(key, queue, member)
-        self._consider(key, queue)
-        # cancelled (the client went away, or the deadline passed while it waited for a batch): the member
-        # is dropped, or its rows discarded
-        return await self._await_member(member)
+        if self._in_flight:
+            self._overlap_at = now
+        self._in_flight += 1
+        try:
+            if (
+                self.delay is None
+                and self.running < self.max_concurrent
+                and len(self._queues) == 1
+                and len(queue.members) == 1
+                and not self._full(rows)
+            ):
+                return await self._lone(key, queue, member, now - self._overlap_at < COMPANY_WINDOW_S)
+            self._consider(key, queue)
+            # cancelled (the client went away, or the deadline passed while it waited for a batch): the
+            # member is dropped, or its rows discarded
+            return await self._await_member(member)
+        finally:
+            self._in_flight -= 1
 
     async def _lone(
-        self, key: Key, queue: _Queue, member: _Member
+        self, key: Key, queue: _Queue, member: _Member, company: bool
     ) -> tuple[list[Any], BatchInfo, config_pb2.RunMetadata | None]:
         """With ``auto``, a request that finds the model idle and nobody waiting: it holds the model's
-        batch slot for one loop iteration (requests the loop has already read join it), then, if still
-        alone, runs its step in its own task. A batch of one through the batch's task cost a lone client
-        two more task hand-offs and ``wait_for``'s task: 0.2-0.4 ms a request (example mlp, MobileNetV2)."""
+        batch slot for one loop iteration (requests the loop has already read join it) if ``company`` is
+        likely (requests of this model overlapped within ``COMPANY_WINDOW_S``), then, if still alone,
+        runs its step in its own task. A batch of one through the batch's task cost a lone client two more
+        task hand-offs and ``wait_for``'s task: 0.2-0.4 ms a request (example mlp, MobileNetV2). The loop
+        iteration is not waited for when nothing overlapped lately: a client alone gets no added wait."""
         self.running += 1
         released = False
         try:
-            await asyncio.sleep(0)
-            if queue.members != [member] or len(self._queues) != 1:  # company came: batch as usual
-                self._release()
-                released = True
-                return await self._await_member(member)
+            if company:
+                await asyncio.sleep(0)
+                if queue.members != [member] or len(self._queues) != 1:  # company came: batch as usual
+                    self._release()
+                    released = True
+                    return await self._await_member(member)
             queue.members.clear()
             self._queues.pop(key, None)
             info = BatchInfo(next(_batch_ids), member.rows, 1, member.arrived, time.monotonic())

@@ -51,17 +51,28 @@ async def infer_all(rt: InferenceService, inputs: list[np.ndarray], **kw: Any) -
 
 def test_concurrent_requests_run_as_one_step_each_getting_its_own_rows(tmp_path):
     rt = service(tmp_path, {"max_batch_size": 64})
+    inputs = [rows(1 + i % 3, 100.0 * i) for i in range(16)]
+
+    async def two_bursts() -> tuple[list[InferResult], list[InferResult]]:
+        return await infer_all(rt, inputs), await infer_all(rt, inputs)
+
     try:
-        inputs = [rows(1 + i % 3, 100.0 * i) for i in range(16)]
-        results = asyncio.run(infer_all(rt, inputs))
+        first, second = asyncio.run(two_bursts())
     finally:
         rt.close()
-    for x, r in zip(inputs, results, strict=True):
-        np.testing.assert_array_equal(r.outputs["out"], x * 2 + 1)  # exactly its rows, no others
-    batches = {r.timings.batch.batch_id: r.timings.batch for r in results if r.timings.batch}
-    # requests that reach the idle model in the same loop iteration run together: before, the first ran
-    # alone and the 15 others after it
-    assert [(b.members, b.rows) for b in batches.values()] == [(16, sum(len(x) for x in inputs))]
+    for results in (first, second):
+        for x, r in zip(inputs, results, strict=True):
+            np.testing.assert_array_equal(r.outputs["out"], x * 2 + 1)  # exactly its rows, no others
+    batches = [
+        {r.timings.batch.batch_id: r.timings.batch for r in rs if r.timings.batch} for rs in (first, second)
+    ]
+    # nothing overlapped before the first burst: its first request runs at once, alone, the 15 others together
+    assert [(b.members, b.rows) for b in batches[0].values()] == [
+        (1, 1),
+        (15, sum(len(x) for x in inputs) - 1),
+    ]
+    # requests overlapped a moment ago: those that reach the idle model in the same loop iteration run together
+    assert [(b.members, b.rows) for b in batches[1].values()] == [(16, sum(len(x) for x in inputs))]
 
 
 def test_auto_a_lone_request_runs_at_once_and_alone(tmp_path):
