@@ -31,6 +31,7 @@ by another server, a test client).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import time
@@ -70,6 +71,9 @@ _SAFETY = 1.15
 # 6 s and shed after decoding (time to shed ~1 s).
 _BUDGET = 0.5
 _WINDOW = 1 << 14
+# the event loop's lag is sampled this often (100 timer callbacks a second, a few microseconds each); the
+# window then holds the last 164 s
+_LAG_PERIOD = 0.01
 
 
 class ShedError(UnavailableError):
@@ -115,6 +119,32 @@ class Ticket:
 
 
 @dataclass
+class LoopLag:
+    """How late the event loop runs a timer due every 10 ms: how long anything that became ready (a
+    connection's bytes, a request's task) waits behind the loop's other work, the GIL and the CPU. Under
+    the server's lifespan (``start``/``stop``); ``window`` holds (time, lag) as the shed window does."""
+
+    window: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_WINDOW))
+    _timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self._next(asyncio.get_running_loop())
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _next(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = loop.call_later(_LAG_PERIOD, self._tick, loop, time.monotonic() + _LAG_PERIOD)
+
+    def _tick(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
+        now = time.monotonic()
+        self.window.append((now, max(0.0, now - due)))
+        self._next(loop)
+
+
+@dataclass
 class Admission:
     """The queue's expected cost and the per-model costs it is made of (event loop only: no locks)."""
 
@@ -129,6 +159,7 @@ class Admission:
     # reads to tell the server's share of a latency from the generator's
     accepted_window: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_WINDOW))
     shed_window: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_WINDOW))
+    loop_lag: LoopLag = field(default_factory=lambda: LoopLag())
     _seq: int = 0
 
     @property
@@ -524,7 +555,7 @@ def runtime_state(admission: Admission, window_s: float = 60.0) -> dict[str, Any
     """The queue's expected cost, the requests admitted and not yet answered, how many were shed (503) and
     throttled (429, per client), the clients with requests open, each model's measured cost, and over the
     last ``window_s`` seconds the latency, from arrival as the server stamped it, of the accepted (200) and
-    the shed-at-arrival answers."""
+    the shed-at-arrival answers, and the event loop's lag (``LoopLag``)."""
     since = time.monotonic() - window_s
     return {
         "queued_cost_ms": round(admission.pending * 1000, 3),
@@ -535,4 +566,5 @@ def runtime_state(admission: Admission, window_s: float = 60.0) -> dict[str, Any
         "cost_ms": {m: round(c * 1000, 3) for m, c in sorted(admission.cost.items())},
         "accepted": _percentiles(admission.accepted_window, since),
         "shed_at_arrival": _percentiles(admission.shed_window, since),
+        "loop_lag": _percentiles(admission.loop_lag.window, since),
     }

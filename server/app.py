@@ -294,9 +294,11 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("poolserve ready: %d model(s): %s", len(service.models), ", ".join(sorted(service.models)))
+        service.admission.loop_lag.start()
         try:
             yield
         finally:
+            service.admission.loop_lag.stop()
             service.draining = True
             service.ready = False
             await _drain(app, service)

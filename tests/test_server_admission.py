@@ -104,6 +104,15 @@ async def test_a_burst_is_shed_at_arrival_and_the_accepted_finish_in_time(app: F
         assert state["shed_at_arrival"]["count"] <= statuses.count(503)
 
 
+async def test_the_event_loop_lag_is_sampled_and_shows_a_blocked_loop(app: FastAPI) -> None:
+    async with client(app) as c:  # the app's lifespan runs on this test's event loop
+        await asyncio.sleep(0.1)
+        time.sleep(0.3)  # the loop blocked: the timer due meanwhile runs late by about that
+        await asyncio.sleep(0.05)
+        lag = (await c.get("/v1/runtime/admission")).json()["loop_lag"]
+    assert lag["count"] >= 3 and lag["p50_ms"] < 250 <= lag["p99_ms"]
+
+
 def busy(app: FastAPI, cost_s: float) -> None:
     """The model is known to take ``cost_s`` and one request is in flight."""
     app.state.admission.cost["nap"] = cost_s
