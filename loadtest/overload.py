@@ -15,7 +15,8 @@ and a pause to let the server settle. Each step reports:
 - the generator's own send lag (p99 of actual minus scheduled send): on a machine shared with the server,
   a generator starved of CPU shows here, and its lag is part of every latency above;
 - the server's own view (``GET /v1/runtime/admission``): its accepted answers' p99 and its shed-at-arrival
-  answers' p99, counted from its arrival stamp, so without the generator's lag or the socket's wait.
+  answers' p99, counted from its arrival stamp, so without the generator's lag or the socket's wait, and
+  its event loop's lag p99 (how long bytes that arrived wait before the server reads them).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ async def server_rss(client: httpx.AsyncClient) -> int | None:
 
 async def server_view(client: httpx.AsyncClient, window_s: float) -> dict[str, Any] | None:
     """The server's own latencies of the step (from its arrival stamp: no generator lag, no socket wait):
-    accepted and shed-at-arrival p50/p99, from /v1/runtime/admission (None if it does not say)."""
+    accepted and shed-at-arrival p50/p99, and the event loop's lag, from /v1/runtime/admission (None if it
+    does not say)."""
     try:
         r = await client.get("/v1/runtime/admission", params={"window_s": window_s}, timeout=5)
         body = r.json() if r.status_code == 200 else None
@@ -67,7 +69,11 @@ async def server_view(client: httpx.AsyncClient, window_s: float) -> dict[str, A
         return None
     if not isinstance(body, dict):
         return None
-    return {"accepted": body.get("accepted"), "shed_at_arrival": body.get("shed_at_arrival")}
+    return {
+        "accepted": body.get("accepted"),
+        "shed_at_arrival": body.get("shed_at_arrival"),
+        "loop_lag": body.get("loop_lag"),
+    }
 
 
 def _p(values: Sequence[float], q: float) -> float | None:
@@ -169,7 +175,7 @@ COLUMNS = (
     "conn. errors",
     "RSS peak / after MiB (idle)",
     "send lag p99 ms",
-    "server: accepted p99 / shed p99 ms",
+    "server: accepted p99 / shed p99 / loop lag p99 ms",
 )
 
 
@@ -178,7 +184,8 @@ def _server_cell(view: dict[str, Any] | None) -> str:
         return "-"
     accepted = (view.get("accepted") or {}).get("p99_ms")
     shed = (view.get("shed_at_arrival") or {}).get("p99_ms")
-    return f"{_f(accepted, '{:.0f}')} / {_f(shed)}"
+    lag = (view.get("loop_lag") or {}).get("p99_ms")
+    return f"{_f(accepted, '{:.0f}')} / {_f(shed)} / {_f(lag)}"
 
 
 def rows(steps: list[dict[str, Any]], memory: dict[str, Any]) -> list[list[str]]:

@@ -38,30 +38,10 @@ from poolserve.server.service import InferenceService, RequestInfo, attach_info,
 
 log = logging.getLogger("poolserve")
 
-_MAX_ID_LENGTH = 128
 # requests that compute, and count against max_in_flight
 _WORK_METHODS = frozenset({"POST"})
 # seconds after its body is in that a request still being served starts watching for a disconnect
 _WATCH_AFTER = 0.02
-
-
-def _request_id(scope: Scope) -> str:
-    for key, value in scope.get("headers", ()):
-        if key == b"x-request-id":
-            rid: str = value.decode("latin-1").strip()
-            if 0 < len(rid) <= _MAX_ID_LENGTH and rid.isprintable():
-                return rid
-    return new_request_id()
-
-
-def _content_length(scope: Scope) -> int | None:
-    for key, value in scope.get("headers", ()):
-        if key == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
 
 
 class ServingMiddleware:
@@ -76,7 +56,7 @@ class ServingMiddleware:
         service = self.service
         server = service.config.server
         metrics = service.metrics
-        info = RequestInfo(_request_id(scope), arrival(scope))
+        info = RequestInfo(admission.scope_request_id(scope, new_request_id), arrival(scope))
         attach_info(scope, info)
         rid_header = (REQUEST_ID_HEADER.lower().encode(), info.request_id.encode("latin-1"))
         state: dict[str, Any] = {"status": 500, "started": False, "complete": False}
@@ -97,16 +77,11 @@ class ServingMiddleware:
 
         if work and service.in_flight >= server.max_in_flight:
             metrics.rejected.inc()
-            await answer(
-                errors.status_response(
-                    503,
-                    f"The server is at its limit of {server.max_in_flight} requests in flight; retry later",
-                    headers=admission.retry_headers(1000),
-                )
-            )
+            refused = admission.in_flight_refusal(server.max_in_flight)
+            await answer(errors.error_response(refused, refused.headers))
             self._count(scope, info, state["status"])
             return
-        length = _content_length(scope)
+        length = admission.content_length(scope)
         if length is not None and length > server.max_request_bytes:
             await answer(self._too_large())
             self._count(scope, info, state["status"])
@@ -319,9 +294,11 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("poolserve ready: %d model(s): %s", len(service.models), ", ".join(sorted(service.models)))
+        service.admission.loop_lag.start()
         try:
             yield
         finally:
+            service.admission.loop_lag.stop()
             service.draining = True
             service.ready = False
             await _drain(app, service)
@@ -360,9 +337,14 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
         app.router.routes.extend(api.routes)
     # the last added runs first: ids, metrics and max_in_flight, then admission (sheds before the body
     # is read), then the body read timeout
+    paths = admission.InferPaths([r.path for r in app.hot_routes])
     app.add_middleware(BodyTimeoutMiddleware, timeout_ms=config.server.body_timeout_ms)
-    app.add_middleware(admission.AdmissionMiddleware, service=service, admission=app.state.admission)
+    app.add_middleware(
+        admission.AdmissionMiddleware, service=service, admission=service.admission, paths=paths
+    )
     app.add_middleware(ServingMiddleware, service=service)
+    # the same decision, made by the HTTP protocol at the end of the headers (cli.run_server gives it)
+    app.state.early_admission = admission.EarlyAdmission(service, service.admission, paths, new_request_id)
     return app
 
 

@@ -142,8 +142,9 @@ def run_server(config: Config, args: argparse.Namespace, worker: Worker | None =
         access_log=args.access_log,
         timeout_graceful_shutdown=max(1, round(config.server.drain_seconds)),
         lifespan="on",
-        # httptools' protocol plus the arrival stamp, header timeout and size, connection limit
-        http=protocol_class(config.server),
+        # httptools' protocol plus the arrival stamp, header timeout and size, connection limit, and
+        # admission at the end of the headers
+        http=protocol_class(config.server, app.state.early_admission),
         # the loop stays "auto": uvloop (installed with uvicorn[standard]) when present
     )
     grpc = None

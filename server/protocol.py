@@ -15,15 +15,25 @@ A response's status line and headers go out in the same send as its body (``_One
 
 A request on a connection past ``max_connections`` is marked (``scope["poolserve.over_connections"]``); the
 admission middleware answers it 503 and closes the connection.
+
+With a ``gate`` (``server.admission.EarlyAdmission``), admission decides when a request's headers are in,
+before its ASGI task exists: a refused request is answered from the parser's callback, in one send, and
+its body, if the client sends one, is parsed and dropped as it comes (uvicorn drops the body of a request
+whose answer is complete), so the connection stays usable. A client that announced ``Expect:
+100-continue`` was told nothing yet and sends no body: its connection is closed after the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from poolserve.runtime.errors import Code
 from poolserve.server import codec, errors
@@ -40,6 +50,27 @@ def arrival(scope: Any) -> float:
     """When the request's first byte was parsed (time.monotonic()); now when no protocol stamped it."""
     stamped: float | None = scope.get(ARRIVAL_KEY)
     return stamped if stamped is not None else time.monotonic()
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A whole answer the protocol gives for a request whose app never runs (its gate's decision)."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]  # besides uvicorn's defaults (server, date) and content-length
+    body: bytes
+
+
+# The gate: given uvicorn's scope when a request's headers are in, a Refusal to answer it at once, a
+# callback to call when its ASGI task ends (it was admitted), or None (the app decides).
+Gate = Callable[[Any], "Refusal | Callable[[], None] | None"]  # given uvicorn's HTTPScope
+
+
+async def _then(app: ASGIApp, done: Callable[[], None], scope: Scope, receive: Receive, send: Send) -> None:
+    try:
+        await app(scope, receive, send)
+    finally:
+        done()
 
 
 class _Refused(Exception):
@@ -60,6 +91,11 @@ class _OneSend:
         self._transport = transport
         self._loop = loop
         self._held: bytes | None = None
+
+    def write_now(self, data: bytes) -> None:
+        """Writes at once, after what is held: an answer that is complete as it is."""
+        held, self._held = self._held, None
+        self._transport.write(held + data if held is not None else data)
 
     def write(self, data: bytes) -> None:
         held = self._held
@@ -95,6 +131,7 @@ _JOIN_BELOW = 64 * 1024
 
 class ServingProtocol(HttpToolsProtocol):
     settings = ServerSettings()
+    gate: Gate | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -160,6 +197,7 @@ class ServingProtocol(HttpToolsProtocol):
         self._refuse(status, message)
 
     def on_message_begin(self) -> None:
+        self._unset_keepalive_if_required()  # a request has begun: the connection is not idle
         super().on_message_begin()
         self.scope[ARRIVAL_KEY] = time.monotonic()  # type: ignore[literal-required]
         self._header_bytes = 0
@@ -183,13 +221,54 @@ class ServingProtocol(HttpToolsProtocol):
         self._count(len(name) + len(value) + 4)
         super().on_header(name, value)
 
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        answered = self.cycle is not None and self.cycle.response_complete
+        if answered and not self.pipeline and not self.transport.is_closing():
+            # the body of a request answered before it was read (refused at its headers) ended after the
+            # answer, whose keep-alive timer the body's bytes cancelled: the connection is idle from here
+            self._unset_keepalive_if_required()
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
     def on_headers_complete(self) -> None:
         self._stop_header_timer()
         if len(self.connections) > self.settings.max_connections:
             self.scope[OVER_CONNECTIONS_KEY] = True  # type: ignore[literal-required]
         super().on_headers_complete()
 
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        # uvicorn starts a request here once its headers are in (or, pipelined, once the previous answer is
+        # complete): the gate decides before the task exists
+        outcome = self.gate(cycle.scope) if self.gate is not None else None
+        if isinstance(outcome, Refusal):
+            self._answer(cycle, outcome)
+            return
+        if outcome is not None:
+            app = partial(_then, app, outcome)
+        super()._start_asgi_task(cycle, app)
 
-def protocol_class(settings: ServerSettings) -> type[ServingProtocol]:
-    """The protocol class to give uvicorn (``uvicorn.Config(http=...)``), bound to the server's settings."""
-    return type("ServingProtocol", (ServingProtocol,), {"settings": settings})
+    def _answer(self, cycle: RequestResponseCycle, refusal: Refusal) -> None:
+        """Answers ``cycle``'s request with ``refusal``, as its cycle would have sent the app's answer."""
+        close = not cycle.keep_alive or cycle.waiting_for_100_continue
+        parts = [STATUS_LINE[refusal.status]]
+        for name, value in (*cycle.default_headers, *refusal.headers):
+            parts += [name, b": ", value, b"\r\n"]
+        parts.append(b"content-length: %d\r\n" % len(refusal.body))
+        if close:
+            parts.append(b"connection: close\r\n")
+        parts += [b"\r\n", refusal.body]
+        cycle.response_started = cycle.response_complete = True  # on_body drops the body from here on
+        cycle.keep_alive = not close
+        self.transport.write_now(b"".join(parts))  # type: ignore[attr-defined]
+        if close:
+            self.transport.close()
+        self.on_response_complete()
+
+
+def protocol_class(settings: ServerSettings, gate: Gate | None = None) -> type[ServingProtocol]:
+    """The protocol class to give uvicorn (``uvicorn.Config(http=...)``), bound to the server's settings
+    and admission's ``gate``."""
+    held = staticmethod(gate) if gate is not None else None  # a function in a class would become a method
+    return type("ServingProtocol", (ServingProtocol,), {"settings": settings, "gate": held})

@@ -125,6 +125,10 @@ class Worker:
         service = app.state.service
         service.pool_default = SharedFlag(self.runtime_dir / "run_handler_pool")
         app.add_middleware(WorkerHeader, pid=os.getpid())
+        # the answers admission gives from the protocol, without the app, name the worker too
+        app.state.early_admission.extra_headers.append(
+            (WORKER_HEADER.lower().encode(), str(os.getpid()).encode())
+        )
         self.ready.send("loaded")
 
     def sockets(self) -> list[socket.socket]:

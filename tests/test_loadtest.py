@@ -483,6 +483,7 @@ def test_overload_steps_report_goodput_shedding_and_rss(server, tmp_path, capsys
             "connection_errors"]  # fmt: skip
         assert s["deadline_ms"] == 1000 and s["rss_peak_mib"] >= body["rss_idle_mib"]
         assert 0 <= s["shed_fraction"] <= 1 and s["goodput_rps"] <= s["accepted"] / 0.5
+        assert s["server"]["loop_lag"]["count"] > 0  # the server samples its event loop's lag
     table = capsys.readouterr().out
     assert "--overload: mlp" in table and "2x" in table
 
@@ -495,7 +496,13 @@ def test_overload_step_summary():
     assert s["shed"] == 1 and s["shed_fraction"] == 0.25 and s["time_to_shed_p99_ms"] == pytest.approx(4)
     assert s["connection_errors"] == 1 and s["timeouts_504"] == 0
     s.update(rss_peak_mib=120.0, rss_after_mib=100.0, send_lag_p99_ms=3.0)
-    assert "| 2x | 20.0 | 0.5 (0.05) |" in overload.markdown([s], {"rss_idle_mib": 90.0})
+    s["server"] = {
+        "accepted": {"p99_ms": 480.2},
+        "shed_at_arrival": {"p99_ms": 0.4},
+        "loop_lag": {"p99_ms": 12.5},
+    }
+    table = overload.markdown([s], {"rss_idle_mib": 90.0})
+    assert "| 2x | 20.0 | 0.5 (0.05) |" in table and table.endswith("| 3.0 | 480 / 0.4 / 12.5 |")
 
 
 def test_tfserving_says_pool_is_not_expressible(server, capsys):

@@ -1,24 +1,31 @@
 """Admission (server/admission.py): the queue's measured cost decides at arrival, before the body is read;
-the request's own timeout is checked again after decoding; deadlines count from arrival."""
+the request's own timeout is checked again after decoding; deadlines count from arrival. Under uvicorn the
+HTTP protocol decides at the end of the headers, and a refused request never reaches the app."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 import numpy as np
 import pytest
+import uvicorn
 from fastapi import FastAPI
-from support import GATES, Gate, gate_op, sleep_op
+from starlette.types import ASGIApp, Receive, Scope, Send
+from support import GATES, Gate, free_port, gate_op, sleep_op
 
 from poolserve.runtime.builder import GraphBuilder
-from poolserve.server.admission import Admission
+from poolserve.server.admission import Admission, InferPaths
 from poolserve.server.app import create_app
 from poolserve.server.config import make_config
+from poolserve.server.protocol import protocol_class
 
 pytestmark = pytest.mark.anyio
 STEP_S = 0.1
@@ -95,6 +102,15 @@ async def test_a_burst_is_shed_at_arrival_and_the_accepted_finish_in_time(app: F
         assert state["accepted"]["count"] == statuses.count(200) + 1
         assert state["accepted"]["p99_ms"] >= STEP_S * 1000
         assert state["shed_at_arrival"]["count"] <= statuses.count(503)
+
+
+async def test_the_event_loop_lag_is_sampled_and_shows_a_blocked_loop(app: FastAPI) -> None:
+    async with client(app) as c:  # the app's lifespan runs on this test's event loop
+        await asyncio.sleep(0.1)
+        time.sleep(0.3)  # the loop blocked: the timer due meanwhile runs late by about that
+        await asyncio.sleep(0.05)
+        lag = (await c.get("/v1/runtime/admission")).json()["loop_lag"]
+    assert lag["count"] >= 3 and lag["p50_ms"] < 250 <= lag["p99_ms"]
 
 
 def busy(app: FastAPI, cost_s: float) -> None:
@@ -205,3 +221,276 @@ async def test_a_client_past_its_in_flight_limit_gets_429_and_others_are_served(
         assert state["throttled"] == 3 and state["clients_open"] == 0 and state["admitted_open"] == 0
         # without the header, the peer's address is the client: one limit for all of them
         assert sorted(await round_of([None] * 3, refused=1)) == [200, 200, 429]
+
+
+# --- at the end of the headers, inside the HTTP protocol ---------------------------------------------------
+
+NAP_ROUTES = [
+    "/v1/models/nap:run",
+    "/v1/models/nap/versions/1:run",
+    "/v1/models/nap:predict",
+    "/v1/models/nap/versions/1:predict",
+    "/v1/models/nap/labels/stable:predict",
+    "/v2/models/nap/infer",
+    "/v2/models/nap/versions/1/infer",
+]
+
+
+def test_the_inference_paths_give_the_model_and_the_route_template(tmp_path: Path) -> None:
+    paths = InferPaths([r.path for r in make_app(tmp_path).hot_routes])  # type: ignore[attr-defined]
+    assert paths.match("/v1/models/nap:run") == ("nap", "/v1/models/{model}:run")
+    assert paths.match("/v1/models/nap/labels/stable:predict") == (
+        "nap",
+        "/v1/models/{model}/labels/{label}:predict",
+    )
+    assert paths.match("/v2/models/nap/versions/7/infer") == (
+        "nap",
+        "/v2/models/{model}/versions/{version}/infer",
+    )
+    for other in ("/v2/models/nap:run", "/v1/models/nap/labels/x:run", "/v1/models/a/b:run", "/v1/models/nap",
+                  "/v1/sessions/abc:run", "/v1/models/nap:runx", "/v2/models/nap/infer/"):  # fmt: skip
+        assert paths.match(other) is None, other
+    assert all(paths.match(p) is not None for p in NAP_ROUTES)
+
+
+class Seen:
+    """The app, noting the path of every HTTP request that reaches it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.paths: list[str] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self.paths.append(scope["path"])
+        await self.app(scope, receive, send)
+
+
+class Served:
+    """The app under uvicorn with poolserve's protocol and its admission gate, on 127.0.0.1 in a thread."""
+
+    def __init__(self, app: FastAPI, keep_alive_s: int = 5) -> None:
+        self.app = app
+        self.admission: Admission = app.state.admission
+        self.seen = Seen(app)
+        self.port = free_port()
+        config = app.state.service.config
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                self.seen,
+                host="127.0.0.1",
+                port=self.port,
+                log_level="warning",
+                lifespan="on",
+                timeout_keep_alive=keep_alive_s,
+                http=protocol_class(config.server, app.state.early_admission),
+            )
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "the server did not start"
+            time.sleep(0.01)
+
+    def connect(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.port), timeout=10)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+def make_app(tmp_path: Path, **server: Any) -> FastAPI:
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, 3])
+    b.identity(sleep_op(b, x, 0.01, "nap"), name="out")
+    (tmp_path / "nap.pb").write_bytes(b.graph_def.SerializeToString())
+    model = {"name": "nap", "path": str(tmp_path / "nap.pb")}
+    return create_app(make_config({"server": server, "models": [model]}))
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    s = Served(make_app(tmp_path))
+    yield s
+    s.stop()
+
+
+def read_answer(answers: BinaryIO) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """The next HTTP/1.1 answer (with a Content-Length body) of a connection (its ``makefile("rb")``):
+    status, headers (lower-case names), JSON body."""
+    status = answers.readline()
+    assert status.startswith(b"HTTP/1.1 "), f"not an answer: {status!r}"
+    headers = {}
+    while (line := answers.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    body = answers.read(int(headers["content-length"]))
+    return int(status.split()[1]), headers, json.loads(body)
+
+
+def head_of(path: str, length: int, *extra: str) -> bytes:
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "Host: t",
+        "Content-Type: application/json",
+        f"Content-Length: {length}",
+    ]
+    return ("\r\n".join([*lines, *extra]) + "\r\n\r\n").encode()
+
+
+NAP_BODY = json.dumps(BODY).encode()
+
+
+def test_a_refused_request_is_answered_at_its_headers_and_its_body_never_read(served: Served) -> None:
+    busy(served.app, 2.0)  # 2 s queued + 2 s own: a 1 s timeout cannot be met
+    with served.connect() as s, s.makefile("rb") as f:
+        # a body of a megabyte announced and not sent: the answer does not wait for it
+        s.sendall(
+            head_of("/v1/models/nap:run", 1_000_000, "X-Request-Timeout-Ms: 1000", "X-Request-Id: shed-1")
+        )
+        status, headers, body = read_answer(f)
+        assert status == 503 and body["code"] == "UNAVAILABLE"
+        assert "cannot answer a 'nap' request within 1000 ms" in body["error"]
+        assert headers["retry-after"] == "5" and 4000 < int(headers["retry-after-ms"]) <= 4200
+        assert headers["x-request-id"] == "shed-1" and headers["content-type"] == "application/json"
+        assert "connection" not in headers  # kept alive
+        assert served.seen.paths == []  # the app never saw it
+        # the body comes after all: it is dropped as it arrives, and the connection serves the next request
+        for _ in range(10):
+            s.sendall(b"x" * 100_000)
+        s.sendall(b"GET /v1/health/live HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert read_answer(f)[::2] == (200, {"live": True})
+    assert served.seen.paths == ["/v1/health/live"]
+    r = httpx.get(f"http://127.0.0.1:{served.port}/metrics", timeout=10)
+    line = 'poolserve_requests_total{endpoint="/v1/models/{model}:run",model="nap",status="503"} 1.0'
+    assert line in r.text and "poolserve_rejected_total 1.0" in r.text
+
+
+def test_every_inference_route_is_refused_as_the_app_refuses_it(served: Served, tmp_path: Path) -> None:
+    """The protocol's answer is the middleware's: the same status, headers and error, for every route."""
+    (tmp_path / "asgi").mkdir()
+    other = make_app(tmp_path / "asgi")  # the same app, answering through its middleware only
+    busy(served.app, 2.0)
+    busy(other, 2.0)
+
+    async def by_the_app(path: str) -> httpx.Response:
+        async with client(other) as c:
+            return await c.post(path, content=NAP_BODY, headers={"X-Request-Timeout-Ms": "1000"})
+
+    with served.connect() as s, s.makefile("rb") as f:
+        for path in NAP_ROUTES:
+            s.sendall(head_of(path, len(NAP_BODY), "X-Request-Timeout-Ms: 1000") + NAP_BODY)
+            status, headers, body = read_answer(f)
+            expected = asyncio.run(by_the_app(path))
+            assert status == expected.status_code == 503, path
+            assert set(headers) - {"date", "server"} == set(expected.headers), path
+            assert (
+                body["code"] == expected.json()["code"]
+                and body["error"][:60] == expected.json()["error"][:60]
+            )
+    assert served.seen.paths == []
+    state = httpx.get(f"http://127.0.0.1:{served.port}/v1/runtime/admission", timeout=10).json()
+    assert state["shed"] == len(NAP_ROUTES) and state["shed_at_arrival"]["count"] == len(NAP_ROUTES)
+
+
+def test_a_deadline_passed_while_the_headers_came_is_504_without_the_app(served: Served) -> None:
+    with served.connect() as s, s.makefile("rb") as f:
+        s.sendall(b"POST /v1/models/nap:run HTTP/1.1\r\nHost: t\r\n")  # the arrival
+        time.sleep(0.3)
+        s.sendall(b"X-Request-Timeout-Ms: 100\r\nContent-Length: 5\r\n\r\n")
+        status, headers, body = read_answer(f)
+        assert status == 504 and "passed before the request was read" in body["error"]
+        assert "retry-after" not in headers and len(headers["x-request-id"]) == 32
+        s.sendall(b"xxxxx" + head_of("/v1/models/nap:run", len(NAP_BODY)) + NAP_BODY)  # the same connection
+        assert read_answer(f)[0] == 200
+    assert served.seen.paths == ["/v1/models/nap:run"]
+    assert served.admission.open == {} and served.admission.pending == 0
+
+
+def test_a_client_over_its_limit_gets_429_from_the_protocol(tmp_path: Path) -> None:
+    served = Served(make_app(tmp_path, max_in_flight_per_client=1))
+    try:
+        held = served.admission.admit("nap", time.monotonic(), 30000, header=False, client="greedy")
+        served.admission.cost["nap"] = 0.5
+        with served.connect() as s, s.makefile("rb") as f:
+            s.sendall(head_of("/v1/models/nap:run", len(NAP_BODY), "X-Client-Id: greedy") + NAP_BODY)
+            status, headers, body = read_answer(f)
+            assert status == 429 and body["code"] == "RESOURCE_EXHAUSTED" and "'greedy'" in body["error"]
+            assert headers["retry-after"] == "1" and int(headers["retry-after-ms"]) > 0
+            s.sendall(head_of("/v1/models/nap:run", len(NAP_BODY), "X-Client-Id: polite") + NAP_BODY)
+            assert read_answer(f)[0] == 200
+        assert served.seen.paths == ["/v1/models/nap:run"]  # polite's
+        served.admission.release(held, ok=False, now=time.monotonic())
+        assert served.admission.open == {} and not served.admission.clients
+        assert served.admission.throttled == 1
+    finally:
+        served.stop()
+
+
+def test_a_refusal_closes_the_connection_when_the_client_waits_to_send_its_body(served: Served) -> None:
+    busy(served.app, 2.0)
+    with (
+        served.connect() as s,
+        s.makefile("rb") as f,
+    ):  # Expect: 100-continue: the client sends no body until told to
+        s.sendall(head_of("/v1/models/nap:run", 1000, "Expect: 100-continue", "X-Request-Timeout-Ms: 1000"))
+        status, headers, _ = read_answer(f)
+        assert status == 503 and headers["connection"] == "close"
+        assert f.read(1) == b""  # closed, and no 100 Continue was sent
+    with served.connect() as s, s.makefile("rb") as f:  # the client asked for the connection to close
+        s.sendall(head_of("/v1/models/nap:run", 0, "Connection: close", "X-Request-Timeout-Ms: 1000"))
+        status, headers, _ = read_answer(f)
+        assert status == 503 and headers["connection"] == "close" and f.read(1) == b""
+
+
+def test_a_connection_idle_after_a_refused_body_is_closed_as_any_idle_one(tmp_path: Path) -> None:
+    served = Served(make_app(tmp_path), keep_alive_s=1)
+    try:
+        busy(served.app, 2.0)
+        with served.connect() as s, s.makefile("rb") as f:
+            s.sendall(head_of("/v1/models/nap:run", 5000, "X-Request-Timeout-Ms: 1000"))
+            assert read_answer(f)[0] == 503
+            time.sleep(0.2)
+            s.sendall(b"x" * 5000)  # the body, after the answer: its bytes stop the keep-alive timer
+            start = time.monotonic()
+            assert f.read(1) == b""  # the timer starts again once the body is in: closed as idle
+            assert time.monotonic() - start < 8
+    finally:
+        served.stop()
+
+
+def test_pipelined_requests_around_a_refusal_are_answered_in_order(served: Served) -> None:
+    busy(served.app, 2.0)
+    with served.connect() as s, s.makefile("rb") as f:
+        s.sendall(
+            b"GET /v1/health/live HTTP/1.1\r\nHost: t\r\n\r\n"
+            + head_of("/v2/models/nap/infer", 7, "X-Request-Timeout-Ms: 1000")
+            + b"{bad js"
+            + b"GET /v1/health/ready HTTP/1.1\r\nHost: t\r\n\r\n"
+        )
+        assert [read_answer(f)[0] for _ in range(3)] == [200, 503, 200]
+    assert served.seen.paths == ["/v1/health/live", "/v1/health/ready"]
+
+
+def test_admitted_requests_free_their_tickets_whoever_answers_them(served: Served) -> None:
+    gate = served.app.state.early_admission
+    with served.connect() as s, s.makefile("rb") as f:
+        for _ in range(3):
+            s.sendall(head_of("/v1/models/nap:run", len(NAP_BODY)) + NAP_BODY)
+            assert read_answer(f)[0] == 200
+        # one whose body is malformed: admitted, answered 400 by the app
+        s.sendall(head_of("/v1/models/nap:run", 7) + b"{bad js")
+        assert read_answer(f)[0] == 400
+    assert served.seen.paths == ["/v1/models/nap:run"] * 4
+    assert served.admission.open == {} and served.admission.cost["nap"] > 0
+    # the ticket the protocol gives is freed when the request's task ends, should the app not free it
+    scope = {"type": "http", "method": "POST", "path": "/v1/models/nap:run", "headers": [],
+             "client": ("127.0.0.1", 1), "poolserve.arrival": time.monotonic()}  # fmt: skip
+    done = gate(scope)
+    assert callable(done) and len(served.admission.open) == 1
+    done()
+    assert served.admission.open == {}
+    done()  # freed once only
+    assert served.admission.open == {} and served.admission.pending == 0
