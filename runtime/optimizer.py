@@ -19,8 +19,11 @@ It reads the plan (its executed nodes, their consumers, the folded constants) an
   Rsqrt and affine arithmetic of a layer normalization become one ``_FusedLayerNorm``
   (``runtime/layer_norm_fusion.py``).
 - *Tensordot* (remapping): Keras's Dense on a 3-D input, written out by TensorFlow as Transpose, Reshape,
-  MatMul and Reshape with ten shape nodes, becomes one ``BatchMatMulV2`` when no bias and activation fused
-  into its MatMul (``runtime/tensordot_fusion.py``).
+  MatMul and Reshape with ten shape nodes, becomes one ``BatchMatMulV2``, or one ``_FusedBatchMatMulV2``
+  when a bias and an activation fused into its MatMul (``runtime/tensordot_fusion.py``).
+- *Batch products* (remapping, as oneDNN builds write ``_FusedBatchMatMulV2``): a ``BatchMatMulV2`` by a
+  constant matrix, its per-channel bias (also after a Reshape that splits the channels, EinsumDense's) and
+  an activation become one ``_FusedBatchMatMulV2`` (``runtime/batch_matmul_fusion.py``).
 
 A node is only absorbed when nothing else needs its output: not fetched, not fed, not a target, not
 named by a control input, consumed once. GELU is recognised by its value, not its spelling: a closed group
@@ -28,7 +31,7 @@ of elementwise ops on one tensor whose output matches GELU on a probe of 241 poi
 
 ``ConfigProto.graph_options.rewrite_options`` switches it as TensorFlow does: ``disable_meta_optimizer``
 turns all of it off, ``arithmetic_optimization: OFF`` the folding, ``remapping: OFF`` the fusion (layer
-norm and Tensordot included), ``dependency_optimization: OFF`` the Identity and NoOp removal,
+norm, Tensordot and batch products included), ``dependency_optimization: OFF`` the Identity and NoOp removal,
 ``memory_optimization: NO_MEM_OPT`` the buffer reuse of elementwise nodes (``runtime/inplace.py``), which
 runs last, on the rewritten plan.
 """
@@ -43,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.proto import config_pb2, node_def_pb2
+from poolserve.runtime.batch_matmul_fusion import fuse_batch_matmuls
 from poolserve.runtime.builder import attr_value
 from poolserve.runtime.executor import ConstantFolder, Plan
 from poolserve.runtime.inplace import donate_buffers
@@ -157,8 +161,9 @@ class _Rewriter:
         nd = self.out.get(name)
         return Node(nd) if nd is not None else self.nodes[name]
 
-    def sole_consumer(self, name: str) -> str | None:
-        """The one executed node that reads ``name:0``, when ``name`` may disappear into it."""
+    def sole_consumer(self, name: str, emitted: bool = False) -> str | None:
+        """The one executed node that reads ``name:0``, when ``name`` may disappear into it (with
+        ``emitted``, also a node a pass wrote)."""
         if name in self.pinned or name in self.fetched_nodes or name in self.absorbed:
             return None
         ports = self.graph.num_outputs[name]
@@ -167,7 +172,7 @@ class _Rewriter:
         if (name, 0) in self.fed:
             return None
         users = self.uses.get((name, 0), [])
-        if len(users) != 1 or users[0] in self.absorbed or users[0] in self.emitted:
+        if len(users) != 1 or users[0] in self.absorbed or (users[0] in self.emitted and not emitted):
             return None
         if self.nodes[users[0]].inputs.count((name, 0)) != 1:
             return None
@@ -205,7 +210,8 @@ class _Rewriter:
                     self.fold_chain(self.node(pn.name))
         if self.which.fuse:
             fuse_layer_norms(self)
-            fuse_tensordots(self)  # last: a MatMul fused with its bias and activation stays so
+            fuse_tensordots(self)  # after the MatMul fusions: a MatMul fused with its bias stays so
+            fuse_batch_matmuls(self)  # after the Tensordots, which become BatchMatMulV2
         return list(self.out.values())
 
     def skip_noop(self, node: Node) -> None:

@@ -35,25 +35,30 @@ if TYPE_CHECKING:
 
 def fuse_tensordots(rw: _Rewriter) -> None:
     for pn in rw.plan.nodes:
-        if pn.op == "MatMul" and pn.name not in rw.absorbed and pn.name not in rw.emitted:
+        if pn.op != "MatMul" or pn.name in rw.absorbed:
+            continue
+        if pn.name not in rw.emitted or rw.nodes[pn.name].op == "_FusedMatMul":
             _fuse(rw, rw.nodes[pn.name])
 
 
 def _fuse(rw: _Rewriter, mm: Node) -> None:
+    fused = mm.op == "_FusedMatMul"
     if (
         mm.control_inputs
         or mm.attr_bool("transpose_a", False)
         or mm.attr_bool("transpose_b", False)
-        or len(mm.inputs) != 2
+        or len(mm.inputs) != (3 if fused else 2)
     ):
         return
     w = rw.const(mm.inputs[1])
     if not isinstance(w, np.ndarray) or w.ndim != 2:
         return
     rows = _node(rw, mm.inputs[0], "Reshape")
-    if rows is None or rw.sole_consumer(rows.name) != mm.name:
+    # a fused MatMul (bias and activation) had its Reshape back moved after it, both emitted
+    # (``fuse_through_reshape``)
+    if rows is None or rw.sole_consumer(rows.name, emitted=fused) != mm.name:
         return
-    back_name = rw.sole_consumer(mm.name)
+    back_name = rw.sole_consumer(mm.name, emitted=fused)
     back = rw.nodes[back_name] if back_name is not None else None
     if back is None or back.op != "Reshape" or back.inputs[0] != (mm.name, 0) or (back.name, 0) in rw.fed:
         return
@@ -76,6 +81,12 @@ def _fuse(rw: _Rewriter, mm: Node) -> None:
     nd.attr["adj_x"].b = False
     nd.attr["adj_y"].b = False
     inputs = [_tensor(x), _tensor(mm.inputs[1])]
+    if fused:
+        nd.op = "_FusedBatchMatMulV2"
+        for key in ("fused_ops", "num_args", "epsilon", "leakyrelu_alpha"):
+            if key in mm.attrs:
+                nd.attr[key].CopyFrom(mm.attrs[key])
+        inputs.append(_tensor(mm.inputs[2]))
     rw.replace_chain(nd, inputs, [transpose.name, rows.name, mm.name, back.name])
     rw.uses[x].append(back.name)
 

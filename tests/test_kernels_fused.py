@@ -93,3 +93,34 @@ def test_fused_convolution_reads_each_steps_bias():
         np.testing.assert_allclose(got, _relu6_conv(x, w, bias), rtol=1e-5, atol=1e-5)
     with pytest.raises(InvalidArgumentError, match="bias must be 1-D"):
         sess.run(out, {"x:0": x, "bias:0": np.ones((1, 7), F32)})
+
+
+def test_fused_batch_matmul_runs_the_product_on_all_rows_then_bias_and_activation():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 5)).astype(F32)
+    w = rng.standard_normal((5, 4)).astype(F32)
+    bias = rng.standard_normal(4).astype(F32)
+    attrs = {"fused_ops": ["BiasAdd", "GeluApproximate"], "num_args": 1, "adj_x": False, "adj_y": False}
+    got = run_op("_FusedBatchMatMulV2", [x, w, bias], attrs)
+    y = (x.astype(np.float64) @ w + bias).astype(F32).astype(np.float64)
+    want = 0.5 * y * (1 + np.tanh(math.sqrt(2 / math.pi) * (y + 0.044715 * y**3)))
+    assert got.shape == (2, 3, 4)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # a batched filter goes through BatchMatMulV2's broadcasting, the epilogue after it
+    wb = rng.standard_normal((2, 5, 4)).astype(F32)
+    got = run_op("_FusedBatchMatMulV2", [x, wb, bias], {**attrs, "fused_ops": ["BiasAdd", "Relu"]})
+    np.testing.assert_allclose(got, np.maximum(np.matmul(x, wb) + bias, 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ([(2, 3, 5), (5, 4), (3,)], "as many biases as the channel dimension"),
+        ([(2, 3, 5), (4, 4), (4,)], "Matrix size-incompatible"),
+        ([(5,), (5, 4), (4,)], "ndims must be >= 2"),
+    ],
+)
+def test_fused_batch_matmul_errors(inputs, message):
+    arrays = [np.ones(s, F32) for s in inputs]
+    with pytest.raises(InvalidArgumentError, match=message):
+        run_op("_FusedBatchMatMulV2", arrays, {"fused_ops": ["BiasAdd"], "num_args": 1})

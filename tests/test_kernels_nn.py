@@ -591,8 +591,9 @@ DEPTHWISE_CASES = [
     ((2, 9, 9, 3), (3, 2, 3, 2), (1, 1), (2, 3), "SAME", None),
     ((1, 6, 7, 2), (3, 3, 2, 1), (2, 1), (1, 1), "EXPLICIT", ((2, 1), (0, 1))),
     ((1, 4, 4, 3), (5, 5, 3, 1), (1, 1), (1, 1), "SAME", None),
-    # channel multiplier 1 through each of conv_ops._depthwise_nhwc's ways: copied patches (dilated; 48
-    # channels), the strided einsum (96 channels), a multiply-add per tap (16 channels, 16K outputs)
+    # channel multiplier 1 through each of conv_ops' ways: one einsum over flattened rows (unit column
+    # stride: dilated, 16 channels; above, a row stride of 2 with explicit padding), copied patches (column
+    # stride 2, 48 channels), the strided einsum (96 channels, 4 output columns)
     ((1, 10, 9, 5), (3, 3, 5, 1), (1, 1), (2, 2), "SAME", None),
     ((2, 7, 6, 48), (3, 3, 48, 1), (2, 2), (1, 1), "SAME", None),
     ((1, 5, 6, 96), (3, 3, 96, 1), (1, 1), (1, 1), "VALID", None),
@@ -643,6 +644,26 @@ def test_large_convolutions_run_in_bands(op, xs, ws, strides, dilations, padding
     fused = {**attrs, "fused_ops": ["BiasAdd", "Relu6"], "num_args": 1}
     want = np.clip(expected + bias, 0, 6)
     assert_close(run_op(f"_Fused{op}", [x, w, bias], fused), want, rtol=1e-4, atol=1e-5)
+
+
+def test_depthwise_conv2d_row_tile_follows_the_filter_and_the_width():
+    # one session, step after step: the row tile a node keeps (conv_ops._depthwise_rows) is remade when the
+    # output width changes and when a fed filter changes, even in place
+    from poolserve.runtime.builder import GraphBuilder
+    from poolserve.runtime.session import Session
+
+    b = GraphBuilder()
+    x = b.placeholder("x", F32, (None, None, None, 8))
+    w = b.placeholder("w", F32, (3, 3, 8, 1))
+    out = b.op("DepthwiseConv2dNative", [x, w], {"T": F32, "strides": [1, 1, 1, 1], "padding": "SAME"})
+    filt = rand(3, 3, 8, 1)
+    with Session(b.graph_def) as sess:
+        for shape in [(1, 6, 7, 8), (2, 6, 7, 8), (1, 5, 11, 8), (1, 6, 7, 8)]:
+            xv = rand(*shape)
+            for _ in range(2):
+                got = sess.run(out, {x: xv, w: filt})
+                assert_close(got, ref_depthwise(xv, filt, padding="SAME"), rtol=1e-4, atol=1e-5)
+                filt *= -0.5  # the same array, changed in place
 
 
 def test_depthwise_conv2d_half_empty_and_errors():

@@ -26,9 +26,10 @@ FIXTURES = [
     for name in sorted(json.loads((folder / "models.json").read_text()))
 ]
 # fused ops each fixture must show (the transformer's attention projections are Einsums; its feed-forward
-# GELU layer is a Tensordot: MatMul, Reshape, BiasAdd, GELU)
+# GELU layer is a Tensordot: MatMul, Reshape, BiasAdd, GELU, which becomes one _FusedBatchMatMulV2, as do
+# BERT-tiny's EinsumDense projections with their biases)
 EXPECTED_FUSED = {
-    "bert_tiny": {"_FusedMatMul", "_FusedLayerNorm"},
+    "bert_tiny": {"_FusedBatchMatMulV2", "_FusedMatMul", "_FusedLayerNorm"},
     "mlp_gelu": {"_FusedMatMul"},
     "mobilenet_v2": {"_FusedConv2D", "_FusedDepthwiseConv2dNative", "_FusedMatMul"},
     "parallel_branches": {"_FusedMatMul"},
@@ -39,8 +40,8 @@ EXPECTED_FUSED = {
     "mlp": {"_FusedMatMul"},
     "mobilenet": {"_FusedConv2D", "_FusedDepthwiseConv2dNative", "_FusedMatMul"},
     "resnet": {"_FusedConv2D", "_FusedMatMul"},
-    "transformer": {"_FusedMatMul", "_FusedLayerNorm"},
-    "transformer_tokens": {"_FusedMatMul", "_FusedLayerNorm"},
+    "transformer": {"_FusedBatchMatMulV2", "_FusedLayerNorm"},
+    "transformer_tokens": {"_FusedBatchMatMulV2", "_FusedMatMul", "_FusedLayerNorm"},
 }
 PARTITIONS = config_pb2.RunOptions(output_partition_graphs=True)
 

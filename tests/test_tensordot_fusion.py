@@ -84,10 +84,25 @@ def test_keras_tensordot_runs_as_one_batch_matmul() -> None:
         (want,), ops_off, _ = run_traced(b, [out], feed, OFF)
         assert got.shape == want.shape == (rows, 3, 5)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
-        # the product takes the name of the Reshape back; the shape nodes leave the plan
-        assert nodes["td/back"].op == "BatchMatMulV2" and list(nodes["td/back"].input) == ["x", "w"]
-        assert all(ops[op] == 0 for op in SHAPE_OPS) and ops["BatchMatMulV2"] == 1
+        # the product (then with its bias: runtime/batch_matmul_fusion.py) takes the name of the last node
+        # it replaces; the shape nodes leave the plan
+        assert nodes["out"].op == "_FusedBatchMatMulV2" and list(nodes["out"].input)[:2] == ["x", "w"]
+        assert all(ops[op] == 0 for op in SHAPE_OPS) and "td/back" not in nodes
         assert all(ops_off[op] >= 1 for op in SHAPE_OPS)
+
+
+def test_tensordot_without_a_bias_stays_a_batch_matmul() -> None:
+    rng = np.random.default_rng(10)
+    w = rng.standard_normal((6, 5)).astype(F32)
+    b = GraphBuilder()
+    x = b.placeholder("x", F32, (None, None, 6))
+    out = b.relu(keras_tensordot(b, x, w), name="out")
+    feed = {x: rng.standard_normal((2, 3, 6)).astype(F32)}
+    (got,), ops, nodes = run_traced(b, [out], feed)
+    (want,), _, _ = run_traced(b, [out], feed, OFF)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert nodes["td/back"].op == "BatchMatMulV2" and list(nodes["td/back"].input) == ["x", "w"]
+    assert all(ops[op] == 0 for op in SHAPE_OPS) and ops["_FusedBatchMatMulV2"] == 0
 
 
 def test_wrong_depth_is_refused_with_and_without_the_pass() -> None:

@@ -376,6 +376,21 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
     """DepthwiseConv2dNative's kernel with an epilogue, as ``conv2d_with_epilogue``."""
     win = _window_attrs(node)
     geometry = _geometry_cache(win)
+    # the filter of the last step, its output width and its row tile (``_depthwise_rows``): a node's filter
+    # is usually a constant, the same read-only array step after step, and np.tile costs ~15 us a call. It
+    # is held, so its id cannot be reused while remembered; a writeable (fed) filter may change in place
+    # between steps and is tiled afresh.
+    tiled: list[tuple[Any, int, Any]] = []
+
+    def row_tile(w: Any, ow: int) -> Any:
+        seen = tiled[0] if tiled else None
+        if seen is not None and seen[0] is w and seen[1] == ow:
+            return seen[2]
+        kh, kw, c, _ = w.shape
+        tile = np.tile(w.reshape(kh, kw, c), (1, 1, ow))
+        if not w.flags.writeable:
+            tiled[:] = [(w, ow, tile)]
+        return tile
 
     def compute(inputs: list[Any], epilogue: Epilogue | None) -> Any:
         x, w = inputs
@@ -391,16 +406,71 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
         if oh == 0 or ow == 0 or kh * kw == 0:
             return _after(np.zeros(out_shape, _F16 if half else x.dtype), epilogue)
         if not win.nchw and m == 1 and not half:
-            return _depthwise_nhwc(_pad(x, pads, False), w, win, oh, ow, epilogue)
+            xp = _pad(x, pads, False)
+            if win.sw == 1 and x.dtype == w.dtype and (ow >= _ROWS_MIN_WIDTH or c < _STRIDED_EINSUM_CHANNELS):
+                tile = row_tile(w, ow)
+                return _depthwise_rows(np.ascontiguousarray(xp), tile, win, oh, ow, epilogue)
+            return _depthwise_nhwc(xp, w, win, oh, ow, epilogue)
         y = _depthwise(_pad(x, pads, win.nchw), w, win, oh, ow).reshape(out_shape)
         return _after(y.astype(_F16) if half else y, epilogue)
 
     return compute
 
 
-# Depthwise convolutions of channel multiplier 1, NHWC: each output value sums kh * kw products, which
-# numpy has no kernel for. Three ways, measured as whole fused kernels (bias and Relu6 included) on
-# MobileNetV2's 3x3 shapes, one BLAS thread, loaded 2-core machine, interleaved, best of 3 x 5, us:
+# ``_depthwise_rows`` from this many output columns (or below _STRIDED_EINSUM_CHANNELS channels)
+_ROWS_MIN_WIDTH = 8
+
+
+def _depthwise_rows(xp: Any, tile: Any, win: _Window, oh: int, ow: int, epilogue: Epilogue | None) -> Any:
+    """A depthwise convolution of channel multiplier 1 and unit column stride on padded NHWC input, as one
+    einsum over the input's rows flattened: output row r is the sum over the taps (i, j) of input row
+    ``r * sh + i * dh`` from value ``j * dw * c`` on, ``ow * c`` values long, times tap (i, j)'s weights
+    tiled ``ow`` times (``tile``, [kh, kw, ow * c], made once per node). Every product is then a
+    multiply-add over a contiguous run, in one call; large outputs go a band of rows at a time, each band
+    followed by ``epilogue`` while it is in cache.
+
+    Measured against what it replaces (a multiply-add per tap below 48 channels, copied patches below 96,
+    the strided einsum from 96 on), as whole fused kernels (bias and Relu6 in the epilogue), on every
+    stride-1 depthwise shape of MobileNetV2 at width 0.35 and 1.0, 96 and 224 pixels, one BLAS thread, best
+    of 2 x 3, loaded 2-core machine, two runs, us:
+
+        (n, h, w, c)        before      after         (n, h, w, c)       before       after
+        (1, 112, 112, 16)   1806-2210   832-997       (8, 112, 112, 16)  13277-26443  7786-14395
+        (1, 56, 56, 144)    2648-7771   1733-3998     (8, 56, 56, 48)    8066-12683   4831-7330
+        (1, 48, 48, 16)     357-494     179-235       (8, 48, 48, 16)    2269-4431    1097-1794
+        (1, 24, 24, 48)     196-259     136-155       (8, 24, 24, 48)    1578-1792    921-1059
+        (1, 12, 12, 96)     117-260     90-102        (8, 12, 12, 96)    545-852      330-407
+        (1, 14, 14, 576)    406-536     399-452       (8, 6, 6, 144)     183-250      145-176
+        (1, 6, 6, 576)      100-126     114-115       (8, 7, 7, 960)     1039-1361    1154-1560
+        (1, 3, 3, 960)      44-76       62-96         (8, 3, 3, 960)     228-370      237-327
+
+    It wins wherever the rows are long (0.4-0.9x from 8 output columns on); on narrower outputs with 96
+    channels or more the strided einsum's runs of c values are as long and it is no slower (1.0-1.4x for
+    this one), so those keep it (``_ROWS_MIN_WIDTH``). With a column stride of 2 the runs are not
+    contiguous; the same einsum on column-parity copies lost (1.1-2x), so those keep ``_depthwise_nhwc``.
+    """
+    kh, kw, q = tile.shape
+    n = xp.shape[0]
+    y = np.empty((n, oh, ow, q // ow), np.result_type(xp, tile))
+    s0, s1, s2, s3 = xp.strides
+    strides = (s1 * win.sh, s1 * win.dh, s2 * win.dw, s3)
+    if y.size < 2 * _CHUNK:
+        rows = _window_view(xp, (n, oh, kh, kw, q), (s0, *strides))
+        np.einsum("nrijq,ijq->nrq", rows, tile, out=y.reshape(n, oh, q))
+        return _after(y, epilogue)
+    for b, r0, r1 in _lines(n, oh, q):
+        band = np.ndarray((r1 - r0, kh, kw, q), xp.dtype, xp, b * s0 + r0 * strides[0], strides)
+        block = y[b, r0:r1]
+        np.einsum("rijq,ijq->rq", band, tile, out=block.reshape(r1 - r0, q))
+        if epilogue is not None:
+            epilogue(block)
+    return y
+
+
+# Depthwise convolutions of channel multiplier 1, NHWC, with a column stride (``_depthwise_rows`` takes
+# the others): each output value sums kh * kw products, which numpy has no kernel for. Three ways, measured
+# as whole fused kernels (bias and Relu6 included) on MobileNetV2's 3x3 shapes, one BLAS thread, loaded
+# 2-core machine, interleaved, best of 3 x 5, us:
 #
 #   output (n, oh, ow, c), stride     einsum, strided view   copied patches   multiply-add per tap
 #   (1, 24, 24, 48), 1                313                    248              -
@@ -415,11 +485,8 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
 #
 # einsum's inner loop over a strided 6-D view is short when the channels are few; copying a band of
 # patches to a contiguous [rows, kh * kw, c] block first (one more pass) lets it run over whole patch
-# rows. From 96 channels on the copy does not pay; with few channels, unit column stride and outputs
-# large enough to amortise its calls, a multiply-add per tap over whole rows (ow * c values) wins.
+# rows. From 96 channels on the copy does not pay.
 _STRIDED_EINSUM_CHANNELS = 96
-_ROWWISE_TAPS_CHANNELS = 48
-_ROWWISE_TAPS_VALUES = 1 << 14
 
 
 def _depthwise_nhwc(xp: Any, w: Any, win: _Window, oh: int, ow: int, epilogue: Epilogue | None) -> Any:
@@ -429,8 +496,6 @@ def _depthwise_nhwc(xp: Any, w: Any, win: _Window, oh: int, ow: int, epilogue: E
     n = xp.shape[0]
     y = np.empty((n, oh, ow, c), np.result_type(xp, w))
     values = n * oh * ow * c
-    if c < _ROWWISE_TAPS_CHANNELS and win.sw == win.dw == 1 and values >= _ROWWISE_TAPS_VALUES:
-        return _depthwise_rowwise_taps(xp, w, win, y, epilogue)
     s0, s1, s2, s3 = xp.strides
     patches = _window_view(
         xp, (n, oh, ow, kh, kw, c), (s0, s1 * win.sh, s2 * win.sw, s1 * win.dh, s2 * win.dw, s3)
@@ -453,33 +518,6 @@ def _depthwise_nhwc(xp: Any, w: Any, win: _Window, oh: int, ow: int, epilogue: E
         band = buf[: r1 - r0]
         band[...] = patches[b, r0:r1]
         np.einsum("ptc,tc->pc", band.reshape(-1, taps, c), w2, out=block.reshape(-1, c))
-        if epilogue is not None:
-            epilogue(block)
-    return y
-
-
-def _depthwise_rowwise_taps(xp: Any, w: Any, win: _Window, y: Any, epilogue: Epilogue | None) -> Any:
-    """A multiply-add per tap, for unit column stride and dilation: a tap's window is then a run of
-    ``ow * c`` contiguous values per output row, so each multiply-add loops over whole rows, not over c
-    values at a time (48x48x16: 0.37 ms against 0.53)."""
-    kh, kw, c, _ = w.shape
-    n, oh, ow, _ = y.shape
-    bands: Any = [(slice(None), 0, oh)] if n * oh * ow * c < 2 * _CHUNK else _lines(n, oh, ow * c)
-    wt = np.tile(w.reshape(kh, kw, c), (1, 1, ow))  # one call: np.tile costs ~15 us a call
-    tmp: Any = None
-    for b, r0, r1 in bands:
-        block = y[b, r0:r1]
-        acc = block.reshape(*block.shape[:-2], ow * c)
-        if tmp is None or tmp.shape != acc.shape:
-            tmp = np.empty_like(acc)
-        for i in range(kh):
-            rows = _taps(r0 * win.sh + i * win.dh, r1 - r0, win.sh)
-            for j in range(kw):
-                v = xp[b, rows, j : j + ow, :].reshape(acc.shape)
-                if i == j == 0:
-                    np.multiply(v, wt[i, j], out=acc)
-                else:
-                    acc += np.multiply(v, wt[i, j], out=tmp)
         if epilogue is not None:
             epilogue(block)
     return y

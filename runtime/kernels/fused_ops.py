@@ -1,9 +1,10 @@
-"""TensorFlow's fused kernels: ``_FusedConv2D``, ``_FusedDepthwiseConv2dNative`` and ``_FusedMatMul``.
+"""TensorFlow's fused kernels: ``_FusedConv2D``, ``_FusedDepthwiseConv2dNative``, ``_FusedMatMul`` and
+``_FusedBatchMatMulV2``.
 
 Grappler's remapper (and poolserve's ``runtime/optimizer.py``) writes them in place of a convolution or
 matrix product followed by a bias and an activation. The attrs are TensorFlow's: ``fused_ops`` lists what
-follows the product (``["BiasAdd"]``, ``["BiasAdd", "Relu6"]``, ``["FusedBatchNorm", "Relu"]``, for
-``_FusedMatMul`` also ``"GeluExact"``/``"GeluApproximate"``), ``num_args`` counts the inputs after the
+follows the product (``["BiasAdd"]``, ``["BiasAdd", "Relu6"]``, ``["FusedBatchNorm", "Relu"]``, after a
+matrix product also ``"GeluExact"``/``"GeluApproximate"``), ``num_args`` counts the inputs after the
 filter (1 bias, or FusedBatchNorm's scale, offset, mean and variance), ``epsilon`` is FusedBatchNorm's and
 ``leakyrelu_alpha`` LeakyRelu's. The product's kernel is the plain op's; bias and activation are applied in
 place to its fresh output, so a fused node allocates one tensor where the unfused chain allocated three.
@@ -23,7 +24,7 @@ from poolserve.runtime.kernels import nn_ops
 from poolserve.runtime.kernels.conv_ops import conv2d_with_epilogue, depthwise_conv2d_with_epilogue
 from poolserve.runtime.kernels.erf_ops import _erf64, erfc_fn
 from poolserve.runtime.kernels.math_ops import _sigmoid
-from poolserve.runtime.kernels.nn_ops import _CLIP, matmul
+from poolserve.runtime.kernels.nn_ops import _CLIP, batch_matmul, matmul
 from poolserve.runtime.kernels.registry import Compute, Factory, OpContext, kernel
 from poolserve.runtime.node import Node
 
@@ -154,6 +155,7 @@ ACTIVATIONS: dict[str, Activation] = {
 }
 # TensorFlow's CPU kernels accept GELU only after a matrix product
 _GELU = ("GeluExact", "GeluApproximate")
+_MATRIX_PRODUCTS = ("_FusedMatMul", "_FusedBatchMatMulV2")
 
 
 def _fused(product: ProductFactory, channels_first: Callable[[Node], bool]) -> Factory:
@@ -173,7 +175,7 @@ def _fused(product: ProductFactory, channels_first: Callable[[Node], bool]) -> F
             want_args is None
             or len(act_name) > 1
             or (act_name and act_name[0] not in ACTIVATIONS)
-            or (act_name and act_name[0] in _GELU and node.op != "_FusedMatMul")
+            or (act_name and act_name[0] in _GELU and node.op not in _MATRIX_PRODUCTS)
         ):
             raise UnimplementedError(
                 f"Node '{node.name}' (op '{node.op}'): fused_ops {fused_ops} is not supported; poolserve "
@@ -257,9 +259,19 @@ def _matmul_with_epilogue(node: Node) -> Callable[[list[Any], Callable[[Any], An
     return lambda inputs, epilogue: epilogue(inner(ctx, inputs)[0])
 
 
+def _batch_matmul_with_epilogue(node: Node) -> Callable[[list[Any], Callable[[Any], Any]], Any]:
+    """BatchMatMulV2's kernel (a [..., m, k] input times a [k, n] matrix runs as one product of all rows),
+    then the epilogue on its fresh output. oneDNN builds of TensorFlow name this node ``_FusedBatchMatMulV2``
+    (their fused_ops there are ``Mul`` and ``Add``; here, as ``_FusedMatMul``'s, a bias and an activation)."""
+    inner = batch_matmul(node)
+    ctx = OpContext()  # BatchMatMulV2's kernel reads nothing of its step
+    return lambda inputs, epilogue: epilogue(inner(ctx, inputs)[0])
+
+
 kernel("_FusedConv2D", expensive=True)(_fused(conv2d_with_epilogue, _conv_nchw))
 kernel("_FusedDepthwiseConv2dNative", expensive=True)(_fused(depthwise_conv2d_with_epilogue, _conv_nchw))
 kernel("_FusedMatMul", expensive=True)(_fused(_matmul_with_epilogue, lambda node: False))
+kernel("_FusedBatchMatMulV2", expensive=True)(_fused(_batch_matmul_with_epilogue, lambda node: False))
 
 
 @kernel("_FusedLayerNorm")
