@@ -256,7 +256,7 @@ def encode_response(
     if parameters:
         response["parameters"] = parameters
     entries: list[dict[str, Any]] = []
-    chunks: list[bytes | Array] = []  # joined once: an array's memory goes into the body with no copy before
+    chunks: list[Any] = []  # bytes, or arrays whose memory goes into the body with no copy before the join
     for name, value, binary in outputs:
         array = np.asarray(value)
         entry: dict[str, Any] = {
