@@ -51,8 +51,12 @@ from poolserve.runtime.threadpool import kernel_clock
 if TYPE_CHECKING:
     from poolserve.runtime.executor import Plan, PlanNode, Step
 
-# node kinds
-NORMAL, SWITCH, MERGE, ENTER, EXIT, NEXT, TRIGGER = range(7)
+# node kinds (those below ENTER route their outputs within their own frame and iteration)
+NORMAL, SWITCH, MERGE, TRIGGER, ENTER, EXIT, NEXT = range(7)
+# how an edge reaches its consumer (FrameInfo.routes): READY, at once to a consumer it alone makes ready
+# (READY_EXIT: an Exit, whose dead value its frame remembers instead of running it); JOIN, to a consumer of
+# several producer edges, through the iteration's pending counts; GENERAL, the rest (Merge, readers of feeds)
+GENERAL, JOIN, READY, READY_EXIT = range(4)
 
 
 class _Dead:
@@ -168,6 +172,21 @@ class FrameInfo:
             not self.feeds_expensive[pn.index] and (self.kind[pn.index] != NORMAL or not pn.measure)
             for pn in nodes
         ]
+        # per node: its out edges as (port, dst, position, how), READY and JOIN only to a consumer that is no
+        # Merge, ControlTrigger or reader of a feed (its inputs are its static ones and what edges bring)
+        self.routes: list[tuple[tuple[int, int, int, int], ...]] = [
+            tuple((port, dst, pos, self._how(dst)) for port, dst, pos in self.out_edges[i]) for i in range(n)
+        ]
+        self.computed = [k in (NORMAL, TRIGGER) for k in self.kind]
+        self.dead_outs = [(DEAD,) * pn.num_outputs for pn in nodes]
+
+    def _how(self, dst: int) -> int:
+        kind = self.kind[dst]
+        if kind in (MERGE, TRIGGER) or self.feed_positions[dst]:
+            return GENERAL
+        if self.pending[dst] > 1:
+            return JOIN
+        return READY_EXIT if kind == EXIT else READY
 
 
 class _Iteration:
@@ -214,10 +233,14 @@ class _Frame:
         self.outstanding = 1  # iterations started and not done
         self.invariants: list[tuple[int, list[Any], bool]] = []
         self.deferred: list[tuple[int, list[Any]]] = []  # NextIteration outputs waiting for a free iteration
-        self.dead_exits: list[int] = []
+        self.dead_exits: dict[int, None] = {}  # Exits that got a dead value (each iteration's but the last)
         self.live_exits: set[int] = set()
         self.children: dict[tuple[int, str], _Frame] = {}
         self.done = False
+
+
+# a ready node: (node, frame, iteration, the iteration's state, dead, inputs)
+Entry = tuple[int, _Frame, int, _Iteration, bool, list[Any]]
 
 
 class FrameRun:
@@ -228,9 +251,9 @@ class FrameRun:
         self.info = info
         self.plan = step.plan
         self.root = _Frame("", None, 0, 1, 0)
-        self._single = info.single
-        # (node, frame, iteration, dead, inputs)
-        self.ready: list[tuple[int, _Frame, int, bool, list[Any]]] = []
+        self.ready: list[Entry] = []
+        self._ctx = step.ctx
+        self._computes = [pn.compute for pn in step.plan.nodes]
 
     # --- delivering values ----------------------------------------------------------------------------------
 
@@ -238,7 +261,7 @@ class FrameRun:
         self, node: int, frame: _Frame, it: int, state: _Iteration, dead: bool, inputs: list[Any]
     ) -> None:
         state.ops += 1
-        self.ready.append((node, frame, it, dead, inputs))
+        self.ready.append((node, frame, it, state, dead, inputs))
 
     def _inputs(self, node: int) -> list[Any]:
         values = list(self.info.static_inputs[node])
@@ -270,11 +293,10 @@ class FrameRun:
                     self._push(dst, frame, it, state, False, [value, np.int32(pos)])
             return
         if info.pending[dst] == 1:
-            # one producer edge: ready at once, no per-iteration bookkeeping (most nodes of a loop body)
+            # one producer edge: ready at once, no per-iteration bookkeeping (a reader of a feed, say)
             first = self._inputs(dst)
             first[pos] = value
-            state.ops += 1
-            self.ready.append((dst, frame, it, value is DEAD and info.kind[dst] != TRIGGER, first))
+            self._push(dst, frame, it, state, value is DEAD and info.kind[dst] != TRIGGER, first)
             return
         inputs = state.inputs.get(dst)
         if inputs is None:
@@ -301,8 +323,7 @@ class FrameRun:
             return
         if info.pending[dst] == 1:
             # its only producer edge (a Const or NoOp in a loop body, run once per iteration)
-            state.ops += 1
-            self.ready.append((dst, frame, it, dead and info.kind[dst] != TRIGGER, self._inputs(dst)))
+            self._push(dst, frame, it, state, dead and info.kind[dst] != TRIGGER, self._inputs(dst))
             return
         if state.inputs.get(dst) is None:
             state.inputs[dst] = self._inputs(dst)
@@ -320,28 +341,55 @@ class FrameRun:
         state.dead.discard(dst)
         self._push(dst, frame, it, state, dead, state.inputs.pop(dst))
 
-    def _activate(self, frame: _Frame, it: int, node: int, outs: Sequence[Any], dead: bool) -> None:
+    def _activate(
+        self, frame: _Frame, it: int, state: _Iteration, node: int, outs: Sequence[Any], dead: bool
+    ) -> None:
         """Delivers a node's outputs (and its control edge) to its consumers in (frame, iteration)."""
-        state = frame.iterations[it]
         info = self.info
-        pending = info.pending
-        single = self._single
-        for port, dst, pos in info.out_edges[node]:
+        ready = self.ready
+        static = info.static_inputs
+        for port, dst, pos, how in info.routes[node]:
             value = outs[port]
-            if single[dst]:
-                # one producer edge: ready at once (the loop body's common case, inlined)
-                inputs = list(info.static_inputs[dst])
-                if info.feed_positions[dst]:
-                    inputs = self._inputs(dst)
+            if how >= READY:
+                # the consumer's only producer edge: ready at once (the loop body's common case, inlined)
+                if value is DEAD:
+                    if how == READY_EXIT:
+                        # as in TensorFlow's executor: a dead Exit is remembered by its frame, not run
+                        frame.dead_exits[dst] = None
+                        continue
+                    inputs = list(static[dst])
+                    inputs[pos] = value
+                    state.ops += 1
+                    ready.append((dst, frame, it, state, True, inputs))
+                else:
+                    inputs = list(static[dst])
+                    inputs[pos] = value
+                    state.ops += 1
+                    ready.append((dst, frame, it, state, False, inputs))
+            elif how == JOIN:
+                # one of several producer edges (inlined _deliver for the common case)
+                waiting = state.inputs.get(dst)
+                if waiting is None:
+                    inputs = state.inputs[dst] = list(static[dst])
+                    left = info.pending[dst] - 1
+                else:
+                    inputs = waiting
+                    left = state.pending[dst] - 1
                 inputs[pos] = value
-                state.ops += 1
-                self.ready.append((dst, frame, it, value is DEAD and info.kind[dst] != TRIGGER, inputs))
+                if value is DEAD:
+                    state.dead.add(dst)
+                if left:
+                    state.pending[dst] = left
+                else:
+                    del state.inputs[dst]
+                    state.ops += 1
+                    ready.append((dst, frame, it, state, dst in state.dead, inputs))
             else:
                 self._deliver(frame, it, state, dst, pos, value)
         for dst in info.control_out[node]:
-            if pending[dst] == 1 and info.kind[dst] != MERGE:
+            if info.single[dst] and info.kind[dst] != TRIGGER:
                 state.ops += 1
-                self.ready.append((dst, frame, it, dead and info.kind[dst] != TRIGGER, self._inputs(dst)))
+                ready.append((dst, frame, it, state, dead, self._inputs(dst)))
             else:
                 self._deliver_control(frame, it, state, dst, dead)
 
@@ -359,13 +407,13 @@ class FrameRun:
     def _next_iteration(self, frame: _Frame) -> None:
         """Starts the frame's next iteration: loop invariants and waiting NextIteration outputs enter it."""
         frame.count += 1
-        frame.iterations[frame.count] = _Iteration()
+        state = frame.iterations[frame.count] = _Iteration()
         frame.outstanding += 1
         for node, outs, dead in frame.invariants:
-            self._activate(frame, frame.count, node, outs, dead)
+            self._activate(frame, frame.count, state, node, outs, dead)
         deferred, frame.deferred = frame.deferred, []
         for node, outs in deferred:
-            self._activate(frame, frame.count, node, outs, False)
+            self._activate(frame, frame.count, state, node, outs, False)
 
     def _iteration_done(self, frame: _Frame, it: int) -> bool:
         state = frame.iterations[it]
@@ -389,13 +437,14 @@ class FrameRun:
                 return
             frame.done = True
             parent, parent_iter = frame.parent, frame.parent_iter
+            parent_state = parent.iterations[parent_iter]
             for node in frame.dead_exits:
                 if node not in frame.live_exits:
                     if parent is self.root:
                         self.step.values[self.plan.nodes[node].out_base] = DEAD
-                    self._activate(parent, parent_iter, node, [DEAD], True)
+                    self._activate(parent, parent_iter, parent_state, node, [DEAD], True)
             del parent.children[(parent_iter, frame.name)]
-            parent.iterations[parent_iter].frames -= 1
+            parent_state.frames -= 1
             frame, it = parent, parent_iter
 
     # --- running --------------------------------------------------------------------------------------------
@@ -406,75 +455,83 @@ class FrameRun:
             self._push(r, self.root, 0, state, False, self._inputs(r))
 
     def run_node(
-        self, node: int, frame: _Frame, it: int, dead: bool, inputs: list[Any]
+        self, node: int, frame: _Frame, it: int, state: _Iteration, dead: bool, inputs: list[Any]
     ) -> Sequence[Any] | None:
         """Runs one ready node (its kernel unless dead or a routing op) and routes its outputs. Returns its
         outputs (None when it was dead and did not run), for tracing and memory accounting."""
-        kind = self.info.kind[node]
-        if not dead and kind in (NORMAL, TRIGGER):
-            outs = self.plan.nodes[node].compute(self.step.ctx, inputs)
-        else:
-            outs = self.routed(node, dead, inputs)
-        self.finish(node, frame, it, dead, outs)
-        return None if dead else outs
-
-    def routed(self, node: int, dead: bool, inputs: list[Any]) -> Sequence[Any]:
-        """The outputs of a dead node or a routing op (Switch, Merge, Enter, Exit, NextIteration)."""
-        kind = self.info.kind[node]
         if dead:
-            return [DEAD] * self.plan.nodes[node].num_outputs
+            self.finish(node, frame, it, state, True, self.info.dead_outs[node])
+            return None
+        outs = (
+            self._computes[node](self._ctx, inputs) if self.info.computed[node] else self.routed(node, inputs)
+        )
+        self.finish(node, frame, it, state, False, outs)
+        return outs
+
+    def routed(self, node: int, inputs: list[Any]) -> Sequence[Any]:
+        """The outputs of a live routing op (Switch, Merge, Enter, Exit, NextIteration)."""
+        kind = self.info.kind[node]
         if kind == SWITCH:
-            if np.ndim(inputs[1]) != 0:
-                raise InvalidArgumentError(
-                    f"The second input must be a scalar, but it has shape {list(np.shape(inputs[1]))}"
-                )
-            return [DEAD, inputs[0]] if truthy(inputs[1]) else [inputs[0], DEAD]
+            pred = inputs[1]
+            if type(pred) is not np.bool_:  # (what comparisons and LoopCond give: a scalar, checked)
+                if np.ndim(pred) != 0:
+                    raise InvalidArgumentError(
+                        f"The second input must be a scalar, but it has shape {list(np.shape(pred))}"
+                    )
+                pred = truthy(pred)
+            return [DEAD, inputs[0]] if pred else [inputs[0], DEAD]
         if kind == MERGE:
             return inputs
         return [inputs[0]]
 
-    def finish(self, node: int, frame: _Frame, it: int, dead: bool, outs: Sequence[Any]) -> None:
+    def finish(
+        self, node: int, frame: _Frame, it: int, state: _Iteration, dead: bool, outs: Sequence[Any]
+    ) -> None:
         """Routes a node's outputs to its consumers, frames and iterations (under the run's lock)."""
-        info = self.info
-        kind = info.kind[node]
-        pn = self.plan.nodes[node]
+        kind = self.info.kind[node]
         if frame is self.root:
             values = self.step.values
-            b = pn.out_base
+            b = self.plan.nodes[node].out_base
             for o in outs:
                 values[b] = o
                 b += 1
-        if kind == ENTER:
+        if kind < ENTER:
+            self._activate(frame, it, state, node, outs, dead)
+        elif kind == ENTER:
+            info = self.info
             child = self._child(frame, it, node)
             if info.is_constant[node]:
                 child.invariants.append((node, list(outs), dead))
                 for i in range(child.count + 1):
                     if i in child.iterations:
-                        self._activate(child, i, node, outs, dead)
+                        self._activate(child, i, child.iterations[i], node, outs, dead)
             else:
-                self._activate(child, 0, node, outs, dead)
+                self._activate(child, 0, child.iterations[0], node, outs, dead)
             child.pending_enters -= 1
             if not child.pending_enters:
                 self._cleanup(child, 0)
         elif kind == EXIT:
             if dead:
-                frame.dead_exits.append(node)
+                frame.dead_exits[node] = None
             elif frame.parent is not None:
                 frame.live_exits.add(node)
                 if frame.parent is self.root:  # the Exit's value is the root frame's: it may be fetched
-                    self.step.values[pn.out_base] = outs[0]
-                self._activate(frame.parent, frame.parent_iter, node, outs, False)
-        elif kind == NEXT:
-            if not dead:  # a dead NextIteration ends the loop's deadness here
-                if it == frame.count and frame.outstanding >= frame.max_parallel:
-                    frame.deferred.append((node, list(outs)))
-                else:
-                    if it == frame.count:
-                        self._next_iteration(frame)
-                    self._activate(frame, it + 1, node, outs, False)
-        else:
-            self._activate(frame, it, node, outs, dead)
-        state = frame.iterations[it]
+                    self.step.values[self.plan.nodes[node].out_base] = outs[0]
+                self._activate(
+                    frame.parent,
+                    frame.parent_iter,
+                    frame.parent.iterations[frame.parent_iter],
+                    node,
+                    outs,
+                    False,
+                )
+        elif not dead:  # NextIteration (a dead one ends the loop's deadness here)
+            if it == frame.count and frame.outstanding >= frame.max_parallel:
+                frame.deferred.append((node, list(outs)))
+            else:
+                if it == frame.count:
+                    self._next_iteration(frame)
+                self._activate(frame, it + 1, frame.iterations[it + 1], node, outs, False)
         state.ops -= 1
         if not state.ops and not state.frames and frame.parent is not None:
             self._cleanup(frame, it)
@@ -546,57 +603,79 @@ class FrameWorkers:
     def work(self) -> None:
         """Runs ready nodes until none is left. Routing ops, dead nodes and cheap kernels run under the run's
         lock, as one thread would run them; only an expensive kernel (by learned cost) is computed with the
-        lock released, so other workers route and compute meanwhile."""
+        lock released, so other workers route and compute meanwhile. While this worker is the only one, it
+        keeps the lock from node to node (no other thread can want it): a loop with nothing to run in
+        parallel pays no more than one thread running it would."""
         step = self.step
         run = self.run
         ready = run.ready
         nodes = step.plan.nodes
-        kinds = self.info.kind
+        info = self.info
+        kinds = info.kind
+        computed = info.computed
+        dead_outs = info.dead_outs
+        computes = run._computes
+        ctx = step.ctx
         lock = self.lock
         parallel = not step.inline_all
         counted = step.memory is not None or step.trace is not None
-        run_node = run.run_node
+        routed = run.routed
+        finish = run.finish
         kernel_error = self._kernel_error
-        feeds_expensive = self.info.feeds_expensive
+        feeds_expensive = info.feeds_expensive
         # nodes that need none of the checks below: run as one thread would run them
-        plain = [False] * len(nodes) if counted else self.info.plain if parallel else [True] * len(nodes)
-        entry: tuple[int, _Frame, int, bool, list[Any]] | None
+        plain = [False] * len(nodes) if counted else info.plain if parallel else [True] * len(nodes)
+        entry: Entry | None = None
+        node = -1
         while True:
             extra = 0
+            stop = False
             with lock:
-                if step.status is not None or not ready:
-                    break
-                entry = ready.pop()
-                node = entry[0]
-                if plain[node]:
-                    try:
-                        run_node(*entry)
-                    except BaseException as e:
-                        step._fail(kernel_error(nodes[node], e))
-                        break
-                    continue
-                pn = nodes[node]
-                if parallel and pn.expensive and not entry[3] and kinds[node] == NORMAL:
-                    self.computing += 1
-                else:
-                    # under the lock, as one thread runs them: a routing op, a dead node or a cheap kernel
-                    check = parallel and feeds_expensive[node]
-                    before = len(ready)
-                    try:
+                try:
+                    while True:
+                        if step.status is not None or not ready:
+                            stop = True
+                            break
+                        entry = ready.pop()
+                        node, frame, it, state, dead, inputs = entry
+                        if plain[node]:
+                            if dead:
+                                finish(node, frame, it, state, True, dead_outs[node])
+                            elif computed[node]:
+                                finish(node, frame, it, state, False, computes[node](ctx, inputs))
+                            else:
+                                finish(node, frame, it, state, False, routed(node, inputs))
+                            if self.workers == 1:
+                                continue  # no other worker waits for the lock
+                            entry = None
+                            break
+                        pn = nodes[node]
+                        if parallel and pn.expensive and not dead and kinds[node] == NORMAL:
+                            self.computing += 1
+                            break
+                        # under the lock, as one thread runs them: a routing op, a dead node or a cheap kernel
+                        check = parallel and feeds_expensive[node]
+                        before = len(ready)
                         if counted:
                             if not self._counted(entry, pn):
+                                stop = True
                                 break
                         else:
-                            run_node(*entry)
-                    except BaseException as e:
-                        step._fail(kernel_error(pn, e))
-                        break
-                    if check and len(ready) > max(before, 1) and self._expensive(before):
-                        extra = self._wanted()
-                        self.workers += extra
-                    entry = None
+                            run.run_node(*entry)
+                        if check and len(ready) > max(before, 1) and self._expensive(before):
+                            extra = self._wanted()
+                            self.workers += extra
+                        entry = None
+                        if extra or self.workers > 1:
+                            break
+                except BaseException as e:
+                    step._fail(kernel_error(nodes[node], e))
+                    stop = True
+            if stop:
+                break
             if entry is not None:
                 # an expensive kernel: computed with the lock released
+                pn = nodes[node]
                 before = self._step(entry, pn)
                 if before < 0:
                     break
@@ -604,6 +683,7 @@ class FrameWorkers:
                     if feeds_expensive[node] and len(ready) > max(before, 1) and self._expensive(before):
                         extra = self._wanted()
                         self.workers += extra
+                entry = None
             if extra:
                 if step.saturated():
                     with lock:
@@ -611,6 +691,14 @@ class FrameWorkers:
                 else:
                     for _ in range(extra):
                         step.schedule(self.spawn)
+        self._end()
+
+    def _end(self) -> None:
+        """This worker ends; the last one completes the step."""
+        step = self.step
+        run = self.run
+        ready = run.ready
+        lock = self.lock
         with lock:
             self.workers -= 1
             last = not self.completed and (
@@ -624,16 +712,19 @@ class FrameWorkers:
                 with step._lock:
                     step._remaining = 0
 
-    def _counted(self, entry: tuple[int, _Frame, int, bool, list[Any]], pn: PlanNode) -> bool:
+    def _counted(self, entry: Entry, pn: PlanNode) -> bool:
         """``run_node`` for a step that traces or counts memory (under the lock); False when the node's
         outputs are over the limit."""
-        node, frame, it, dead, inputs = entry
+        node, frame, it, state, dead, inputs = entry
         start = time.time_ns() if self.step.trace is not None else 0
-        computed = not dead and self.info.kind[node] in (NORMAL, TRIGGER)
-        outs = pn.compute(self.step.ctx, inputs) if computed else self.run.routed(node, dead, inputs)
+        computed = not dead and self.info.computed[node]
+        if dead:
+            outs: Sequence[Any] = self.info.dead_outs[node]
+        else:
+            outs = pn.compute(self.step.ctx, inputs) if computed else self.run.routed(node, inputs)
         if not dead and not self._account(pn, frame, computed, outs, start):
             return False
-        self.run.finish(node, frame, it, dead, outs)
+        self.run.finish(node, frame, it, state, dead, outs)
         return True
 
     def _account(self, pn: PlanNode, frame: _Frame, computed: bool, outs: Sequence[Any], start: int) -> bool:
@@ -657,12 +748,12 @@ class FrameWorkers:
             step.trace.record(self._record(pn.index, 0, start, time.time_ns(), outs, in_use))
         return True
 
-    def _step(self, entry: tuple[int, _Frame, int, bool, list[Any]], pn: PlanNode) -> int:
+    def _step(self, entry: Entry, pn: PlanNode) -> int:
         """Computes an expensive kernel with the run's lock released, then routes its outputs under it.
         Returns the stack's length before routing (what is above it was made ready by this node), or -1
         when the step failed."""
         step = self.step
-        node, frame, it, _, inputs = entry
+        node, frame, it, state, _, inputs = entry
         start = time.time_ns() if step.trace is not None else 0
         try:
             if pn.measure:
@@ -685,7 +776,7 @@ class FrameWorkers:
                 return -1
             before = len(self.run.ready)
             try:
-                self.run.finish(node, frame, it, False, outs)
+                self.run.finish(node, frame, it, state, False, outs)
             except BaseException as e:
                 step._fail(self._kernel_error(pn, e))
                 return -1
@@ -698,7 +789,7 @@ class FrameWorkers:
         ready = self.run.ready
         for k in range(start, len(ready)):
             entry = ready[k]
-            if not entry[3] and kinds[entry[0]] == NORMAL and nodes[entry[0]].expensive:
+            if not entry[4] and kinds[entry[0]] == NORMAL and nodes[entry[0]].expensive:
                 return True
         return False
 
@@ -708,7 +799,7 @@ class FrameWorkers:
         kinds = self.info.kind
         expensive = 0
         for entry in self.run.ready:
-            if not entry[3] and kinds[entry[0]] == NORMAL and nodes[entry[0]].expensive:
+            if not entry[4] and kinds[entry[0]] == NORMAL and nodes[entry[0]].expensive:
                 expensive += 1
         free = self.workers - self.computing
         return max(0, expensive - free)
