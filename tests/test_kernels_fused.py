@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import run_op
+from support import rewrite_config, run_op
 
+from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.graph import Graph
@@ -93,6 +94,51 @@ def test_fused_convolution_reads_each_steps_bias():
         np.testing.assert_allclose(got, _relu6_conv(x, w, bias), rtol=1e-5, atol=1e-5)
     with pytest.raises(InvalidArgumentError, match="bias must be 1-D"):
         sess.run(out, {"x:0": x, "bias:0": np.ones((1, 7), F32)})
+
+
+@pytest.mark.parametrize(
+    ("act", "alpha"),
+    [
+        ("Relu", 0.0),
+        ("Relu6", 0.0),
+        ("Elu", 0.0),
+        ("Tanh", 0.0),
+        ("Sigmoid", 0.0),
+        ("LeakyRelu", 0.2),
+        ("LeakyRelu", 1.5),
+        ("LeakyRelu", -0.5),
+    ],
+)
+@pytest.mark.parametrize(
+    ("op", "shape", "filter_shape"),
+    [
+        ("_FusedConv2D", (1, 6, 6, 3), (3, 3, 3, 4)),  # one product, then the epilogue
+        ("_FusedConv2D", (1, 66, 66, 3), (3, 3, 3, 32)),  # banded: the epilogue on each band of rows
+        ("_FusedConv2D", (1, 40, 40, 8), (1, 1, 8, 16)),  # pointwise
+        ("_FusedDepthwiseConv2dNative", (1, 6, 6, 4), (3, 3, 4, 1)),
+        ("_FusedDepthwiseConv2dNative", (1, 70, 70, 32), (3, 3, 32, 1)),  # banded rows
+        ("_FusedDepthwiseConv2dNative", (1, 40, 40, 128), (3, 3, 128, 1)),  # many channels
+    ],
+)
+def test_a_fused_convolution_applies_its_activation_on_every_path(op, shape, filter_shape, act, alpha):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(shape).astype(F32)
+    w = (rng.standard_normal(filter_shape) / 3).astype(F32)
+    bias = rng.standard_normal(filter_shape[2] * filter_shape[3] if "Depthwise" in op else filter_shape[3])
+    plain, fused = GraphBuilder(), GraphBuilder()
+    conv_op = "DepthwiseConv2dNative" if "Depthwise" in op else "Conv2D"
+    conv = {"T": F32, "strides": [1, 1, 1, 1], "padding": "SAME"}
+    act_attrs = {"T": F32, "alpha": alpha} if act == "LeakyRelu" else {"T": F32}
+    xp = plain.placeholder("x", F32)
+    y = plain.op(conv_op, [xp, plain.constant(w)], conv)
+    y = plain.op(act, [plain.op("BiasAdd", [y, plain.constant(bias.astype(F32))], {"T": F32})], act_attrs)
+    xf = fused.placeholder("x", F32)
+    attrs = {**conv, "fused_ops": ["BiasAdd", act], "num_args": 1, "leakyrelu_alpha": alpha}
+    out = fused.op(op, [xf, fused.constant(w), fused.constant(bias.astype(F32))], attrs, name="op")
+    unfused = rewrite_config(remapping=config_pb2.RewriterConfig.OFF, disable_meta_optimizer=True)
+    want = Session(Graph(plain.graph_def), config=unfused).run(y, {"x:0": x})
+    got = Session(Graph(fused.graph_def)).run(out, {"x:0": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_fused_batch_matmul_runs_the_product_on_all_rows_then_bias_and_activation():

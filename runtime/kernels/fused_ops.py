@@ -28,6 +28,10 @@ from poolserve.runtime.kernels.nn_ops import _CLIP, batch_matmul, matmul
 from poolserve.runtime.kernels.registry import Compute, Factory, OpContext, kernel
 from poolserve.runtime.node import Node
 
+# An activation writes its result into its argument and returns it: the banded convolutions run it on each
+# band of their output and keep the band, not what the activation returns. Sigmoid and LeakyRelu with a
+# slope outside (0, 1] returned a new array, so a _FusedConv2D ending in them gave its pre-activation values
+# (EfficientNet's stem: Sigmoid of the swish, once the optimizer folded the swish's beta into the filter).
 Activation = Callable[[Any, float], Any]
 # a product kernel that runs an epilogue on its output in place: (inputs, epilogue) -> output
 ProductFactory = Callable[[Node], Callable[[list[Any], Callable[[Any], Any]], Any]]
@@ -67,7 +71,7 @@ def _elu(y: Any, alpha: float) -> Any:
 def _leaky_relu(y: Any, alpha: float) -> Any:
     if 0.0 < alpha <= 1.0:
         return np.maximum(y, y * y.dtype.type(alpha), out=y)
-    return np.where(y > 0, y, y * y.dtype.type(alpha))
+    return np.multiply(y, y.dtype.type(alpha), out=y, where=~(y > 0))
 
 
 def _tanh(y: Any, alpha: float) -> Any:
@@ -75,7 +79,8 @@ def _tanh(y: Any, alpha: float) -> Any:
 
 
 def _sigmoid_act(y: Any, alpha: float) -> Any:
-    return _sigmoid(y)
+    np.copyto(y, _sigmoid(y))
+    return y
 
 
 def _gelu_exact(y: Any, alpha: float) -> Any:
