@@ -302,3 +302,14 @@ def load_fixture_io(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         feeds = {k.removeprefix("in:"): data[k] for k in data.files if k.startswith("in:")}
         expected = {k.removeprefix("out:"): data[k] for k in data.files if k.startswith("out:")}
     return feeds, expected
+
+
+def serve_in_thread(server: Any, seconds: float = 30.0) -> threading.Thread:
+    """Runs a ``uvicorn.Server`` (made to listen on 127.0.0.1) in a daemon thread; returns once it listens."""
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + seconds
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the loopback server did not start"
+        time.sleep(0.01)
+    return thread

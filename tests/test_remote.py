@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 import uvicorn
-from support import free_port, gate_op, load_fixture_io, sleep_op
+from support import free_port, gate_op, load_fixture_io, serve_in_thread, sleep_op
 
 from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder, shape
@@ -48,13 +48,7 @@ class LoopbackServer:
         self.server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
         )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise AssertionError("the loopback server did not start")
-            time.sleep(0.01)
+        self.thread = serve_in_thread(self.server)
 
     def stop(self) -> None:
         self.server.should_exit = True

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
-from support import GATES, Gate, free_port, gate_op, sleep_op
+from support import GATES, Gate, free_port, gate_op, serve_in_thread, sleep_op
 
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.server.admission import Admission, InferPaths
@@ -286,12 +285,7 @@ class Served:
                 http=protocol_class(config.server, app.state.early_admission),
             )
         )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "the server did not start"
-            time.sleep(0.01)
+        self.thread = serve_in_thread(self.server)
 
     def connect(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.port), timeout=10)

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 import uvicorn
-from support import free_port, gate_op
+from support import free_port, gate_op, serve_in_thread
 
 from poolserve import Session, errors
 from poolserve.runtime.builder import GraphBuilder
@@ -43,12 +43,7 @@ class Loopback:
         self.server = uvicorn.Server(
             uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
         )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "the server did not start"
-            time.sleep(0.01)
+        self.thread = serve_in_thread(self.server)
 
         self.client = httpx.Client(base_url=self.url, timeout=10)
 
