@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import tf_graph_timer
 from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.graph import Graph, load_graph_def
@@ -160,56 +159,10 @@ def bench_model(name: str) -> dict[str, Any]:
     }
 
 
-_TF_SCRIPT = textwrap.dedent(
-    """
-    import json, statistics, sys, time
-    import numpy as np
-    import tensorflow as tf
-    tf.config.threading.set_inter_op_parallelism_threads(0)
-    out = {}
-    for name, path, npz in json.loads(sys.argv[1]):
-        gd = tf.compat.v1.GraphDef()
-        gd.ParseFromString(open(path, "rb").read())
-        g = tf.Graph()
-        with g.as_default():
-            tf.compat.v1.import_graph_def(gd, name="")
-        data = np.load(npz)
-        feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
-        fetches = [k[4:] for k in data.files if k.startswith("out:")]
-        with tf.compat.v1.Session(graph=g) as s:
-            for _ in range(5):
-                s.run(fetches, feeds)
-            number = 1
-            while True:
-                t0 = time.perf_counter()
-                for _ in range(number):
-                    s.run(fetches, feeds)
-                if time.perf_counter() - t0 > 0.05:
-                    break
-                number *= 2
-            samples = []
-            for _ in range(7):
-                t0 = time.perf_counter()
-                for _ in range(number):
-                    s.run(fetches, feeds)
-                samples.append((time.perf_counter() - t0) / number)
-        out[name] = statistics.median(samples) * 1e3
-    print(json.dumps(out))
-    """
-)
-
-
 def bench_tensorflow(tf_python: str, models: list[str]) -> dict[str, float]:
-    args = [[m, str(FIXTURES / f"{m}.pb"), str(FIXTURES / f"{m}.npz")] for m in models]
-    proc = subprocess.run(
-        [tf_python, "-c", _TF_SCRIPT, json.dumps(args)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"},
-    )
-    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+    """Each fixture's median single-request latency in TensorFlow, ms (``benchmarks.tf_graph_timer``)."""
+    jobs = [[m, str(FIXTURES / f"{m}.pb"), str(FIXTURES / f"{m}.npz"), 0] for m in models]
+    return {name: r["ms"] for name, r in tf_graph_timer.run(tf_python, jobs).items()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks import tf_graph_timer
 from benchmarks.bench_executor import best_of
 from poolserve.proto import config_pb2
 from poolserve.runtime.graph import load_graph_def
@@ -78,66 +77,18 @@ def bench(name: str, feeds: dict[str, Any], want: dict[str, Any], blas: int) -> 
     return {"graph": name, "ms": ms, "cpu_ms": cpu, "caller_ms": caller_ms, "caller_cpu_ms": caller_cpu}
 
 
-_TF_SCRIPT = textwrap.dedent(
-    """
-    import json, statistics, sys, time
-    import numpy as np
-    import tensorflow as tf
-    out = {}
-    for name, path, npz, intra in json.loads(sys.argv[1]):
-        gd = tf.compat.v1.GraphDef()
-        gd.ParseFromString(open(path, "rb").read())
-        g = tf.Graph()
-        with g.as_default():
-            tf.compat.v1.import_graph_def(gd, name="")
-        data = np.load(npz)
-        feeds = {k[3:]: data[k] for k in data.files if k.startswith("in:")}
-        fetches = [k[4:] for k in data.files if k.startswith("out:")]
-        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=intra)
-        with tf.compat.v1.Session(graph=g, config=config) as s:
-            for _ in range(3):
-                s.run(fetches, feeds)
-            number = 1
-            while True:
-                t0 = time.perf_counter()
-                for _ in range(number):
-                    s.run(fetches, feeds)
-                if time.perf_counter() - t0 > 0.05:
-                    break
-                number *= 2
-            samples = []
-            for _ in range(7):
-                t0 = time.perf_counter()
-                for _ in range(number):
-                    s.run(fetches, feeds)
-                samples.append((time.perf_counter() - t0) / number)
-            runs = max(3, int(1.0 / statistics.median(samples)))
-            c0 = time.process_time()
-            for _ in range(runs):
-                s.run(fetches, feeds)
-            cpu = (time.process_time() - c0) / runs
-        out[name] = {"ms": statistics.median(samples) * 1e3, "cpu_ms": cpu * 1e3}
-    print(json.dumps(out))
-    """
-)
-
-
-def bench_tensorflow(tf_python: str, all_cases: dict[str, tuple[dict[str, Any], dict[str, Any], int]]) -> Any:
+def bench_tensorflow(
+    tf_python: str, all_cases: dict[str, tuple[dict[str, Any], dict[str, Any], int]]
+) -> dict[str, dict[str, float]]:
+    """Each graph's latency and CPU time per run in TensorFlow, ms (``benchmarks.tf_graph_timer``)."""
     with tempfile.TemporaryDirectory() as tmp:
-        args = []
+        jobs = []
         for name, (feeds, want, blas) in all_cases.items():
             npz = Path(tmp) / f"{name}.npz"
             arrays = {f"in:{k}": v for k, v in feeds.items()} | {f"out:{k}": v for k, v in want.items()}
             np.savez(npz, **arrays)
-            args.append([name, str(FIXTURES / f"{name}.pb"), str(npz), blas])
-        proc = subprocess.run(
-            [tf_python, "-c", _TF_SCRIPT, json.dumps(args)],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "PATH": "/usr/bin:/bin"},
-        )
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+            jobs.append([name, str(FIXTURES / f"{name}.pb"), str(npz), blas])
+        return tf_graph_timer.run(tf_python, jobs)
 
 
 def main(argv: list[str] | None = None) -> int:
