@@ -27,7 +27,7 @@ import numpy as np
 
 from poolserve.proto import node_def_pb2
 from poolserve.runtime.builder import attr_value
-from poolserve.runtime.node import Node
+from poolserve.runtime.node import Node, input_name
 from poolserve.runtime.types import TensorId
 
 if TYPE_CHECKING:
@@ -82,14 +82,14 @@ def _fuse(rw: _Rewriter, bmm: Node) -> None:
     nd.attr["fused_ops"].CopyFrom(attr_value(["BiasAdd"] + ([act] if act else [])))
     nd.attr["num_args"].i = 1
     nd.attr["epsilon"].f = 0.0001
-    bias_input = _tensor(bias_tensor) if flat is None else rw.constant(f"{name}/_flat_bias", flat)
+    bias_input = input_name(bias_tensor) if flat is None else rw.constant(f"{name}/_flat_bias", flat)
     rw.uses[bmm.inputs[0]].append(name)
     if reshape is None:
-        rw.replace_chain(nd, [_tensor(bmm.inputs[0]), _tensor(bmm.inputs[1]), bias_input], chain)
+        rw.replace_chain(nd, [input_name(bmm.inputs[0]), input_name(bmm.inputs[1]), bias_input], chain)
         return
     # the product and its bias under the product's name, then the Reshape under the add's
     rw.out[name] = nd
-    nd.input.extend([_tensor(bmm.inputs[0]), _tensor(bmm.inputs[1]), bias_input])
+    nd.input.extend([input_name(bmm.inputs[0]), input_name(bmm.inputs[1]), bias_input])
     rw.nodes[name] = Node(nd)
     rw.emitted.add(name)
     back = node_def_pb2.NodeDef()
@@ -141,7 +141,3 @@ def _bias(
     ):
         return None
     return other, value.reshape(width)
-
-
-def _tensor(t: TensorId) -> str:
-    return t[0] if t[1] == 0 else f"{t[0]}:{t[1]}"

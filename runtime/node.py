@@ -46,6 +46,11 @@ def tensor_name(node: str, port: int) -> str:
     return f"{node}:{port}"
 
 
+def input_name(t: tuple[str, int]) -> str:
+    """A tensor as a NodeDef's input names it: ``node`` for output 0, else ``node:port``."""
+    return t[0] if t[1] == 0 else f"{t[0]}:{t[1]}"
+
+
 def decode_attr(value: attr_value_pb2.AttrValue) -> Any:
     """An AttrValue as a plain Python value (shapes as tuples, tensors as arrays, lists as lists)."""
     from poolserve.runtime.tensor import shape_from_proto, to_ndarray

@@ -53,7 +53,7 @@ from poolserve.runtime.inplace import donate_buffers
 from poolserve.runtime.kernels.fused_ops import ACTIVATIONS
 from poolserve.runtime.kernels.registry import OpContext
 from poolserve.runtime.layer_norm_fusion import fuse_layer_norms
-from poolserve.runtime.node import Node
+from poolserve.runtime.node import Node, input_name
 from poolserve.runtime.tensordot_fusion import fuse_tensordots
 from poolserve.runtime.types import TensorId
 
@@ -278,7 +278,7 @@ class _Rewriter:
             return
         nd = node_def_pb2.NodeDef()
         nd.CopyFrom(conv.node_def)
-        nd.input[0] = _tensor(pad.inputs[0])
+        nd.input[0] = input_name(pad.inputs[0])
         nd.attr["padding"].s = b"EXPLICIT"
         nd.attr["explicit_paddings"].CopyFrom(attr_value([int(v) for v in paddings.reshape(-1)]))
         self.out[user] = nd
@@ -552,9 +552,9 @@ class _Rewriter:
         nd = node_def_pb2.NodeDef(name=name, device=base.device)
         for key in base.attrs:
             nd.attr[key].CopyFrom(base.attrs[key])
-        inputs = [_tensor(base.inputs[0])]
+        inputs = [input_name(base.inputs[0])]
         if np.all(scale == 1.0):
-            inputs.append(_tensor(base.inputs[1]))
+            inputs.append(input_name(base.inputs[1]))
         else:
             if base.op == "DepthwiseConv2dNative":
                 scaled = w.astype(np.float64) * scale.reshape(w.shape[2], w.shape[3])
@@ -568,7 +568,7 @@ class _Rewriter:
         if fused:
             nd.op = _PRODUCTS[base.op]
             if bias_tensor is not None:
-                inputs.append(_tensor(bias_tensor))
+                inputs.append(input_name(bias_tensor))
             else:
                 bias = np.zeros(len(scale)) if bias is None else bias
                 inputs.append(self.constant(f"{name}/_folded_bias", np.asarray(bias).astype(dtype)))
@@ -605,7 +605,3 @@ class _Rewriter:
         nd.attr["value"].CopyFrom(attr_value(np.ascontiguousarray(value)))
         self.out[name] = nd
         return name
-
-
-def _tensor(t: TensorId) -> str:
-    return t[0] if t[1] == 0 else f"{t[0]}:{t[1]}"

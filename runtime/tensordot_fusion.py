@@ -26,7 +26,7 @@ import numpy as np
 
 from poolserve.proto import node_def_pb2
 from poolserve.runtime.builder import attr_value
-from poolserve.runtime.node import Node
+from poolserve.runtime.node import Node, input_name
 from poolserve.runtime.types import TensorId
 
 if TYPE_CHECKING:
@@ -80,13 +80,13 @@ def _fuse(rw: _Rewriter, mm: Node) -> None:
     nd.attr["T"].CopyFrom(attr_value(w.dtype))
     nd.attr["adj_x"].b = False
     nd.attr["adj_y"].b = False
-    inputs = [_tensor(x), _tensor(mm.inputs[1])]
+    inputs = [input_name(x), input_name(mm.inputs[1])]
     if fused:
         nd.op = "_FusedBatchMatMulV2"
         for key in ("fused_ops", "num_args", "epsilon", "leakyrelu_alpha"):
             if key in mm.attrs:
                 nd.attr[key].CopyFrom(mm.attrs[key])
-        inputs.append(_tensor(mm.inputs[2]))
+        inputs.append(input_name(mm.inputs[2]))
     rw.replace_chain(nd, inputs, [transpose.name, rows.name, mm.name, back.name])
     rw.uses[x].append(back.name)
 
@@ -157,7 +157,3 @@ def _back_shape(rw: _Rewriter, t: TensorId, x: TensorId, rank: int, width: int) 
         and int(axis_value.reshape(())) == 0
         and _gathered(rw, lead, x, list(range(rank - 1)))
     )
-
-
-def _tensor(t: TensorId) -> str:
-    return t[0] if t[1] == 0 else f"{t[0]}:{t[1]}"
