@@ -183,6 +183,7 @@ class InferenceService:
         self.ready = False
         self.draining = False
         self._pool: RunHandlerPool | None = None
+        self._pool_order: tuple[bool, float] | None = None  # the pool's (fair, stretch) before start()
         self._shared_options: dict[tuple[int, bool], config_pb2.RunOptions] = {}
         # BLAS threads of the steps the RunHandlerPool does not run (it sets them for its own): n such
         # steps at once share the cores, so they never oversubscribe them (the issue measured 241 req/s at
@@ -211,6 +212,9 @@ class InferenceService:
         cfg = self.config.run_handler_pool
         try:
             pool = run_handler.configure_pool(cfg.threads, cfg.max_concurrent_handlers)
+            # the pool is process-global: close() gives it back its order (a library's sessions in the
+            # same process keep theirs once an in-process app is gone)
+            self._pool_order = (pool.fair, pool.stretch)
             pool.stretch = cfg.deadline_stretch
             pool.fair = cfg.policy == "fair"
             return pool
@@ -226,6 +230,9 @@ class InferenceService:
             for entry in versions.values():
                 entry.session.close()
         self.traces.close()
+        if self._pool is not None and self._pool_order is not None:
+            self._pool.fair, self._pool.stretch = self._pool_order
+            self._pool_order = None
 
     @property
     def pool_enabled(self) -> bool:

@@ -17,7 +17,7 @@ from support import RUNS, add_graph, sleep_op
 from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import DeadlineExceededError, InvalidArgumentError, NotFoundError
-from poolserve.runtime.run_handler import DEFAULT_STRETCH
+from poolserve.runtime.run_handler import DEFAULT_STRETCH, get_pool
 from poolserve.runtime.session import Session
 from poolserve.server.config import load_config, make_config
 from poolserve.server.models import make_entry
@@ -66,17 +66,21 @@ def wait_until(predicate: Any, timeout: float = 2.0) -> bool:
 
 
 def test_policy_and_deadline_stretch_configure_the_pool(model_dir: Path) -> None:
-    config = make_config({"run_handler_pool": {"policy": "deadline", "deadline_stretch": 0}}, model_dir)
+    config = make_config({"run_handler_pool": {"policy": "deadline", "deadline_stretch": 2}}, model_dir)
+    pool = get_pool()
+    pool.fair, pool.stretch = True, DEFAULT_STRETCH  # the library's order
     rt = InferenceService(config)
     rt.start()
     try:
-        assert rt.pool.stretch == 0.0  # strict arrival order
+        assert rt.pool is pool
+        assert rt.pool.stretch == 2.0
         assert not rt.pool.fair and rt.pool_stats().policy == "deadline"
     finally:
-        rt.pool.stretch = DEFAULT_STRETCH  # the pool is process-global
-        rt.pool.fair = True
         rt.close()
-    assert make_config({}, model_dir).run_handler_pool.policy == "fair"  # the default
+    # the pool is process-global: closing the app gives the library's sessions their order back
+    assert pool.fair and pool.stretch == DEFAULT_STRETCH
+    default = make_config({}, model_dir).run_handler_pool  # the server's default: strict arrival order
+    assert default.policy == "deadline" and default.deadline_stretch == 0.0
     with pytest.raises(ValueError, match="deadline_stretch"):
         make_config({"run_handler_pool": {"deadline_stretch": -1}}, model_dir)
     with pytest.raises(ValueError, match="policy"):
