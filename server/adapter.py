@@ -59,12 +59,24 @@ async def serve(
     with service.repository.hold(request.path_params["model"], version) as entry:
         body = await request.body()
         infer, context = await codec.sized(
-            adapter.decode_size(request, body), adapter.decode, request, body, entry
+            adapter.decode_size(request, body),
+            adapter.decode,
+            request,
+            body,
+            entry,
+            alone=service.in_flight <= 1,
         )
         infer.request_id, infer.received_at = request_info(request.scope)
         check_decoded(request.scope, infer, service)
         result = await service.infer(infer)
-    out = await codec.sized(adapter.encode_size(result, context), adapter.encode, request, result, context)
+    out = await codec.sized(
+        adapter.encode_size(result, context),
+        adapter.encode,
+        request,
+        result,
+        context,
+        alone=service.in_flight <= 1,
+    )
     return Response(out.content, media_type=out.media_type, headers=out.headers)
 
 

@@ -147,7 +147,9 @@ async def infer_once(
                 shed=settings.shed,
             )
             try:
-                infer, kept = await codec.sized(adapter.decode_size(message), adapter.decode, message, entry)
+                infer, kept = await codec.sized(
+                    adapter.decode_size(message), adapter.decode, message, entry, alone=service.in_flight <= 1
+                )
                 infer.request_id, infer.received_at = request_id, received
                 apply_deadline(infer, remaining())
                 result = await service.infer(infer)

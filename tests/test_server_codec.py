@@ -282,8 +282,9 @@ async def test_versions_follow_one_rule(client: httpx.AsyncClient, version: str,
 
 
 @pytest.mark.anyio
-async def test_big_bodies_and_answers_leave_the_event_loop_in_every_protocol(
-    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("others", [1, 0])
+async def test_big_bodies_and_answers_leave_the_event_loop_unless_the_request_is_alone(
+    models: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, others: int
 ) -> None:
     offloaded: list[str] = []
     to_thread = codec.in_codec_thread
@@ -293,15 +294,33 @@ async def test_big_bodies_and_answers_leave_the_event_loop_in_every_protocol(
         return await to_thread(fn, *args)
 
     monkeypatch.setattr(codec, "in_codec_thread", counting)
-    n = list(range(120_000))  # ~800 KB of JSON, 480 KB of int32 out
-    answers = await three_ways(client, "n", n)
+    n = list(range(120_000))  # ~800 KB of JSON, 480 KB of int32 out: under ALONE_BYTES
+    app: FastAPI = create_app(make_config({"models": models}))
+    service = app.state.service
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        service.in_flight += others  # as if that many other requests were in flight
+        try:
+            answers = await three_ways(client, "n", n)
+        finally:
+            service.in_flight -= others
+    service.close()
     assert [r.status_code for r in answers] == [200, 200, 200]
     assert answers[2].json()["outputs"][-1] == n[-1]
+    # with company, a big body must not hold the loop; alone, it has nobody to delay and skips the hand-off
     assert offloaded == [
         f"{adapter}.{step}"
         for adapter in ("NativeAdapter", "KServeAdapter", "TFServingAdapter")
         for step in ("decode", "encode")
+        if others
     ]
+
+
+@pytest.mark.anyio
+async def test_sized_offloads_a_lone_request_only_from_alone_bytes() -> None:
+    loop_thread = threading.get_ident()
+    assert await codec.sized(codec.ALONE_BYTES - 1, threading.get_ident, alone=True) == loop_thread
+    assert await codec.sized(codec.ALONE_BYTES, threading.get_ident, alone=True) != loop_thread
+    assert await codec.sized(codec.OFFLOAD_BYTES, threading.get_ident, alone=False) != loop_thread
 
 
 def test_from_binary_is_a_view_of_aligned_bytes_and_an_aligned_copy_of_others() -> None:
