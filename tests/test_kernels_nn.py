@@ -152,6 +152,13 @@ def test_batch_matmul_v3_casts_to_tout():
     assert_close(run_op("BatchMatMulV3", [f, f], {"Tout": F32, "adj_y": True}), f @ f.transpose(0, 2, 1))
 
 
+def test_batch_matmul_v2_broadcasts_batch_dims_of_any_rank():
+    x, y = rand(5, 1, 2, 3), rand(4, 3, 2)
+    assert_close(run_op("BatchMatMulV2", [x, y]), np.matmul(x, y), rtol=1e-5, atol=1e-6)
+    m, b = rand(2, 3), rand(4, 3, 5)
+    assert_close(run_op("BatchMatMulV2", [m, b]), np.matmul(m, b), rtol=1e-5, atol=1e-6)
+
+
 def test_batch_matmul_errors():
     with pytest.raises(InvalidArgumentError, match=r"In\[0\].dim\(0\) and In\[1\].dim\(0\) must be the same"):
         run_op("BatchMatMul", [np.ones((2, 2, 3), F32), np.ones((1, 3, 2), F32)])
@@ -159,6 +166,8 @@ def test_batch_matmul_errors():
         run_op("BatchMatMul", [np.ones((2, 2, 3), F32), np.ones((3, 2), F32)])
     with pytest.raises(InvalidArgumentError, match=r"compatible batch dimensions: \[2,2,3\] vs. \[3,3,2\]"):
         run_op("BatchMatMulV2", [np.ones((2, 2, 3), F32), np.ones((3, 3, 2), F32)])
+    with pytest.raises(InvalidArgumentError, match=r"compatible batch dimensions: \[5,2,2,3\] vs. \[3,3,2\]"):
+        run_op("BatchMatMulV2", [np.ones((5, 2, 2, 3), F32), np.ones((3, 3, 2), F32)])
     with pytest.raises(
         InvalidArgumentError, match=r"Matrix size-incompatible: In\[0\]: \[2,2,3\], In\[1\]: \[2,4,2\]"
     ):
