@@ -353,6 +353,23 @@ def test_softmax_and_log_softmax(shape):
     assert_close(run_op("LogSoftmax", [x]), np.log(softmax_ref(x)).astype(F32), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+def test_softmax_of_masked_attention_scores(dtype):
+    # BERT's [batch, heads, queries, keys] scores, padded keys and a padded query row set to -1e9
+    x = (rand(1, 2, 64, 64) * 8).astype(dtype)
+    x[..., 50:] = -1e9
+    x[:, :, 60, :] = -1e9
+    got = run_op("Softmax", [x])
+    assert got.dtype == dtype
+    assert_close(got, softmax_ref(x).astype(dtype), rtol=1e-5, atol=1e-7)
+    assert np.all(got[..., 50:][:, :, :60] == 0)
+    assert_close(got[:, :, 60], np.full((1, 2, 64), 1 / 64, dtype), rtol=1e-6)
+    assert_close(
+        run_op("LogSoftmax", [x[..., :50]]), np.log(softmax_ref(x[..., :50])).astype(dtype), atol=1e-5
+    )
+    assert_close(run_op("Softmax", [x[..., :1]]), np.ones((1, 2, 64, 1), dtype))  # rows of one
+
+
 def test_softmax_is_stable_and_keeps_dtype():
     x = np.array([[1000, 1001, 1002], [-1000, -1000, -1000]], F32)
     assert_close(run_op("Softmax", [x]), softmax_ref(x - x.max(-1, keepdims=True)).astype(F32))
