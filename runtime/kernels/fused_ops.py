@@ -109,27 +109,32 @@ _GELU_HALF = 8 * _GELU_STEPS
 
 
 @functools.cache
-def _gelu_tables() -> tuple[Any, Any]:
-    """(g at grid point k, g's step to k + 1), for k = -8192..8191, at index k + 8192."""
+def _gelu_tables() -> Any:
+    """g at grid point k and g's step to k + 1 (k = -8192..8191, at index k + 8192) as float32 pairs, seen
+    as one float64 each: one gather fetches both."""
     x = np.arange(-_GELU_HALF, _GELU_HALF + 1, dtype=np.float64) / _GELU_STEPS
     g = x * 0.5 * (1.0 + _erf64(x * _SQRT_HALF)) - np.maximum(x, 0.0)
-    return g[:-1].astype(np.float32), np.diff(g).astype(np.float32)
+    pairs = np.empty((g.size - 1, 2), np.float32)
+    pairs[:, 0], pairs[:, 1] = g[:-1], np.diff(g)
+    return pairs.view(np.float64).reshape(-1)
 
 
 def _gelu_table(y: Any) -> Any:
-    values, steps = _gelu_tables()
+    pairs = _gelu_tables()
     t = np.multiply(y, _F32.type(_GELU_STEPS))  # exact: a power of two
     _CLIP(t, _F32.type(-_GELU_HALF), _F32.type(_GELU_HALF - 1), out=t)
     whole = np.floor(t)
     t -= whole  # exact: the fraction of a step
     whole += _F32.type(_GELU_HALF)
-    # NaN casts to some integer: "clip" takes any index safely ("wrap" loops on a huge negative one),
-    # and the fraction stays NaN
+    # int32 indices (float32 to int64 costs twice as much here, and one gather of the pairs against two
+    # saves more than the strided reads below cost: 215-224 us against 237-239 for BERT-tiny's [128, 512]).
+    # NaN casts to some integer: "clip" takes any index safely ("wrap" loops on a huge negative one), and
+    # the fraction stays NaN
     with np.errstate(invalid="ignore"):
-        index = whole.astype(np.intp)
-    g = np.take(steps, index, mode="clip")
-    g *= t
-    g += np.take(values, index, mode="clip")
+        index = whole.astype(np.int32)
+    pair = np.take(pairs, index, mode="clip").view(_F32)
+    g = np.multiply(pair[..., 1::2], t, out=t)
+    g += pair[..., 0::2]
     y = nn_ops._relu(y, out=y)
     y += g
     return y
