@@ -152,6 +152,13 @@ def test_batch_matmul_v3_casts_to_tout():
     assert_close(run_op("BatchMatMulV3", [f, f], {"Tout": F32, "adj_y": True}), f @ f.transpose(0, 2, 1))
 
 
+def test_batch_matmul_v2_broadcasts_batch_dims_of_any_rank():
+    x, y = rand(5, 1, 2, 3), rand(4, 3, 2)
+    assert_close(run_op("BatchMatMulV2", [x, y]), np.matmul(x, y), rtol=1e-5, atol=1e-6)
+    m, b = rand(2, 3), rand(4, 3, 5)
+    assert_close(run_op("BatchMatMulV2", [m, b]), np.matmul(m, b), rtol=1e-5, atol=1e-6)
+
+
 def test_batch_matmul_errors():
     with pytest.raises(InvalidArgumentError, match=r"In\[0\].dim\(0\) and In\[1\].dim\(0\) must be the same"):
         run_op("BatchMatMul", [np.ones((2, 2, 3), F32), np.ones((1, 3, 2), F32)])
@@ -159,6 +166,8 @@ def test_batch_matmul_errors():
         run_op("BatchMatMul", [np.ones((2, 2, 3), F32), np.ones((3, 2), F32)])
     with pytest.raises(InvalidArgumentError, match=r"compatible batch dimensions: \[2,2,3\] vs. \[3,3,2\]"):
         run_op("BatchMatMulV2", [np.ones((2, 2, 3), F32), np.ones((3, 3, 2), F32)])
+    with pytest.raises(InvalidArgumentError, match=r"compatible batch dimensions: \[5,2,2,3\] vs. \[3,3,2\]"):
+        run_op("BatchMatMulV2", [np.ones((5, 2, 2, 3), F32), np.ones((3, 3, 2), F32)])
     with pytest.raises(
         InvalidArgumentError, match=r"Matrix size-incompatible: In\[0\]: \[2,2,3\], In\[1\]: \[2,4,2\]"
     ):
@@ -342,6 +351,23 @@ def test_softmax_and_log_softmax(shape):
     x = rand(*shape) * 10
     assert_close(run_op("Softmax", [x]), softmax_ref(x).astype(F32), rtol=1e-5)
     assert_close(run_op("LogSoftmax", [x]), np.log(softmax_ref(x)).astype(F32), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+def test_softmax_of_masked_attention_scores(dtype):
+    # BERT's [batch, heads, queries, keys] scores, padded keys and a padded query row set to -1e9
+    x = (rand(1, 2, 64, 64) * 8).astype(dtype)
+    x[..., 50:] = -1e9
+    x[:, :, 60, :] = -1e9
+    got = run_op("Softmax", [x])
+    assert got.dtype == dtype
+    assert_close(got, softmax_ref(x).astype(dtype), rtol=1e-5, atol=1e-7)
+    assert np.all(got[..., 50:][:, :, :60] == 0)
+    assert_close(got[:, :, 60], np.full((1, 2, 64), 1 / 64, dtype), rtol=1e-6)
+    assert_close(
+        run_op("LogSoftmax", [x[..., :50]]), np.log(softmax_ref(x[..., :50])).astype(dtype), atol=1e-5
+    )
+    assert_close(run_op("Softmax", [x[..., :1]]), np.ones((1, 2, 64, 1), dtype))  # rows of one
 
 
 def test_softmax_is_stable_and_keeps_dtype():

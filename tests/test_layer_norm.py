@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support import TRACED, rewrite_config
+from support import TRACED, rewrite_config, run_op
 
 from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder
@@ -96,3 +96,32 @@ def test_only_an_affine_tail_fuses(tail: str, fused: int) -> None:
     (want,), _ = run(graph_def, [out], feeds, rewrite_config(disable_meta_optimizer=True))
     assert ops["_FusedLayerNorm"] == fused
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _layer_norm64(x: Any, gamma: Any, beta: Any, axes: tuple[int, ...], epsilon: float) -> Any:
+    x = x.astype(np.float64)
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    return (x - mean) / np.sqrt(var + epsilon) * gamma + beta
+
+
+@pytest.mark.parametrize(
+    ("shape", "axes", "affine"),
+    [
+        ((2, 9, 48), (-1,), (48,)),  # rows summed by a matrix product
+        ((48,), (0,), (48,)),
+        ((3, 5, 6), (1, 2), (5, 6)),  # two axes: numpy's reductions
+        ((2, 9, 48), (1,), (9, 1)),  # not the last axis
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_layer_norm_kernel_matches_float64(shape: Any, axes: Any, affine: Any, dtype: Any) -> None:
+    rng = np.random.default_rng(7)
+    x = (30.0 + 3.0 * rng.standard_normal(shape)).astype(dtype)  # off zero: the mean must be exact enough
+    gamma = rng.standard_normal(affine).astype(dtype)
+    beta = rng.standard_normal(affine).astype(dtype)
+    attrs = {"axes": list(axes), "epsilon": 1e-3, "T": dtype}
+    got = run_op("_FusedLayerNorm", [x, gamma, beta], attrs)
+    assert got.dtype == dtype and got.shape == shape
+    tol = 2e-5 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(got, _layer_norm64(x, gamma, beta, axes, 1e-3), rtol=tol, atol=tol)

@@ -128,6 +128,16 @@ def range_(node: Node) -> Compute:
             if t.ndim > 1 or t.size != 1:
                 raise InvalidArgumentError(f"{name} must be a scalar, not shape {_shape_str(t.shape)}")
         dtype = inputs[0].dtype
+        if dtype.kind in "iu":  # as Python ints: numpy scalar comparisons made a 128-long Range cost 10 us
+            s, l, d = (int(t.item()) for t in inputs)
+            if d == 0:
+                raise InvalidArgumentError(f"Requires delta != 0: {d}")
+            if d > 0 and not s <= l:
+                raise InvalidArgumentError(f"Requires start <= limit when delta > 0: {s}/{l}")
+            if d < 0 and not s >= l:
+                raise InvalidArgumentError(f"Requires start >= limit when delta < 0: {s}/{l}")
+            size = (abs(l - s) + abs(d) - 1) // abs(d)
+            return ((np.arange(size, dtype=np.int64) * d + s).astype(dtype),)
         start, limit, delta = (t.reshape(()) for t in inputs)
         if delta == 0:
             raise InvalidArgumentError(f"Requires delta != 0: {_num(delta)}")
@@ -135,10 +145,6 @@ def range_(node: Node) -> Compute:
             raise InvalidArgumentError(f"Requires start <= limit when delta > 0: {_num(start)}/{_num(limit)}")
         if delta < 0 and not start >= limit:
             raise InvalidArgumentError(f"Requires start >= limit when delta < 0: {_num(start)}/{_num(limit)}")
-        if dtype.kind in "iu":
-            s, l, d = int(start), int(limit), int(delta)
-            size = (abs(l - s) + abs(d) - 1) // abs(d)
-            return ((np.arange(size, dtype=np.int64) * d + s).astype(dtype),)
         # Size and values in the input's precision, as TensorFlow computes them: start + i * delta.
         span = np.ceil(np.abs((limit - start) / delta))
         if not span <= _INT64_MAX:
