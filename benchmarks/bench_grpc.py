@@ -12,7 +12,11 @@
    a pre-processing model whose compute is a Sub and a Mul: the protocol's share of the time, 1 MiB in
    and 1 MiB out). The JSON client uses orjson both ways (numpy's float32 values as they are), so the
    JSON figure is the server's JSON, not the stdlib's on the client.
-3. In this process, the protocol's own work on that MLP request (no compute, no network): parsing and
+3. The floor under part 2's gRPC figure: normalize's gRPC raw call interleaved with the same request's
+   bytes sent to a bare grpc.aio echo server (benchmarks/grpc_echo.py, its own process), with the same
+   client: the transport's round trip of ~1 MiB each way, with no protobuf, model or poolserve code on the
+   server; and the client's decode of a 1 MiB answer (protobuf and np.frombuffer) in this process.
+4. In this process, the protocol's own work on that MLP request (no compute, no network): parsing and
    decoding the request and encoding the answer, KServe JSON against gRPC raw (median of ``--repeat``).
 
 The server runs the embedded default config's mlp and branches and the generated normalize model.
@@ -25,6 +29,7 @@ import asyncio
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +41,7 @@ import httpx
 import numpy as np
 import orjson
 
-from benchmarks import bench_http
+from benchmarks import bench_http, grpc_echo
 from benchmarks.servers import cpu_seconds, free_port
 from poolserve.proto import grpc_service_pb2
 from poolserve.runtime.builder import GraphBuilder, shape
@@ -218,6 +223,44 @@ def bench_big(base: str, address: str, model: str, shape: tuple[int, int], repea
     return out
 
 
+def bench_floor(address: str, repeat: int) -> dict[str, float]:
+    """normalize's gRPC raw call and a bare echo of its request (grpc_echo), interleaved, one at a time
+    (median ms of ``repeat``), and the client's decode of a 1 MiB answer alone."""
+    x = np.random.default_rng(1).standard_normal(ONE_MIB["normalize"]).astype(np.float32)
+    body = grpc_raw("normalize", x)
+    port = free_port()
+    echo = subprocess.Popen([sys.executable, "-m", "benchmarks.grpc_echo", str(port)], cwd=ROOT)
+    options = [("grpc.max_receive_message_length", -1)]
+    server, bare = (
+        grpc.insecure_channel(address, options=options),
+        grpc.insecure_channel(f"127.0.0.1:{port}", options=options),
+    )
+    try:
+        grpc.channel_ready_future(bare).result(timeout=60)
+        infer: grpc.UnaryUnaryMultiCallable[bytes, bytes] = server.unary_unary(INFER)
+        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = bare.unary_unary(grpc_echo.PATH)
+        if call(body, timeout=60) != body:
+            raise SystemExit("the echo server answered other bytes than it was sent")
+        answer = infer(body, timeout=60)
+        times: dict[str, list[float]] = {"grpc_raw": [], "echo": [], "decode": []}
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            decode_grpc(infer(body, timeout=60))
+            times["grpc_raw"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            call(body, timeout=60)
+            times["echo"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            decode_grpc(answer)
+            times["decode"].append(time.perf_counter() - t0)
+    finally:
+        server.close()
+        bare.close()
+        echo.terminate()
+        echo.wait(15)
+    return {f"{k}_ms": float(np.median(v) * 1e3) for k, v in times.items()}
+
+
 # model -> its 1 MiB float32 input's shape
 ONE_MIB = {"branches": (1024, 256), "mlp": (4096, 64), "normalize": (1024, 256)}
 
@@ -321,6 +364,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['grpc_over_json']:.1f}x JSON (the step alone, in process: {r['step_ms']:.1f} ms; "
                 f"JSON / 20 = {r['json_ms'] / 20:.1f} ms)"
             )
+        floor = bench_floor(address, args.repeat)
+        print(
+            f"the floor under it (normalize, interleaved, same client): gRPC raw {floor['grpc_raw_ms']:.1f} "
+            f"ms, a bare grpc.aio echo of the same request {floor['echo_ms']:.1f} ms, "
+            f"the client's decode of the answer {floor['decode_ms']:.2f} ms"
+        )
         codec = bench_codec(args.repeat)
         print(
             f"protocol work on that MLP request, in process: JSON {codec['json_ms']:.1f} ms, "
@@ -334,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             config = vars(args) | {"json": str(args.json), "load_average": [load, os.getloadavg()[0]]}
             args.json.write_text(
-                json.dumps({"mlp": mlp, "one_mib": big, "codec": codec, "config": config}, indent=2)
+                json.dumps(
+                    {"mlp": mlp, "one_mib": big, "floor": floor, "codec": codec, "config": config}, indent=2
+                )
             )
     finally:
         server.terminate()

@@ -34,6 +34,7 @@ from poolserve.proto import (
 )
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
+from poolserve.server import grpc_raw
 from poolserve.server.app import create_app
 from poolserve.server.config import load_config
 from poolserve.server.grpc_server import GrpcServer
@@ -180,6 +181,27 @@ async def test_infer_raw_equals_http(kserve: Any, http: httpx.AsyncClient, versi
         np.testing.assert_array_equal(
             got[out["name"]], np.reshape(out["data"], out["shape"]).astype(np.float32)
         )
+
+
+async def test_a_1_mib_raw_tensor_reaches_the_model_and_comes_back_intact(kserve: Any) -> None:
+    """bench_grpc's size (a 3-byte length before the raw bytes) with the raw entry at each offset modulo 4 in
+    the body (the id shifts it): float32 views where it is aligned, aligned copies where it is not."""
+    x = np.random.default_rng(4).standard_normal((87382, 3)).astype(np.float32)  # just over 1 MiB
+    residues = set()
+    for request_id in ("", "r", "rr", "rrr", "rrrr"):
+        request = raw_request("calc", x=x)
+        request.id = request_id
+        body = request.SerializeToString()
+        (view,) = grpc_raw.parse_request(body).raw
+        residues.add(
+            (np.frombuffer(view, np.uint8).ctypes.data - np.frombuffer(body, np.uint8).ctypes.data) % 4
+        )
+        response = await kserve.ModelInfer(request)
+        assert response.id == request_id
+        got = outputs_of(response)
+        np.testing.assert_array_equal(got["y"], x * np.float32(3) + np.float32(1))  # calc version 2
+        np.testing.assert_array_equal(got["total"], x.sum(axis=1))
+    assert residues == {0, 1, 2, 3}
 
 
 async def test_infer_typed_contents_and_output_selection(kserve: Any) -> None:
