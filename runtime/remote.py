@@ -338,11 +338,12 @@ class RemoteSession(Session):
         *,
         deadline: Deadline | None = None,
         record: StepRecord | None = None,
+        alone: bool = False,
     ) -> Any:
         """``run`` for asyncio code: the call runs on a thread (``submit``) and the loop awaits it.
         Cancelling the awaiting task cancels the step on the server. ``deadline``, when the options set no
         timeout, becomes the run's ``timeout_in_ms``; ``record`` is not filled in (the server's pool ran
-        the step, or not)."""
+        the step, or not); ``alone`` changes nothing (the step runs on the server)."""
         if deadline is not None and (options is None or options.timeout_in_ms <= 0):
             bounded = config_pb2.RunOptions()
             if options is not None:

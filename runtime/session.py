@@ -59,6 +59,10 @@ CLOSED_MESSAGE = "Attempted to use a closed Session."
 # hand-rolled FastAPI endpoint would: the hand-off to a thread and back cost 7-40 us a call on the
 # example models (mlp 238 -> 198 us with the pool off, 261 -> 255 us with it on; best of 4 x 1500 calls)
 INLINE_STEP_S = 200e-6
+# ``arun(alone=True)``: the caller's loop has nothing else to do (a server with no other request in flight),
+# so a step expected to take less CPU than this runs on the loop too, with no hand-off to a pool thread and
+# back, unless the plan ran branches in parallel before.
+ALONE_STEP_S = 2e-3
 
 
 # --- the session -----------------------------------------------------------------------------------------
@@ -570,6 +574,7 @@ class Session:
         *,
         deadline: Deadline | None = None,
         record: StepRecord | None = None,
+        alone: bool = False,
     ) -> Any:
         """``run`` for asyncio code; the event loop never blocks nor runs a kernel.
 
@@ -581,13 +586,17 @@ class Session:
         before this call counts); by default it comes from the options, counted from now. It bounds the
         wait for a handler and cancels the step; if one long kernel keeps the step from stopping, the
         call still answers DeadlineExceededError shortly after. ``record`` is filled in as the call goes:
-        whether the pool ran the step, its handler, when the step started.
+        whether the pool ran the step, its handler, when the step started. ``alone``: the loop has nothing
+        else to do (no other request in flight): a step under ``ALONE_STEP_S`` of CPU (not one whose
+        branches ran in parallel) runs on the loop when a slot is free, where the limit is otherwise
+        ``INLINE_STEP_S``.
         """
         loop = asyncio.get_running_loop()
         if deadline is None:
             deadline = self.deadline(options)
         sig, feeds, scheduler = self._prepare(fetches, feed_dict, options)
-        slot = self._enter_pool(sig, options, INLINE_STEP_S, loop=True)
+        below = ALONE_STEP_S if alone and not sig.plan.parallel else INLINE_STEP_S
+        slot = self._enter_pool(sig, options, below, loop=True)
         if slot is not None:  # a short step, a free slot: it runs here, on the loop, with no hand-off
             if record is not None:
                 record.used_pool = True
@@ -622,7 +631,7 @@ class Session:
 
         # a step expected to take less CPU than a thread hand-off costs runs here, on the loop, when the
         # pool has a slot free at once (the loop is held no longer than a small body's decode)
-        short = 0.0 < sig.plan.cpu < INLINE_STEP_S and scheduler is not _CALLER
+        short = 0.0 < sig.plan.cpu < below and scheduler is not _CALLER
         step, took_slot = self._launch(
             sig, feeds, scheduler, options, run_metadata, on_done, False, handler, deadline, False, short
         )

@@ -135,9 +135,11 @@ class Batcher:
         deadline: Deadline | None,
         priority: int,
         traced: bool,
+        alone: bool = False,
     ) -> tuple[list[Any], BatchInfo, config_pb2.RunMetadata | None] | None:
         """Runs a request as a member of a batch: its outputs (in ``fetches`` order), the batch it ran in,
-        and the batch's RunMetadata when traced. None: this signature cannot be batched, run it alone."""
+        and the batch's RunMetadata when traced. None: this signature cannot be batched, run it alone.
+        ``alone``: no other request is in flight in the server (``Session.arun``'s ``alone``)."""
         names = tuple(sorted(feeds))
         arrays = [feeds[n] for n in names]
         key: Key = (names, tuple(fetches), use_pool, tuple((a.dtype.str, a.shape[1:]) for a in arrays))
@@ -161,7 +163,8 @@ class Batcher:
                 and len(queue.members) == 1
                 and not self._full(rows)
             ):
-                return await self._lone(key, queue, member, now - self._overlap_at < COMPANY_WINDOW_S)
+                company = now - self._overlap_at < COMPANY_WINDOW_S
+                return await self._lone(key, queue, member, company, alone and not company)
             self._consider(key, queue)
             # cancelled (the client went away, or the deadline passed while it waited for a batch): the
             # member is dropped, or its rows discarded
@@ -170,7 +173,7 @@ class Batcher:
             self._in_flight -= 1
 
     async def _lone(
-        self, key: Key, queue: _Queue, member: _Member, company: bool
+        self, key: Key, queue: _Queue, member: _Member, company: bool, alone: bool = False
     ) -> tuple[list[Any], BatchInfo, config_pb2.RunMetadata | None]:
         """With ``auto``, a request that finds the model idle and nobody waiting: it holds the model's
         batch slot for one loop iteration (requests the loop has already read join it) if ``company`` is
@@ -190,7 +193,7 @@ class Batcher:
             queue.members.clear()
             self._queues.pop(key, None)
             info = BatchInfo(next(_batch_ids), member.rows, 1, member.arrived, time.monotonic())
-            values, metadata = await self._step(queue, [member])
+            values, metadata = await self._step(queue, [member], alone)
             if self.observe is not None:
                 self.observe(member.rows, info.started_at - member.arrived)
             return values, info, metadata
@@ -320,7 +323,7 @@ class Batcher:
             start = end
 
     async def _step(
-        self, queue: _Queue, members: list[_Member]
+        self, queue: _Queue, members: list[_Member], alone: bool = False
     ) -> tuple[list[Any], config_pb2.RunMetadata | None]:
         if len(members) == 1:
             feeds = dict(zip(queue.feed_names, members[0].feeds, strict=True))
@@ -339,7 +342,9 @@ class Batcher:
         if any(m.traced for m in members):
             options.trace_level = config_pb2.RunOptions.FULL_TRACE
             metadata = config_pb2.RunMetadata()
-        values = await self.session.arun(list(queue.fetches), feeds, options, metadata, deadline=deadline)
+        values = await self.session.arun(
+            list(queue.fetches), feeds, options, metadata, deadline=deadline, alone=alone
+        )
         return list(values), metadata
 
     async def _alone_each(self, queue: _Queue, members: list[_Member], info: BatchInfo) -> None:

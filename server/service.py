@@ -368,7 +368,8 @@ class InferenceService:
             rows = batcher.batchable(feeds)
             if rows:
                 priority = given.experimental.run_handler_pool_options.priority if given is not None else 0
-                got = await batcher.run(feeds, fetches, rows, use_pool, deadline, priority, traced)
+                alone = self.in_flight <= 1
+                got = await batcher.run(feeds, fetches, rows, use_pool, deadline, priority, traced, alone)
                 if got is not None:
                     values, info, metadata = got
                     if run_metadata is not None and metadata is not None:
@@ -393,6 +394,7 @@ class InferenceService:
                 run_metadata,
                 deadline=deadline,
                 record=record,
+                alone=self.in_flight <= 1,
             )
         finally:
             if not pooled:

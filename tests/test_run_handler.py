@@ -892,6 +892,36 @@ def test_arun_runs_a_short_step_on_the_loop_on_a_free_slot():
     assert pool.stats().running_closures == 0
 
 
+def test_arun_alone_runs_a_step_under_alone_step_s_on_the_loop_and_hands_it_off_otherwise():
+    from poolserve.runtime.session import ALONE_STEP_S, INLINE_STEP_S
+
+    graph_def, x, y = short_graph()
+    pool = RunHandlerPool(num_threads=1)
+    traced = pool_options()
+    traced.trace_level = config_pb2.RunOptions.FULL_TRACE
+
+    async def threads_of(s, alone):
+        for plan in s._calls.plans.values():
+            plan.cpu = (INLINE_STEP_S + ALONE_STEP_S) / 2  # over the loop's limit, under a lone caller's
+        md = config_pb2.RunMetadata()
+        out = await s.arun(y, {x: np.arange(4, dtype=np.float32)}, traced, md, alone=alone)
+        np.testing.assert_array_equal(out, np.arange(1, 5, dtype=np.float32).reshape(2, 2))
+        wait_idle(pool)
+        return {n.thread_id for d in md.step_stats.dev_stats for n in d.node_stats}
+
+    async def main(s):
+        await s.arun(y, {x: np.arange(4, dtype=np.float32)}, options=pool_options())
+        wait_idle(pool)
+        return await threads_of(s, True), await threads_of(s, False)
+
+    with Session(graph_def, run_handler_pool=pool) as s:
+        alone, company = asyncio.run(main(s))
+    here = threading.get_ident() & 0x7FFFFFFF
+    assert alone == {here}  # nothing else for the loop to do: no hand-off
+    assert here not in company  # the same step with company goes to a pool thread
+    assert pool.stats().running_closures == 0 and pool.stats().active_handlers == 0
+
+
 def test_an_event_loop_runs_a_short_step_itself_when_no_slot_is_free_unless_a_higher_priority_is_active():
     pool = RunHandlerPool(num_threads=1)
     hb, gate = blocker(pool, 0.01)  # a long step holds the only slot
