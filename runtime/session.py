@@ -629,8 +629,8 @@ class Session:
         def on_done(result: Any, error: OpError | None) -> None:
             inbox.post(future, result, error)
 
-        # a step expected to take less CPU than a thread hand-off costs runs here, on the loop, when the
-        # pool has a slot free at once (the loop is held no longer than a small body's decode)
+        # a step expected to take less CPU than a thread hand-off costs (or, ``alone``, than ALONE_STEP_S)
+        # runs here, on the loop, when the pool has a slot free at once
         short = 0.0 < sig.plan.cpu < below and scheduler is not _CALLER
         step, took_slot = self._launch(
             sig, feeds, scheduler, options, run_metadata, on_done, False, handler, deadline, False, short

@@ -58,25 +58,13 @@ async def serve(
     # on disk, an unload call) finishes this request before it closes
     with service.repository.hold(request.path_params["model"], version) as entry:
         body = await request.body()
-        infer, context = await codec.sized(
-            adapter.decode_size(request, body),
-            adapter.decode,
-            request,
-            body,
-            entry,
-            alone=service.in_flight <= 1,
-        )
+        size = adapter.decode_size(request, body)
+        infer, context = await codec.sized(size, adapter.decode, request, body, entry, alone=service.alone)
         infer.request_id, infer.received_at = request_info(request.scope)
         check_decoded(request.scope, infer, service)
         result = await service.infer(infer)
-    out = await codec.sized(
-        adapter.encode_size(result, context),
-        adapter.encode,
-        request,
-        result,
-        context,
-        alone=service.in_flight <= 1,
-    )
+    size = adapter.encode_size(result, context)
+    out = await codec.sized(size, adapter.encode, request, result, context, alone=service.alone)
     return Response(out.content, media_type=out.media_type, headers=out.headers)
 
 

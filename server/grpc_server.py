@@ -148,7 +148,7 @@ async def infer_once(
             )
             try:
                 infer, kept = await codec.sized(
-                    adapter.decode_size(message), adapter.decode, message, entry, alone=service.in_flight <= 1
+                    adapter.decode_size(message), adapter.decode, message, entry, alone=service.alone
                 )
                 infer.request_id, infer.received_at = request_id, received
                 apply_deadline(infer, remaining())

@@ -235,6 +235,12 @@ class InferenceService:
             self._pool_order = None
 
     @property
+    def alone(self) -> bool:
+        """No request is in flight but the caller's: its decode, step and encode may run on the event loop,
+        with nothing there for them to delay (``codec.sized``, ``Session.arun``)."""
+        return self.in_flight <= 1
+
+    @property
     def pool_enabled(self) -> bool:
         return self.pool_default.enabled
 
@@ -368,8 +374,9 @@ class InferenceService:
             rows = batcher.batchable(feeds)
             if rows:
                 priority = given.experimental.run_handler_pool_options.priority if given is not None else 0
-                alone = self.in_flight <= 1
-                got = await batcher.run(feeds, fetches, rows, use_pool, deadline, priority, traced, alone)
+                got = await batcher.run(
+                    feeds, fetches, rows, use_pool, deadline, priority, traced, self.alone
+                )
                 if got is not None:
                     values, info, metadata = got
                     if run_metadata is not None and metadata is not None:
@@ -394,7 +401,7 @@ class InferenceService:
                 run_metadata,
                 deadline=deadline,
                 record=record,
-                alone=self.in_flight <= 1,
+                alone=self.alone,
             )
         finally:
             if not pooled:

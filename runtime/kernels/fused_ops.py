@@ -21,6 +21,7 @@ import numpy as np
 
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 from poolserve.runtime.kernels import nn_ops
+from poolserve.runtime.kernels._common import row_sums
 from poolserve.runtime.kernels.conv_ops import conv2d_with_epilogue, depthwise_conv2d_with_epilogue
 from poolserve.runtime.kernels.erf_ops import _erf64, erfc_fn
 from poolserve.runtime.kernels.math_ops import _sigmoid
@@ -284,10 +285,6 @@ kernel("_FusedMatMul", expensive=True)(_fused(_matmul_with_epilogue, lambda node
 kernel("_FusedBatchMatMulV2", expensive=True)(_fused(_batch_matmul_with_epilogue, lambda node: False))
 
 
-# rows up to this long are summed by BLAS (float32 accumulates in blocks there, as in TensorFlow's reduction)
-_LN_MAX_ROW = 8192
-
-
 @kernel("_FusedLayerNorm")
 def fused_layer_norm(node: Node) -> Compute:
     """Layer normalization as the optimizer (``runtime/layer_norm_fusion.py``) writes it: inputs ``x``,
@@ -304,10 +301,10 @@ def fused_layer_norm(node: Node) -> Compute:
         )
 
     # per input shape: the normalized axes, their element count, whether gamma and beta keep x's shape, and
-    # for a normalization over the last axis a column of ones to sum its rows with
-    shapes: dict[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], Any, bool, bool, Any]] = {}
+    # whether the normalization is over the last axis alone (its rows are summed by ``row_sums``)
+    shapes: dict[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], Any, bool, bool, bool]] = {}
 
-    def plan(x: Any, gamma: Any, beta: Any) -> tuple[tuple[int, ...], Any, bool, bool, Any]:
+    def plan(x: Any, gamma: Any, beta: Any) -> tuple[tuple[int, ...], Any, bool, bool, bool]:
         for a in axes_attr:
             if not -x.ndim <= a < x.ndim:
                 raise InvalidArgumentError(
@@ -317,9 +314,8 @@ def fused_layer_norm(node: Node) -> Compute:
         count = dtype.type(math.prod(x.shape[a] for a in axes))
         if len(shapes) >= 16:
             shapes.clear()
-        n = x.shape[-1] if x.ndim else 0
-        ones = np.ones((n, 1), dtype) if axes == (x.ndim - 1,) and 1 < n <= _LN_MAX_ROW else None
-        return axes, count, _broadcasts_into(gamma, x), _broadcasts_into(beta, x), ones
+        last = x.ndim > 0 and axes == (x.ndim - 1,)
+        return axes, count, _broadcasts_into(gamma, x), _broadcasts_into(beta, x), last
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         x, gamma, beta = inputs
@@ -329,20 +325,12 @@ def fused_layer_norm(node: Node) -> Compute:
         p = shapes.get(key)
         if p is None:
             p = shapes[key] = plan(x, gamma, beta)
-        axes, count, gamma_in_place, beta_in_place, ones = p
-        if ones is not None and x.flags.c_contiguous:
-            # the row sums as one matrix-vector product each: numpy's reduce along a short last axis
-            # costs more than the rest (BERT-tiny's [1, 128, 128]: 33 us a node against 46)
-            rows = x.reshape(-1, x.shape[-1])
-            mean = np.matmul(rows, ones)
-            mean /= count
-            y = np.subtract(rows, mean).reshape(x.shape)
-            var = np.matmul(np.multiply(y, y).reshape(rows.shape), ones).reshape(*x.shape[:-1], 1)
-        else:
-            mean = np.add.reduce(x, axis=axes, dtype=dtype, keepdims=True)
-            mean /= count
-            y = np.subtract(x, mean)
-            var = np.add.reduce(np.multiply(y, y), axis=axes, dtype=dtype, keepdims=True)
+        axes, count, gamma_in_place, beta_in_place, last = p
+        mean = row_sums(x) if last else np.add.reduce(x, axis=axes, dtype=dtype, keepdims=True)
+        mean /= count
+        y = np.subtract(x, mean)
+        squares = np.multiply(y, y)
+        var = row_sums(squares) if last else np.add.reduce(squares, axis=axes, dtype=dtype, keepdims=True)
         var /= count
         var += epsilon
         np.reciprocal(np.sqrt(var, out=var), out=var)

@@ -20,6 +20,7 @@ from poolserve.runtime.kernels._common import (
     _matmul,
     _reduce_taps,
     _widen,
+    row_sums,
 )
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
@@ -403,28 +404,9 @@ def leaky_relu(node: Node) -> Compute:
     return compute
 
 
-# rows up to this long are summed by BLAS (float32 accumulates in blocks there, as TensorFlow's Eigen does)
-_SOFTMAX_MAX_ROW = 8192
-
-
 @kernel("Softmax", "LogSoftmax", expensive=True)
 def softmax(node: Node) -> Compute:
     log = node.op == "LogSoftmax"
-    ones: dict[tuple[int, np.dtype[Any]], Any] = {}
-
-    def row_sums(e: Any) -> Any:
-        """``e.sum(axis=-1, keepdims=True)``; float rows of C-contiguous ``e`` as one matrix-vector product
-        (numpy's reduce along a short last axis cost 15-18 us of BERT-tiny's [1, 2, 128, 128] against
-        5-7)."""
-        n = e.shape[-1]
-        if e.dtype.kind != "f" or not e.flags.c_contiguous or not 1 < n <= _SOFTMAX_MAX_ROW:
-            return e.sum(axis=-1, keepdims=True)
-        column = ones.get((n, e.dtype))
-        if column is None:
-            if len(ones) >= 8:
-                ones.clear()
-            column = ones[n, e.dtype] = np.ones((n, 1), e.dtype)
-        return np.matmul(e.reshape(-1, n), column).reshape(*e.shape[:-1], 1)
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         x = inputs[0]
