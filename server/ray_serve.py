@@ -69,7 +69,14 @@ _TRACE_LOOKUP_S = 5.0
 _PENDING_TRACES = 1024
 # Serve reads these when its processes start (so before ray.init of a local Ray)
 HAPROXY_ENV = "RAY_SERVE_ENABLE_HA_PROXY"
-_HAPROXY_PORTS_ENV = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
+# ports Serve gives fixed defaults with HAProxy: its stats (8404) and Prometheus (9101) frontends, and the
+# Python proxy it keeps as HAProxy's backup server (8500, poolserve's own default port, and 9500 for gRPC)
+_HAPROXY_PORTS_ENV = (
+    "RAY_SERVE_HAPROXY_STATS_PORT",
+    "RAY_SERVE_HAPROXY_METRICS_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",
+)
 _USER_THREAD_ENV = "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD"
 
 
@@ -92,9 +99,10 @@ def _free_port() -> int:
 def local_ray_environment(ingress: str) -> dict[str, str]:
     """The environment a local Ray that poolserve starts gets (its processes inherit it):
 
-    - ``[ray] ingress`` (see RaySettings). For HAProxy also its stats and Prometheus ports: Serve's
-      defaults (8404, 9101) are fixed, so a second local Ray on the machine could not start its HAProxy;
-      these take free ones. ConfigError: "haproxy" without its binary.
+    - ``[ray] ingress`` (see RaySettings). For HAProxy also free ports for what Serve otherwise binds at
+      fixed ones (``_HAPROXY_PORTS_ENV``): with 8500 taken (a ``poolserve serve`` on its default port)
+      the replicas never became ready, and a second local Ray could not start its HAProxy. ConfigError:
+      "haproxy" without its binary.
     - the replica runs the app on its own event loop, not on a second one in another thread (Serve's
       default; its "throughput optimized" mode does this too): the app is asynchronous, and the hop
       between the two loops cost every request. Measured with the access log off too (below), one

