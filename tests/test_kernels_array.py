@@ -134,6 +134,10 @@ def test_range_errors():
     fails("Range", [i32(5), i32(0), i32(1)], "Requires start <= limit when delta > 0: 5/0")
     fails("Range", [i32(0), i32(5), i32(-1)], "Requires start >= limit when delta < 0: 0/5")
     fails("Range", [np.float32(0), np.float32(np.nan), np.float32(1)], "when delta > 0: 0/nan")
+    f32 = np.float32
+    fails("Range", [f32(1.5), f32(2.5), f32(0)], "Requires delta != 0: 0")
+    fails("Range", [f32(5.5), f32(0), f32(1)], "Requires start <= limit when delta > 0: 5.5/0")
+    fails("Range", [f32(0), f32(2.5), f32(-1)], "Requires start >= limit when delta < 0: 0/2.5")
     fails(
         "Range", [np.float32(0), np.float32(np.inf), np.float32(1)], "Requires ((limit - start) / delta) <="
     )

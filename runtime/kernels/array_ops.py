@@ -9,6 +9,7 @@ BroadcastTo, ...): kernels never write into their inputs, so sharing is safe.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -121,6 +122,16 @@ def ones_like(node: Node) -> Compute:
     return compute
 
 
+def _check_range(start: Any, limit: Any, delta: Any, show: Callable[[Any], str]) -> None:
+    """TensorFlow's checks of Range's arguments (Python ints or numpy scalars), ``show`` writing a value."""
+    if delta == 0:
+        raise InvalidArgumentError(f"Requires delta != 0: {show(delta)}")
+    if delta > 0 and not start <= limit:
+        raise InvalidArgumentError(f"Requires start <= limit when delta > 0: {show(start)}/{show(limit)}")
+    if delta < 0 and not start >= limit:
+        raise InvalidArgumentError(f"Requires start >= limit when delta < 0: {show(start)}/{show(limit)}")
+
+
 @kernel("Range")
 def range_(node: Node) -> Compute:
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
@@ -130,21 +141,11 @@ def range_(node: Node) -> Compute:
         dtype = inputs[0].dtype
         if dtype.kind in "iu":  # as Python ints: numpy scalar comparisons made a 128-long Range cost 10 us
             s, l, d = (int(t.item()) for t in inputs)
-            if d == 0:
-                raise InvalidArgumentError(f"Requires delta != 0: {d}")
-            if d > 0 and not s <= l:
-                raise InvalidArgumentError(f"Requires start <= limit when delta > 0: {s}/{l}")
-            if d < 0 and not s >= l:
-                raise InvalidArgumentError(f"Requires start >= limit when delta < 0: {s}/{l}")
+            _check_range(s, l, d, str)
             size = (abs(l - s) + abs(d) - 1) // abs(d)
             return ((np.arange(size, dtype=np.int64) * d + s).astype(dtype),)
         start, limit, delta = (t.reshape(()) for t in inputs)
-        if delta == 0:
-            raise InvalidArgumentError(f"Requires delta != 0: {_num(delta)}")
-        if delta > 0 and not start <= limit:
-            raise InvalidArgumentError(f"Requires start <= limit when delta > 0: {_num(start)}/{_num(limit)}")
-        if delta < 0 and not start >= limit:
-            raise InvalidArgumentError(f"Requires start >= limit when delta < 0: {_num(start)}/{_num(limit)}")
+        _check_range(start, limit, delta, _num)
         # Size and values in the input's precision, as TensorFlow computes them: start + i * delta.
         span = np.ceil(np.abs((limit - start) / delta))
         if not span <= _INT64_MAX:
