@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 import itertools
 import os
 import threading
@@ -292,8 +291,12 @@ class _Parker:
         self._lock.acquire()
 
     def unpark(self) -> None:
-        with contextlib.suppress(RuntimeError):  # already unparked: the permit is not counted twice
+        # try/except, not contextlib.suppress: this runs on every hand-off, and the context manager costs
+        # an object and two calls each time
+        try:  # noqa: SIM105
             self._lock.release()
+        except RuntimeError:  # already unparked: the permit is not counted twice
+            pass
 
     def park(self, timeout: float = -1.0) -> bool:
         """Waits for the permit (at most ``timeout`` seconds if not negative); False if it timed out."""
@@ -682,6 +685,17 @@ class RunHandlerPool:
                 best = (e, key)
         return best
 
+    def _next_entry(self) -> _Entry:
+        """With the lock held and a caller waiting in enter_wait(): the one that comes first (the one
+        waiting, when only one kind at one priority waits: the common case needs no key)."""
+        entries = self._entries
+        if len(entries) == 1:
+            for queue in entries.values():
+                return queue[0]
+        first = self._first_entry()
+        assert first is not None
+        return first[0]
+
     def _grant(self, e: _Entry, lane: bool) -> None:
         """With the lock held: gives the waiting caller ``e`` a slot, or a place in the lane (it is then
         woken by whoever called this)."""
@@ -704,7 +718,10 @@ class RunHandlerPool:
     def _unqueue(self, e: _Entry) -> None:
         k = (e.kind, e.priority)
         queue = self._entries[k]
-        queue.remove(e)
+        if queue[0] is e:
+            queue.popleft()
+        else:
+            queue.remove(e)
         if not queue:
             del self._entries[k]
         self._entries_n -= 1
@@ -779,7 +796,9 @@ class RunHandlerPool:
         key = (g.key, g.priority)
         del self._groups[key]
         idle = self._idle_flows
-        if g.tag > self._vtime.get(g.priority, 0.0):  # else it would come back at the virtual time anyway
+        # kept even at the virtual time (where it would come back anyway): a closed-loop client's flow goes
+        # idle between its steps, and is reused rather than made again on its return
+        if g.tag >= self._vtime.get(g.priority, 0.0):
             idle[key] = g
             if len(idle) > MAX_IDLE_FLOWS:  # forget the flows that are no longer ahead
                 for k, f in list(idle.items()):
@@ -952,6 +971,14 @@ class RunHandlerPool:
         ``hot`` is an idle pool thread that is running now: it goes first, as it needs no wake-up (the
         request's caller, parked, is woken once, when its step ends)."""
         wake: list[_Worker | _Entry] = []
+        if not self._queued:  # only callers waiting in enter_wait(): no handler to compare them with
+            while self._slots and self._entries_n:
+                e = self._next_entry()
+                self._grant(e, False)
+                wake.append(e)
+            if self._entries_lane:
+                self._lane_grants(wake)
+            return wake
         while self._slots and (self._queued or self._entries_n):
             h = self._first_ready() if self._queued else None
             if self._entries_n:  # a caller waiting in enter_wait() may come first
