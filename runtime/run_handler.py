@@ -971,20 +971,17 @@ class RunHandlerPool:
         ``hot`` is an idle pool thread that is running now: it goes first, as it needs no wake-up (the
         request's caller, parked, is woken once, when its step ends)."""
         wake: list[_Worker | _Entry] = []
-        if not self._queued:  # only callers waiting in enter_wait(): no handler to compare them with
-            while self._slots and self._entries_n:
-                e = self._next_entry()
-                self._grant(e, False)
-                wake.append(e)
-            if self._entries_lane:
-                self._lane_grants(wake)
-            return wake
         while self._slots and (self._queued or self._entries_n):
             h = self._first_ready() if self._queued else None
             if self._entries_n:  # a caller waiting in enter_wait() may come first
+                if h is None:  # no handler to compare with: no sort key needed
+                    e = self._next_entry()
+                    self._grant(e, False)
+                    wake.append(e)
+                    continue
                 first = self._first_entry()
                 assert first is not None
-                if h is None or first[1] < self._ready_key(h):
+                if first[1] < self._ready_key(h):
                     self._grant(first[0], False)
                     wake.append(first[0])
                     continue
