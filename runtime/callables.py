@@ -109,6 +109,11 @@ def run_serial(program: SerialProgram, values: list[Any], ctx: OpContext, step: 
                 del args
             elif timed is None:
                 outs = compute(ctx, [values[s] for s in in_slots])
+            elif timed.skip:  # not a sampled run (executor.SAMPLE_EVERY): the wall clock only
+                timed.skip -= 1
+                t0 = perf()
+                outs = compute(ctx, [values[s] for s in in_slots])
+                clock.seconds += perf() - t0
             else:
                 c0 = cpu()
                 t0 = perf()
@@ -256,7 +261,9 @@ class SessionCallable:
             return self._slow(self._default[0], feeds, options, run_metadata)
         pool, slot_id, priority = slot
         plan = self._plan
-        t0, k0 = time.thread_time(), kernel_clock.seconds
+        measure = plan.measures_cpu()  # as Session._run_in_slot
+        t0 = time.thread_time() if measure else 0.0
+        k0 = kernel_clock.seconds
         ok = False
         try:
             if deadline is not None:
@@ -264,10 +271,10 @@ class SessionCallable:
             result = self._run(program, feeds, deadline)
             ok = True
         finally:
-            cpu = time.thread_time() - t0
+            cpu = time.thread_time() - t0 if measure else plan.cpu
             kernel = kernel_clock.seconds - k0
             pool.leave(plan, priority, cpu, kernel, slot_id)
-        if ok:
+        if ok and measure:
             plan.learn_cpu(cpu, kernel)
         return result
 

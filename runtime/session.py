@@ -314,10 +314,14 @@ class Session:
     ) -> Step:
         """Runs a short step from start to end on this thread, on the pool slot ``_enter_pool`` took. Its
         cost is this thread's CPU time (wall time would count the GIL and the cores taken by others, and
-        push a busy server's short plans off this path)."""
+        push a busy server's short plans off this path), measured on the plan's sampled steps; the others
+        are charged the cost learned (``Plan.measures_cpu``)."""
         assert options is not None
         pool, slot_id, priority = slot
-        t0, k0 = time.thread_time(), kernel_clock.seconds
+        plan = sig.plan
+        measure = plan.measures_cpu()
+        t0 = time.thread_time() if measure else 0.0
+        k0 = kernel_clock.seconds
         try:
             if deadline is not None:
                 deadline.check("starting the step")
@@ -335,12 +339,12 @@ class Session:
                 slot_id=slot_id,
             )
         finally:
-            cpu = time.thread_time() - t0
+            cpu = time.thread_time() - t0 if measure else plan.cpu
             kernel = kernel_clock.seconds - k0
-            pool.leave(sig.plan, priority, cpu, kernel, slot_id)
+            pool.leave(plan, priority, cpu, kernel, slot_id)
         # the CPU time includes the answer: a traced step's metadata would count as the plan's cost
-        if step.status is None and not (options.trace_level or options.output_partition_graphs):
-            sig.plan.learn_cpu(cpu, kernel)
+        if measure and step.status is None and not (options.trace_level or options.output_partition_graphs):
+            plan.learn_cpu(cpu, kernel)
         return step
 
     def _check_handler(self, handler: RunHandler, deadline: Deadline | None) -> RunHandler:

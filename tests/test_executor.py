@@ -19,6 +19,8 @@ from poolserve.runtime.errors import (
 from poolserve.runtime.executor import (
     DEVICE,
     EXPENSIVE_THRESHOLD_US,
+    SAMPLE_EVERY,
+    SAMPLE_FIRST,
     ConstantFolder,
     Plan,
     PlanNode,
@@ -460,6 +462,25 @@ def test_a_step_measures_its_expensive_kernels():
     run_plan_inline(plan, [np.float32(1)])
     wall_us = (time.perf_counter() - t0) * 1e6
     assert (9 * first + 3000.0) / 10 <= node.cost_us <= (9 * first + wall_us) / 10
+
+
+def test_timed_kernels_read_the_cpu_clock_on_sampled_runs_only(monkeypatch):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (2, 2))
+    b.add(b.matmul(x, x, name="mm"), x, name="y")
+    plan = Plan(Graph(b.graph_def), [t("x")], [t("y")])
+    mm = by_name(plan, "mm")
+    learned: list[float] = []
+    real_learn = PlanNode.learn
+    monkeypatch.setattr(PlanNode, "learn", lambda self, us: (learned.append(us), real_learn(self, us)))
+    feed = [np.ones((2, 2), np.float32)]
+    for _ in range(SAMPLE_FIRST):
+        run_plan_inline(plan, feed)
+    assert len(learned) == SAMPLE_FIRST and mm.samples == SAMPLE_FIRST  # every run while it learns
+    for _ in range(3 * SAMPLE_EVERY):
+        run_plan_inline(plan, feed)
+    assert len(learned) == SAMPLE_FIRST + 3  # then one run in SAMPLE_EVERY
+    assert not mm.expensive  # what it learned still decides where it runs
 
 
 def test_memory_limit_fails_the_step_that_goes_over_it():

@@ -11,7 +11,14 @@ from support import RUNS, sleep_op
 from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
-from poolserve.runtime.run_handler import MAX_RUNNING_PER_REQUEST, SHORT_STEP_S, RunHandlerPool, get_pool
+from poolserve.runtime.executor import SAMPLE_EVERY, SAMPLE_FIRST, Plan
+from poolserve.runtime.run_handler import (
+    MAX_RUNNING_PER_REQUEST,
+    SHORT_STEP_S,
+    SLOT_STEP_S,
+    RunHandlerPool,
+    get_pool,
+)
 from poolserve.runtime.session import Session
 
 
@@ -258,6 +265,25 @@ def test_session_learns_the_cpu_time_of_its_steps_on_the_pool():
         s.run(y, feed, options=pool_options())
         learned = sorted(p.cpu for p in set(s._calls.plans.values()))
         assert learned[0] == 0.0 and learned[1] > 0.0
+
+
+def test_steps_on_a_pool_slot_measure_their_cpu_time_on_sampled_steps(monkeypatch):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None, 4))
+    y = b.matmul(x, b.constant(np.ones((4, 4), np.float32)))
+    learned: list[float] = []
+    real = Plan.learn_cpu
+    monkeypatch.setattr(Plan, "learn_cpu", lambda self, *a: (learned.append(a[0]), real(self, *a)))
+    feed = {x: np.ones((1, 4), np.float32)}
+    with Session(b.graph_def) as s:
+        for _ in range(SAMPLE_FIRST):
+            s.run(y, feed, options=pool_options())
+        (plan,) = set(s._calls.plans.values())
+        assert len(learned) == SAMPLE_FIRST and 0.0 < plan.cpu < SLOT_STEP_S  # short: it runs on a slot
+        for _ in range(2 * SAMPLE_EVERY):
+            s.run(y, feed, options=pool_options())
+        assert len(learned) == SAMPLE_FIRST + 2  # then one step in SAMPLE_EVERY
+        assert plan.cpu > 0.0
 
 
 def test_short_steps_wait_for_a_thread_that_is_up_instead_of_waking_another():
