@@ -8,9 +8,10 @@ mistake gets the same error, naming the input, in every protocol. The rules:
   (TF Serving does); booleans are ``true``/``false`` only; complex values are ``[real, imag]`` pairs;
   strings are UTF-8 text or ``{"b64": "..."}``. An input whose dtype nobody tells keeps JSON's own types,
   with floats as float32 (TensorFlow's default float) and integers as int64.
-- JSON goes through orjson, which writes numpy arrays without ``tolist()``. NaN and Infinity are read and
-  written as such (TF Serving's and Python's reading), through the standard library: orjson has no form for
-  them.
+- JSON goes through orjson, which writes numpy arrays without ``tolist()``. A request's arrays of numbers
+  are read by simdjson straight into numpy (``loads_tensors``), with no Python number per value. NaN and
+  Infinity are read and written as such (TF Serving's and Python's reading), through the standard library:
+  orjson and simdjson have no form for them.
 - A model version in a path is digits: anything else is a 400; a version the model does not have is a 404
   (the service's lookup).
 - Bodies and answers from ``OFFLOAD_BYTES`` on are decoded and encoded off the event loop (``sized``), those
@@ -32,6 +33,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 import orjson
+import simdjson
 
 from poolserve.proto import tensor_pb2, types_pb2
 from poolserve.runtime import dtypes, tensor
@@ -170,6 +172,150 @@ def loads(body: bytes | memoryview) -> Any:
         raise InvalidArgumentError(f"malformed JSON: {first}") from None
 
 
+def loads_tensors(body: bytes | memoryview) -> Any:
+    """``loads`` for a request that carries tensors: the same values, except that a rectangular array of
+    at least ``FAST_ARRAY_VALUES`` JSON numbers comes back as an ndarray of its shape (int64 when every
+    value is an integer that fits, else float64), read by simdjson with no Python number per value.
+    ``from_json`` takes such an array as it takes nested lists, with the same rules and errors. Anything
+    else (text, booleans, objects, ragged or mixed nesting, integers float64 cannot hold among floats)
+    comes back as Python values, and a text simdjson refuses (NaN, Infinity, a number out of range,
+    malformed JSON), holds an escape, or repeats a key is read by ``loads``, with its errors.
+
+    Why: orjson makes a Python float of every value and np.asarray reads them all back; in the server
+    that took ~0.4 ms of a 65 KB request of 3,136 floats (0.18 ms orjson, 0.21 ms the array), against
+    ~0.18 ms for simdjson's parse and buffer.
+
+    Rectangular: simdjson's buffer flattens any nesting, so the lists above the last level are checked
+    one by one (each a list of its level's length), and the array's lists are counted: the body's ``[``
+    must number the lists of every value read plus those in its strings, so no list hides among the last
+    level's numbers (escapes could spell a bracket in a string: such a body goes to ``loads``)."""
+    raw = bytes(body)
+    if b"\\" in raw:
+        return loads(raw)
+    reader = _Reader()
+    try:
+        # a parser per call: thread-safe, and ~3 us (one kept per thread would keep its largest buffer)
+        value = reader.native(simdjson.Parser().parse(raw))
+    except Exception:
+        # whatever simdjson refuses (an integer beyond 64 bits is a RuntimeError), or a document left to
+        # loads (_Irregular): loads reads it, or names what is wrong with it
+        return loads(raw)
+    if reader.arrays:
+        lists = reader.lists + sum(_brackets(v) for v in reader.plain)
+        if lists != np.count_nonzero(np.frombuffer(raw, np.uint8) == _OPEN):
+            return loads(raw)  # a list among an array's numbers: the codec reports it from the plain read
+    return value
+
+
+# arrays of numbers from this many values on become ndarrays in loads_tensors (a shape or a short list of
+# names stays a list)
+FAST_ARRAY_VALUES = 64
+_SJ_ARRAY = simdjson.Array
+_SJ_OBJECT = simdjson.Object
+_EXACT = float(2**53)  # integers beyond this are not all exact in float64
+_OPEN = ord("[")
+
+
+class _Irregular(Exception):
+    """A document ``loads_tensors`` leaves to ``loads`` (a repeated key: orjson keeps the last, simdjson
+    finds the first)."""
+
+
+class _Reader:
+    """One ``loads_tensors`` document: its values, and the lists counted on the way (see there)."""
+
+    __slots__ = ("arrays", "lists", "plain")
+
+    def __init__(self) -> None:
+        self.arrays = 0  # ndarrays made
+        self.lists = 0  # lists accounted for, in ndarrays and objects' keys and values
+        self.plain: list[Any] = []  # values converted whole (their lists are counted only if needed)
+
+    def native(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is _SJ_OBJECT:
+            keys = list(value.keys())
+            if len(set(keys)) != len(keys):
+                raise _Irregular
+            out = {}
+            for k in keys:
+                self.lists += k.count("[")
+                out[k] = self.native(value[k])  # items() would convert the values itself
+            return out
+        if kind is _SJ_ARRAY:
+            return self.array(value)
+        if kind is str:
+            self.lists += value.count("[")
+        return value
+
+    def array(self, arr: Any) -> Any:
+        shape = []
+        leaf = arr
+        while type(leaf) is _SJ_ARRAY:
+            n = len(leaf)
+            shape.append(n)
+            if n == 0:
+                break
+            leaf = leaf[0]
+        kind = type(leaf)
+        if kind is _SJ_OBJECT:
+            self.lists += 1
+            return [self.native(v) for v in arr]
+        count = math.prod(shape)
+        if (kind is float or kind is int) and count >= FAST_ARRAY_VALUES:
+            values = _flat_numbers(arr, kind is int)
+            if values is not None and values.size == count and _lengths(arr, shape, 0):
+                self.arrays += 1
+                self.lists += sum(math.prod(shape[:k]) for k in range(len(shape)))
+                return values.reshape(shape)
+        plain = arr.as_list()  # also a ragged or mixed array: the codec reports it as it always did
+        self.plain.append(plain)
+        return plain
+
+
+def _flat_numbers(arr: Any, ints: bool) -> Array | None:
+    """Every number in ``arr`` (nested arrays flattened), int64 if ``ints`` and all are; None when some
+    value is not a number, or an integer may be beyond float64's exact range among floats."""
+    try:
+        if ints:
+            try:
+                return np.frombuffer(arr.as_buffer(of_type="i"), np.int64)
+            except (TypeError, ValueError):  # floats too, or an integer beyond int64
+                pass
+        values = np.frombuffer(arr.as_buffer(of_type="d"), np.float64)
+    except (TypeError, ValueError):  # text, true/false, null or an object somewhere
+        return None
+    if values.max() >= _EXACT or values.min() <= -_EXACT:
+        return None  # Python's int keeps such an integer exact
+    return values
+
+
+def _lengths(arr: Any, shape: list[int], level: int) -> bool:
+    """Whether every element of ``arr`` (at ``level`` of ``shape``) is a list of the next level's length,
+    down to the lists of numbers."""
+    if level + 1 == len(shape):
+        return True
+    want = shape[level + 1]
+    deeper = level + 2 < len(shape)
+    for sub in arr:
+        if type(sub) is not _SJ_ARRAY or len(sub) != want:
+            return False
+        if deeper and not _lengths(sub, shape, level + 1):
+            return False
+    return True
+
+
+def _brackets(value: Any) -> int:
+    """The ``[`` a Python JSON value's text holds: its lists, and those in its strings and keys."""
+    if isinstance(value, list):
+        return 1 + sum(_brackets(v) for v in value)
+    if isinstance(value, str):
+        return value.count("[")
+    if isinstance(value, dict):
+        return sum(k.count("[") + _brackets(v) for k, v in value.items())
+    return 0
+
+
 def dumps(value: Any) -> bytes:
     """JSON bytes; numpy arrays and scalars as they are (see ``to_json``)."""
     return orjson.dumps(value, option=_DUMPS)
@@ -199,9 +345,11 @@ def from_json(where: str, data: Any, dtype: Dtype | None, shape: tuple[int, ...]
     """JSON data (nested lists or a scalar; flat or nested when ``shape`` is given) as an array of ``dtype``.
 
     ``dtype`` None: the input's dtype is unknown (see the module's rules). ``where`` names the tensor in
-    every error (``input 'x'``)."""
+    every error (``input 'x'``). ``data`` may also be the ndarray ``loads_tensors`` read numbers into."""
     if dtype is None:
         dtype = _untyped(where, data)
+    if dtype.kind == "O" and isinstance(data, np.ndarray):  # numbers for a string input: reported as such
+        data = data.tolist()
     arr = _strings(where, data) if dtype.kind == "O" else _numbers(where, data, dtype)
     if shape is None:
         return arr

@@ -129,7 +129,7 @@ def decode_request(
     if length == 0:
         return _decode_raw(body, raw)
     view = memoryview(body)
-    request = codec.loads(body if length is None else view[:length])
+    request = codec.loads_tensors(body if length is None else view[:length])
     if not isinstance(request, dict):
         raise InvalidArgumentError("the infer request must be a JSON object")
 

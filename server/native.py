@@ -39,7 +39,7 @@ _TRACE_MODES = ("none", "response")
 
 
 def parse_body(body: bytes) -> dict[str, Any]:
-    data = codec.loads(body)
+    data = codec.loads_tensors(body)
     if not isinstance(data, dict):
         raise InvalidArgumentError("The request body must be a JSON object")
     unknown = sorted(set(data) - set(_FIELDS))

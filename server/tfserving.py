@@ -73,6 +73,9 @@ def _only_input(entry: ModelEntry, where: str) -> TensorSpec:
 
 
 def _decode_instances(instances: Any, entry: ModelEntry) -> dict[str, Array]:
+    if isinstance(instances, np.ndarray):  # rows of numbers, read as one array (codec.loads_tensors)
+        spec = _only_input(entry, "each of 'instances'")
+        return {spec.name: _instances_array(instances, spec)}
     if not isinstance(instances, list):
         raise InvalidArgumentError("'instances' must be a list")
     if not instances:
@@ -99,7 +102,7 @@ def _decode_instances(instances: Any, entry: ModelEntry) -> dict[str, Array]:
     }
 
 
-def _instances_array(values: list[Any], spec: TensorSpec) -> Array:
+def _instances_array(values: list[Any] | Array, spec: TensorSpec) -> Array:
     """The batch of one input, each instance one row; instances of different shapes are refused."""
     try:
         return to_array(values, spec.dtype, f"input '{spec.name}'")
@@ -256,7 +259,7 @@ class TFServingAdapter(Adapter[bool]):
     """TF Serving's JSON; the answer in the request's format (the context: row format or not)."""
 
     def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, bool]:
-        decoded = decode_predict(codec.loads(body), entry)
+        decoded = decode_predict(codec.loads_tensors(body), entry)
         infer = InferRequest(
             entry.name, decoded.inputs, version=entry.version, signature_name=decoded.signature_name
         )

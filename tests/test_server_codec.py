@@ -193,6 +193,85 @@ def test_big_bodies_are_handled_off_the_event_loop() -> None:
     assert small == loop_thread and big != loop_thread
 
 
+# --- loads_tensors: arrays of numbers read straight into numpy ------------------------------------------
+
+BIG = 100  # values in the arrays below: over FAST_ARRAY_VALUES
+
+
+def _same(got: Any, want: Any) -> bool:
+    """``got`` (ndarrays allowed) holds the JSON values ``want``, each of the same Python kind."""
+    if isinstance(got, np.ndarray):
+        return np.shape(want) == got.shape and np.array_equal(got, np.asarray(want))
+    if isinstance(got, dict):
+        return (
+            isinstance(want, dict) and got.keys() == want.keys() and all(_same(got[k], want[k]) for k in got)
+        )
+    if isinstance(got, list):
+        return isinstance(want, list) and len(got) == len(want) and all(map(_same, got, want))
+    return type(got) is type(want) and (got == want or (got != got and want != want))
+
+
+@pytest.mark.parametrize(
+    ("text", "arrays"),
+    [
+        ({"x": [[0.5 * i for i in range(BIG)]] * 3, "shape": [3, BIG]}, ["x"]),  # the shape stays a list
+        ({"x": list(range(-BIG, BIG))}, ["x"]),  # integers: int64
+        ({"x": [[[1.5] * 4] * 5] * 6, "s": "a [bracket] in text", "k[": 1}, ["x"]),
+        ({"x": [1.5] * BIG + [2**53 + 1]}, []),  # an integer float64 cannot hold, among floats: Python's
+        ({"x": [2**64 - 1] * BIG}, []),  # beyond int64
+        ({"x": [1.5] * BIG + [True]}, []),
+        ({"x": [1.5] * BIG + [None]}, []),
+        ({"x": [[1.5] * BIG, [1.5] * (BIG - 1), [1.5] * (BIG + 1)]}, []),  # ragged, the same count
+        ({"x": [1.5] * BIG + [[], [2.5, 3.5]]}, []),  # lists among the numbers, the same count
+        ({"x": [1.5] * BIG + [[2.5]]}, []),
+        ({"x": [[1.5] * BIG, [[1.5]] * BIG]}, []),
+        ({"x": [{"y": [0.25] * BIG}, {"y": [1] * BIG}]}, ["x.0.y", "x.1.y"]),
+        ({"x": ["text"] * BIG, "y": [[]] * BIG}, []),
+        ({"x": [1.5] * BIG, "y": [1.5] * BIG}, ["x", "y"]),
+    ],
+)
+def test_loads_tensors_reads_the_values_loads_reads(text: Any, arrays: list[str]) -> None:
+    body = json.dumps(text).encode()
+    got = codec.loads_tensors(body)
+    assert _same(got, json.loads(body))
+    made = []
+    stack = [("", got)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, np.ndarray):
+            made.append(path)
+        elif isinstance(value, dict):
+            stack += [(f"{path}.{k}".lstrip("."), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(f"{path}.{i}", v) for i, v in enumerate(value)]
+    assert sorted(made) == arrays
+    for path in made:
+        value: Any = got
+        for key in path.split("."):
+            value = value[int(key)] if isinstance(value, list) else value[key]
+        assert value.dtype == (np.int64 if all(float(v).is_integer() for v in value.ravel()) else np.float64)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"x": [' + b"1.5," * BIG + b"NaN]}",  # simdjson refuses NaN: the plain reading takes it
+        b'{"x": [' + b"1.5," * BIG + b'2], "s": "\\u005b"}',  # an escape: a bracket it spells is not counted
+        b'{"x": [' + b"1.5," * BIG + b'2], "x": [3]}',  # a repeated key: the last one, as orjson reads it
+        b'{"x": [' + b"1.5," * BIG + b"1e400]}",  # out of float64's range: inf, as Python reads it
+        b'{"x": [' + b"1," * BIG + b"100000000000000000000]}",  # beyond 64 bits: Python's int
+        b'{"y": 100000000000000000000, "x": [' + b"1.5," * BIG + b"2]}",
+    ],
+)
+def test_loads_tensors_leaves_what_simdjson_reads_otherwise_to_loads(body: bytes) -> None:
+    assert _same(codec.loads_tensors(body), codec.loads(body))
+
+
+def test_loads_tensors_refuses_malformed_text_as_loads_does() -> None:
+    with pytest.raises(InvalidArgumentError, match="malformed JSON"):
+        codec.loads_tensors(b'{"x": [' + b"1.5," * BIG + b"]")
+
+
 # --- the same mistake through every protocol -------------------------------------------------------------
 
 
@@ -263,6 +342,41 @@ async def test_the_same_mistake_gets_the_same_answer(
     assert len(messages) == 1, messages
     (message,) = messages
     assert message.startswith(f"input '{name}': ") and fragment in message
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("name", "data", "fragment"),
+    [
+        ("n", [1.5] + [2] * BIG, "expected integers for dtype int32, got a fractional or non-finite number"),
+        ("n", [2**40] + [1] * BIG, "value 1099511627776 is out of range for dtype int32"),
+        ("n", [[1] * BIG, [2] * (BIG - 1), [3] * (BIG + 1)], "ragged nested lists"),
+        ("n", [1] * BIG + [[2]], "ragged nested lists"),
+        ("n", [1] * BIG + [None], "expected integers for dtype int32, got a mix of types"),
+        ("s", [1.5] * BIG, 'expected text or {"b64": "..."} for dtype string, got a number'),
+    ],
+)
+async def test_big_arrays_of_numbers_get_the_same_answers(
+    client: httpx.AsyncClient, name: str, data: Any, fragment: str
+) -> None:
+    """The same mistakes in arrays long enough for loads_tensors to read them into numpy."""
+    answers = await three_ways(client, name, data)
+    assert [r.status_code for r in answers] == [400, 400, 400], [r.text for r in answers]
+    messages = {r.json()["error"] for r in answers}
+    assert len(messages) == 1, messages
+    (message,) = messages
+    assert message.startswith(f"input '{name}': ") and fragment in message
+
+
+@pytest.mark.anyio
+async def test_big_arrays_of_numbers_decode_in_every_protocol(client: httpx.AsyncClient) -> None:
+    data = [float(i) for i in range(-BIG, BIG)]
+    native_r, kserve_r, tfs_r = await three_ways(client, "n", data)
+    assert native_r.json()["outputs"]["m"]["data"] == list(range(-BIG, BIG))
+    assert kserve_r.json()["outputs"][0]["data"] == list(range(-BIG, BIG))
+    assert tfs_r.json() == {"outputs": list(range(-BIG, BIG))}
+    rows = await client.post("/v1/models/ints:predict", json={"instances": list(range(BIG))})
+    assert rows.status_code == 200 and rows.json() == {"predictions": list(range(BIG))}
 
 
 @pytest.mark.anyio
