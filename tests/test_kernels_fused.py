@@ -170,3 +170,32 @@ def test_fused_batch_matmul_errors(inputs, message):
     arrays = [np.ones(s, F32) for s in inputs]
     with pytest.raises(InvalidArgumentError, match=message):
         run_op("_FusedBatchMatMulV2", arrays, {"fused_ops": ["BiasAdd"], "num_args": 1})
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 48, 48, 16), (2, 7, 11, 3), (13, 1, 1, 97), (1, 5, 5, 300), (37, 64), (4, 128, 128, 8), (3, 1)],
+)
+def test_a_constant_bias_added_as_tiled_rows_is_the_broadcast_add(shape):
+    from poolserve.runtime.kernels import fused_ops
+
+    rng = np.random.default_rng(7)
+    y = rng.standard_normal(shape).astype(F32)
+    bias = rng.standard_normal(shape[-1]).astype(F32)
+    want = y + bias
+    tiles: dict[int, np.ndarray] = {}
+    for _ in range(2):  # the tile is made once per output size, then reused
+        got = y.copy()
+        fused_ops._tiled_add(got, bias, tiles)
+        np.testing.assert_array_equal(got, want)
+    (tile,) = tiles.values()
+    assert tile.size <= max(fused_ops._TILE_VALUES, shape[-1]) and got.size % tile.size == 0
+    assert np.array_equal(tile[: shape[-1]], bias)
+
+
+def test_a_fused_node_answers_right_over_more_output_sizes_than_it_keeps_tiles_for():
+    sess, out, w, bias = _fused_pointwise_session(bias_fed=False)
+    rng = np.random.default_rng(8)
+    for rows in range(1, 40):  # 39 output sizes: the node forgets old tiles rather than grow
+        x = rng.standard_normal((1, rows, 2, 5)).astype(F32)
+        np.testing.assert_allclose(sess.run(out, {"x:0": x}), _relu6_conv(x, w, bias), rtol=1e-5, atol=1e-5)

@@ -134,7 +134,7 @@ class _Recorder:
         return f"info {name}"
 
 
-def test_one_send_joins_the_writes_of_one_turn_and_flushes_at_its_end() -> None:
+def test_one_send_joins_a_head_and_its_body_and_flushes_a_lone_write_at_the_end_of_the_turn() -> None:
     import asyncio
 
     from poolserve.server.protocol import _OneSend
@@ -143,11 +143,13 @@ def test_one_send_joins_the_writes_of_one_turn_and_flushes_at_its_end() -> None:
         raw = _Recorder()
         t = _OneSend(raw, asyncio.get_running_loop())  # type: ignore[arg-type]
         t.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        assert raw.writes == []  # held for the body
         t.write(b"body")
-        assert raw.writes == []  # held until the turn ends
+        assert raw.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]  # one send, at once
         await asyncio.sleep(0)
-        assert raw.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
+        assert raw.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]  # nothing left for the turn's end
         t.write(b"head only")  # a HEAD answer: nothing follows, it goes at the end of the turn
+        assert raw.writes[-1] != b"head only"
         await asyncio.sleep(0)
         assert raw.writes[-1] == b"head only"
         big = b"x" * (1 << 17)

@@ -169,6 +169,31 @@ _GELU = ("GeluExact", "GeluApproximate")
 _MATRIX_PRODUCTS = ("_FusedMatMul", "_FusedBatchMatMulV2")
 
 
+# A per-channel add over channels-last values, as ``y += bias``, runs numpy's inner loop over c values at a
+# time; over the bias tiled k times it runs over k * c. Up to this many values a run (2 KiB of float32:
+# runs of 4 KiB, 1024 values, met 4K aliasing and ran 2-5x slower on some shapes). Bias adds alone, best of
+# 7, against the broadcast: 0.38-0.51x for 8-16 channels ([1, 48, 48, 16] 25 -> 12 us, [8, 48, 48, 16]
+# 200 -> 78 us), 0.57-0.65x for 32-64, 0.81-0.95x for 96-256.
+_TILE_VALUES = 512
+_TILES_KEPT = 16  # output sizes a fused node keeps a tile for
+
+
+def _tiled_add(y: Any, bias: Any, tiles: dict[int, Any]) -> None:
+    """``y += bias`` for C-contiguous channels-last ``y`` of c = bias.size channels: over rows of the bias
+    tiled k times, k the largest divisor of y's pixel count with k * c <= _TILE_VALUES (so the rows cover
+    y exactly), the tile made once per size of y and kept in ``tiles``."""
+    tile = tiles.get(y.size)
+    if tile is None:
+        c = bias.size
+        pixels = y.size // c
+        k = max(j for j in range(1, _TILE_VALUES // c + 1) if pixels % j == 0)
+        if len(tiles) >= _TILES_KEPT:
+            tiles.clear()
+        tile = tiles[y.size] = np.tile(bias, k)
+    rows = y.reshape(-1, tile.size)
+    np.add(rows, tile, out=rows)
+
+
 def _fused(product: ProductFactory, channels_first: Callable[[Node], bool]) -> Factory:
     """A fused kernel: ``product``'s kernel on (input, filter), then the epilogue ``fused_ops`` names,
     which the product runs on its fresh output in place (block by block, for large convolutions)."""
@@ -212,6 +237,9 @@ def _fused(product: ProductFactory, channels_first: Callable[[Node], bool]) -> F
             shift = bias.reshape(-1, 1, 1) if nchw else bias
             c = bias.size
             clip = _clip_bounds(act_name[0] if act_name else "", bias.dtype)
+            # channels last, a constant bias (read-only: a fed one may change in place between steps):
+            # added as tiled runs of up to _TILE_VALUES (see _tiled_add), per output size seen
+            tiles: dict[int, Any] | None = {} if not nchw and not bias.flags.writeable and c else None
 
             def epilogue(y: Any) -> Any:
                 if (y.shape[-3] if nchw else y.shape[-1]) != c:
@@ -219,7 +247,10 @@ def _fused(product: ProductFactory, channels_first: Callable[[Node], bool]) -> F
                         f"Must provide as many biases as the channel dimension of the output: "
                         f"[{c}] vs. {list(y.shape)}"
                     )
-                y += shift
+                if tiles is not None and 2 * c <= _TILE_VALUES and y.flags.c_contiguous and y.size:
+                    _tiled_add(y, shift, tiles)
+                else:
+                    y += shift
                 if clip is not None:
                     return _CLIP(y, clip[0], clip[1], out=y)
                 return y if act is None else act(y, alpha)
