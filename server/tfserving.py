@@ -138,7 +138,9 @@ def to_array(value: Any, code: int, where: str) -> Array:
 
 
 def _shape_of(value: Any) -> tuple[int, ...] | None:
-    """The shape of nested lists, None when ragged."""
+    """The shape of nested lists (or of an array ``codec.loads_tensors`` read), None when ragged."""
+    if isinstance(value, np.ndarray):
+        return tuple(value.shape)
     if not isinstance(value, list):
         return ()
     inner = [_shape_of(v) for v in value]
@@ -157,7 +159,14 @@ def _shape_text(shape: tuple[int, ...] | None) -> str:
 def _json_kind(value: Any) -> str:
     if value is None:
         return "null"
-    kinds = {bool: "true/false", int: "a number", float: "a number", str: "text", list: "a list"}
+    kinds: dict[type, str] = {
+        bool: "true/false",
+        int: "a number",
+        float: "a number",
+        str: "text",
+        list: "a list",
+    }
+    kinds[np.ndarray] = "a list"  # numbers that codec.loads_tensors read as one array
     return kinds.get(type(value), "an object" if isinstance(value, dict) else type(value).__name__)
 
 

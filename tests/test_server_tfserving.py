@@ -315,7 +315,14 @@ async def test_unknown_model_is_404(client):
         ({"instances": [[0.0] * 64], "signature_name": "classify"}, 'signature name: "classify" not found'),
         ({"instances": [[0.0] * 64], "signature_name": 3}, "'signature_name' must be a string"),
         ({"instances": [[0.0] * 64, [0.0] * 63]}, "instance 1 is \\[63\\] but instance 0 is \\[64\\]"),
-        ({"instances": [{"input": [0.0] * 64}, {"input": [0.0] * 2}]}, "instance 1 is \\[2\\]"),
+        (
+            {"instances": [{"input": [0.0] * 64}, {"input": [0.0] * 2}]},
+            "instance 1 is \\[2\\] but instance 0 is \\[64\\]",
+        ),
+        (
+            {"instances": [{"input": [0.0] * 2}, {"input": [0.0] * 64}]},
+            "instance 1 is \\[64\\] but instance 0 is \\[2\\]",
+        ),
         ({"inputs": [[0.0] * 64, [0.0] * 63]}, "ragged nested lists"),
         ({"instances": [{"nope": [0.0] * 64}]}, "no input 'nope'; its inputs are: input"),
         ({"inputs": {"input": [[0.0] * 64], "nope": [1]}}, "no input 'nope'"),
@@ -343,6 +350,10 @@ async def test_request_errors(client, body, match):
         ),
         (
             {"instances": [{"a": [1, 2], "n": 1, "text": "x"}, [1, 2]]},
+            "Expecting object but got a list at item 1",
+        ),
+        (
+            {"instances": [{"a": [1, 2], "n": 1, "text": "x"}, [1] * 64]},  # read as an array
             "Expecting object but got a list at item 1",
         ),
         ({"inputs": {"a": [[1, 2]], "n": [1.5], "text": ["x"]}}, "expected integers for dtype int32"),
