@@ -1,11 +1,18 @@
 """Native ``:run`` against the thin FastAPI app, on a 784-input MLP (a ~65 KB JSON body, batch 4).
 
-    python -m benchmarks.bench_native [--clients 1 8] [--rounds 4] [--seconds 5] [--json out.json]
+    python -m benchmarks.bench_native [--clients 1 8] [--rounds 4] [--seconds 5] [--added-rounds 8]
+        [--json out.json]
 
 The MLP (784 -> Dense 256 relu -> Dense 10 softmax, Keras' node names) is built with ``GraphBuilder``
 into a temporary folder and served by ``poolserve serve`` with a config naming only that model (no other
 settings), and by ``benchmarks.thin_app`` (stdlib JSON, the same math inline in numpy). Each client count
 runs its rounds alternating between the two servers, so drift of the machine hits both alike.
+
+Then what the server adds to one request (the serving-path issue's 0.5 ms target): one client on a raw
+keep-alive socket (no HTTP library on the client side: httpx costs more than the server at one client)
+sends the same body, and the same ``Session.run`` runs in this process on the same arrays, in turns,
+``--added-rounds`` rounds of 300 calls each; the added latency is the server's p50 less the in-process p50,
+per round.
 """
 
 from __future__ import annotations
@@ -15,8 +22,11 @@ import asyncio
 import json
 import math
 import os
+import socket
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +36,8 @@ import numpy as np
 from benchmarks.bench_http import closed_loop, start, summary
 from benchmarks.servers import free_port
 from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.graph import Graph, load_graph_def
+from poolserve.runtime.session import Session
 
 INPUTS, HIDDEN, CLASSES, BATCH = 784, 256, 10, 4
 
@@ -93,6 +105,88 @@ def bench(clients: list[int], rounds: int, seconds: float, folder: Path) -> dict
             proc.wait(10)
 
 
+class RawClient:
+    """One keep-alive HTTP/1.1 connection on a plain socket, sending one prepared request at a time."""
+
+    def __init__(self, port: int, path: str, body: bytes) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        head = f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        self.request = f"{head}content-length: {len(body)}\r\n\r\n".encode() + body
+
+    def call(self) -> bytes:
+        self.sock.sendall(self.request)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise SystemExit("the server closed the connection")
+            buf += chunk
+        head, rest = buf.split(b"\r\n\r\n", 1)
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise SystemExit(f"unexpected answer: {head[:200]!r}")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+        while len(rest) < length:
+            rest += self.sock.recv(65536)
+        return rest
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def added_latency(rounds: int, folder: Path, calls: int = 300) -> dict[str, Any]:
+    """The server's p50 for one client on a raw socket, the in-process ``Session.run`` p50, and their
+    difference, per round (the two in turns)."""
+    model = folder / "mlp784.pb"
+    if not model.exists():
+        build_mlp(model)
+    config = folder / "mlp784.toml"
+    config.write_text(f'[[models]]\nname = "mlp"\npath = "{model}"\n')
+    x = np.random.default_rng(1).standard_normal((BATCH, INPUTS)).astype(np.float32)
+    body = json.dumps({"feeds": {"input": x.astype(float).tolist()}}).encode()
+    port = free_port()
+    serve = ["-m", "poolserve.server.cli", "serve", "--config", str(config), "--log-level", "warning"]
+    server = start([*serve, "--grpc-port", "0", "--port", str(port)], port)
+    client = RawClient(port, "/v1/models/mlp:run", body)
+    session = Session(Graph(load_graph_def(model)))
+    feeds = {"input:0": x}
+    try:
+        for _ in range(200):  # warm both: plans, pools, caches
+            client.call()
+            session.run("probabilities:0", feeds)
+
+        def p50_ms(fn: Callable[[], object]) -> float:
+            times = []
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+            return float(np.median(times) * 1e3)
+
+        served: list[float] = []
+        in_process: list[float] = []
+        for _ in range(rounds):
+            served.append(p50_ms(client.call))
+            in_process.append(p50_ms(lambda: session.run("probabilities:0", feeds)))
+        added = [a - b for a, b in zip(served, in_process, strict=True)]
+        return {
+            "server_p50_ms": served,
+            "in_process_p50_ms": in_process,
+            "added_ms": added,
+            "added_median_ms": float(np.median(added)),
+            "body_bytes": len(body),
+        }
+    finally:
+        client.close()
+        session.close()
+        server.terminate()
+        server.wait(10)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -100,11 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--added-rounds", type=int, default=8, help="0 skips the added-latency rounds")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     os.environ.setdefault("POOLSERVE_TRACES__SAMPLE_RATE", "0")
     with tempfile.TemporaryDirectory() as tmp:
         result = bench(args.clients, args.rounds, args.seconds, Path(tmp))
+        if args.added_rounds:
+            result["added_latency"] = added_latency(args.added_rounds, Path(tmp))
     print(f"native :run, 784-input MLP, batch {BATCH}, {result['body_bytes']} byte body")
     for n in args.clients:
         res = result[f"clients_{n}"]
@@ -114,6 +211,12 @@ def main(argv: list[str] | None = None) -> int:
             tput, p50, p99 = r["throughput_rps"], r["p50_ms"], r["p99_ms"]
             print(f"  {name:13} {tput:8.1f} req/s  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms")
         print(f"  poolserve / thin FastAPI throughput: {res['ratio']:.2f}x")
+    if args.added_rounds:
+        added = result["added_latency"]
+        print(" one client on a raw socket, against Session.run in process (p50 per round, ms)")
+        print("  server     " + " ".join(f"{v:.3f}" for v in added["server_p50_ms"]))
+        print("  in process " + " ".join(f"{v:.3f}" for v in added["in_process_p50_ms"]))
+        print(f"  added      {added['added_median_ms']:.3f} ms (median of the rounds; target 0.5 ms)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
