@@ -239,7 +239,8 @@ def _fused(product: ProductFactory, channels_first: Callable[[Node], bool]) -> F
             clip = _clip_bounds(act_name[0] if act_name else "", bias.dtype)
             # channels last, a constant bias (read-only: a fed one may change in place between steps):
             # added as tiled runs of up to _TILE_VALUES (see _tiled_add), per output size seen
-            tiles: dict[int, Any] | None = {} if not nchw and not bias.flags.writeable and c else None
+            tiled = not nchw and not bias.flags.writeable and 0 < 2 * c <= _TILE_VALUES
+            tiles: dict[int, Any] | None = {} if tiled else None
 
             def epilogue(y: Any) -> Any:
                 if (y.shape[-3] if nchw else y.shape[-1]) != c:
@@ -247,7 +248,7 @@ def _fused(product: ProductFactory, channels_first: Callable[[Node], bool]) -> F
                         f"Must provide as many biases as the channel dimension of the output: "
                         f"[{c}] vs. {list(y.shape)}"
                     )
-                if tiles is not None and 2 * c <= _TILE_VALUES and y.flags.c_contiguous and y.size:
+                if tiles is not None and y.flags.c_contiguous and y.size:
                     _tiled_add(y, shift, tiles)
                 else:
                     y += shift
