@@ -478,16 +478,27 @@ def _walk_strings(where: str, value: Any, flat: list[bytes]) -> tuple[int, ...]:
             raise InvalidArgumentError(f"{where}: invalid base64 in a b64 value: {e}") from None
     else:
         raise InvalidArgumentError(
-            f'{where}: expected text or {{"b64": "..."}} for dtype string, got {_json_kind(value)}'
+            f'{where}: expected text or {{"b64": "..."}} for dtype string, got {json_kind(value)}'
         )
     return ()
 
 
-def _json_kind(value: Any) -> str:
+# what a JSON value is, in errors; an ndarray is numbers that loads_tensors read as one array
+_KINDS: dict[type, str] = {
+    bool: "true/false",
+    int: "a number",
+    float: "a number",
+    str: "text",
+    list: "a list",
+    np.ndarray: "a list",
+}
+
+
+def json_kind(value: Any) -> str:
+    """What a decoded JSON value is, as errors name it ("a number", "a list", "an object", ...)."""
     if value is None:
         return "null"
-    kinds = {bool: "true/false", int: "a number", float: "a number", str: "text", list: "a list"}
-    return kinds.get(type(value), "an object" if isinstance(value, dict) else type(value).__name__)
+    return _KINDS.get(type(value), "an object" if isinstance(value, dict) else type(value).__name__)
 
 
 # --- arrays -> JSON values ------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def _decode_instances(instances: Any, entry: ModelEntry) -> dict[str, Array]:
     for i, inst in enumerate(instances):
         if not isinstance(inst, dict) or codec.is_b64(inst):
             raise InvalidArgumentError(
-                f"Expecting object but got {_json_kind(inst)} at item {i} of 'instances': "
+                f"Expecting object but got {codec.json_kind(inst)} at item {i} of 'instances': "
                 "every instance must name the inputs when the first one does"
             )
         if inst.keys() != first.keys():
@@ -154,20 +154,6 @@ def _shape_text(shape: tuple[int, ...] | None) -> str:
     if shape is None:
         return "a ragged nested list"
     return "[" + ",".join(map(str, shape)) + "]"
-
-
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    kinds: dict[type, str] = {
-        bool: "true/false",
-        int: "a number",
-        float: "a number",
-        str: "text",
-        list: "a list",
-    }
-    kinds[np.ndarray] = "a list"  # numbers that codec.loads_tensors read as one array
-    return kinds.get(type(value), "an object" if isinstance(value, dict) else type(value).__name__)
 
 
 # --- response ----------------------------------------------------------------------------------------------
