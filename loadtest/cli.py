@@ -373,7 +373,8 @@ class Runner:
         weights = [m.weight for m in args.model]
         async with self.sender(connections, client_timeout) as send:
             targets = await self.targets(send.clients[0])
-            pickers = {m: Picker(targets[m], weights, random.Random(self.rng.random())) for m in self.modes}
+            # seeded per round by phases()
+            pickers = {m: Picker(targets[m], weights, random.Random()) for m in self.modes}
             if args.warmup > 0:
                 warm = Load(self.load.concurrency, self.load.rate, args.warmup / len(self.modes), None)
                 await self.phases(send, pickers, [warm] * len(self.modes), Recorder(), "warmup")
@@ -463,11 +464,19 @@ class Runner:
 
             ticker = asyncio.create_task(tick())
             try:
+                seeds = (0.0, 0.0)
                 for i, phase in enumerate(phases):
                     mode = self.modes[i % len(self.modes)]
+                    if i % len(self.modes) == 0:
+                        # the modes of one turn replay the same arrivals and model picks, so that a mode's
+                        # figures differ from the other's by what the server did, not by the draw (an open
+                        # loop's rounds once offered each model a different load in each mode)
+                        seeds = (self.rng.random(), self.rng.random())
+                    pickers[mode].rng = random.Random(seeds[1])
                     rounds = f" round {i + 1}/{len(phases)}" if len(phases) > 1 else ""
                     description = f"{label} {mode}{rounds}"
-                    durations[mode] += await run_phase(send, pickers[mode], recorder, phase, self.rng)
+                    arrivals = random.Random(seeds[0])
+                    durations[mode] += await run_phase(send, pickers[mode], recorder, phase, arrivals)
             finally:
                 ticker.cancel()
             description = f"{label} done"
