@@ -188,6 +188,11 @@ def build(
     return model
 
 
+def input_shape(model: Any) -> tuple[int, ...]:
+    """One image's shape: MobileNetV3 takes any size (None dims), 224 being its default."""
+    return tuple(224 if d is None else int(d) for d in model.inputs[0].shape[1:])
+
+
 def calibrate_batch_norms(model: Any, images: int = CALIBRATION_IMAGES) -> None:
     """Sets every BatchNormalization's moving mean and variance to the statistics of its input over
     ``images`` random images (not the compared one), as training leaves them on the training data: one
@@ -204,7 +209,7 @@ def calibrate_batch_norms(model: Any, images: int = CALIBRATION_IMAGES) -> None:
         x.momentum = 0.0
     for x in drops:
         x.rate = 0.0
-    shape = tuple(224 if d is None else int(d) for d in model.inputs[0].shape[1:])
+    shape = input_shape(model)
     batch = np.random.default_rng(11).uniform(0, 255, (images, *shape)).astype(keras.config.floatx())
     try:
         model(batch, training=True)
@@ -233,8 +238,7 @@ def export(
         model = build(name, "float64", model.get_weights())
     dtype = tf.float64 if float64 else tf.float32
     tag = "64" if float64 else ""
-    # MobileNetV3 takes any image size (None dims); 224 is its default size
-    shape = tuple(224 if d is None else int(d) for d in model.inputs[0].shape[1:])
+    shape = input_shape(model)
     spec = tf.TensorSpec([1, *shape], dtype, name="input")
 
     @tf.function(input_signature=[spec])
