@@ -11,7 +11,8 @@
 Closed loop (``--concurrency N``, the default with N=8): N clients, each sending its next request when the
 last is answered. Open loop (``--rate R``): Poisson arrivals at R req/s, sent whatever the server does;
 latencies count from the scheduled send time. ``--compare-pool`` runs the same load with the run handler
-pool on and off in alternating rounds and prints them side by side. ``--overload`` measures the
+pool on and off in alternating rounds (the two rounds of a turn replay the same arrivals and model picks)
+and prints them side by side. ``--overload`` measures the
 capacity and offers multiples of it (loadtest/overload.py). Exit status: 0 done, 1 the load could
 not run (unreachable server, unknown model, ...) or no request succeeded, 2 bad arguments.
 """
