@@ -211,6 +211,21 @@ def _same(got: Any, want: Any) -> bool:
     return type(got) is type(want) and (got == want or (got != got and want != want))
 
 
+def _arrays_made(got: Any) -> list[str]:
+    """The paths (keys and indices joined by dots) of the ndarrays in a loads_tensors result, sorted."""
+    made = []
+    stack = [("", got)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, np.ndarray):
+            made.append(path)
+        elif isinstance(value, dict):
+            stack += [(f"{path}.{k}".lstrip("."), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(f"{path}.{i}", v) for i, v in enumerate(value)]
+    return sorted(made)
+
+
 @pytest.mark.parametrize(
     ("text", "arrays"),
     [
@@ -230,21 +245,17 @@ def _same(got: Any, want: Any) -> bool:
         ({"x": [1.5] * BIG, "y": [1.5] * BIG}, ["x", "y"]),
     ],
 )
-def test_loads_tensors_reads_the_values_loads_reads(text: Any, arrays: list[str]) -> None:
+@pytest.mark.parametrize("on_text", [False, True], ids=["list_by_list", "on_text"])
+def test_loads_tensors_reads_the_values_loads_reads(
+    text: Any, arrays: list[str], on_text: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if on_text:  # every array's shape checked on the body's text (see _skeletons_match)
+        monkeypatch.setattr(codec, "CHECK_LISTS_ON_TEXT", -1)
     body = json.dumps(text).encode()
     got = codec.loads_tensors(body)
     assert _same(got, json.loads(body))
-    made = []
-    stack = [("", got)]
-    while stack:
-        path, value = stack.pop()
-        if isinstance(value, np.ndarray):
-            made.append(path)
-        elif isinstance(value, dict):
-            stack += [(f"{path}.{k}".lstrip("."), v) for k, v in value.items()]
-        elif isinstance(value, list):
-            stack += [(f"{path}.{i}", v) for i, v in enumerate(value)]
-    assert sorted(made) == arrays
+    made = _arrays_made(got)
+    assert made == arrays
     for path in made:
         value: Any = got
         for key in path.split("."):
@@ -265,6 +276,31 @@ def test_loads_tensors_reads_the_values_loads_reads(text: Any, arrays: list[str]
 )
 def test_loads_tensors_leaves_what_simdjson_reads_otherwise_to_loads(body: bytes) -> None:
     assert _same(codec.loads_tensors(body), codec.loads(body))
+
+
+ROWS = [[0.5]] * 70  # 70 lists of one number: past CHECK_LISTS_ON_TEXT with two of them
+
+
+@pytest.mark.parametrize(
+    ("text", "arrays"),
+    [
+        ({"x": [ROWS, ROWS]}, ["x"]),
+        # brackets in keys, text and plain values before and after the arrays
+        ({"k[": [1, [2]], "s": "a [b, ]", "x": [ROWS, ROWS], "t": "]", "y": [[1.0] * 70] * 80}, ["x", "y"]),
+        ({"a": [{"x": [ROWS, ROWS]}, {"x": [ROWS, ROWS]}]}, ["a.0.x", "a.1.x"]),
+        ({"x": [ROWS, [*ROWS[:69], [0.5, 0.5]]], "y": [ROWS, ROWS]}, ["y"]),  # ragged, the same count
+        ({"x": [ROWS, [*ROWS[:69], []]], "y": [0.5]}, []),
+        ({"x": [ROWS, [*ROWS[:69], 0.5]]}, []),  # a number among the lists
+        ({"x": [ROWS, [*ROWS[:68], [], [0.5, 0.5]]]}, []),
+        ({"x": [ROWS, ROWS[:69]]}, []),
+        ({"x": [ROWS, [*ROWS, [0.5]]]}, []),
+    ],
+)
+def test_loads_tensors_checks_arrays_of_many_lists_on_the_text(text: Any, arrays: list[str]) -> None:
+    body = json.dumps(text).encode()
+    got = codec.loads_tensors(body)
+    assert _same(got, json.loads(body))
+    assert _arrays_made(got) == arrays
 
 
 def test_loads_tensors_refuses_malformed_text_as_loads_does() -> None:
