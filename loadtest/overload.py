@@ -32,7 +32,7 @@ import httpx
 import numpy as np
 from rich.table import Table
 
-from poolserve.loadtest.generator import HttpSender, Load, Picker, Recorder, Sample, run_phase
+from poolserve.loadtest.generator import Load, Picker, Recorder, Sample, Send, run_phase
 
 MiB = 1 << 20
 SHED = frozenset({503, 429})
@@ -120,7 +120,7 @@ async def _watch_rss(client: httpx.AsyncClient, peak: list[int]) -> None:
 
 
 async def run_steps(
-    send: HttpSender,
+    send: Send,
     pick: Picker,
     client: httpx.AsyncClient,
     capacity: float,

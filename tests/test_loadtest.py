@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -36,6 +37,7 @@ from poolserve.loadtest.generator import (
     run_open,
 )
 from poolserve.loadtest.grpc_sender import encode_grpc_request
+from poolserve.loadtest.raw_http import RawHttpSender
 from poolserve.proto import grpc_service_pb2, serving_pb2, types_pb2
 from poolserve.server import kserve, kserve_grpc
 
@@ -476,6 +478,16 @@ def test_timeouts_are_counted(server, tmp_path, capsys):
 
 def test_overload_steps_report_goodput_shedding_and_rss(server, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(overload, "SETTLE_S", 0.1)
+    # the overload steps go through the lean sender, as the other load loops do (httpx put the generator
+    # seconds behind its schedule at 2x-5x of the capacity, on the server's cores)
+    sent: list[str] = []
+    raw_call = RawHttpSender.__call__
+
+    async def counted(self: RawHttpSender, target: Any) -> int | str:
+        sent.append(target.path)
+        return await raw_call(self, target)
+
+    monkeypatch.setattr(RawHttpSender, "__call__", counted)
     out = tmp_path / "o.json"
     argv = [
         "--url",
@@ -502,6 +514,7 @@ def test_overload_steps_report_goodput_shedding_and_rss(server, tmp_path, capsys
         assert s["server"]["loop_lag"]["count"] > 0  # the server samples its event loop's lag
     table = capsys.readouterr().out
     assert "--overload: mlp" in table and "2x" in table
+    assert len(sent) >= sum(s["requests"] for s in steps) > 0
 
 
 def test_overload_step_summary():
