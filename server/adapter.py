@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from poolserve.server import codec
-from poolserve.server.admission import check_decoded
+from poolserve.server.admission import check_decoded, scope_arrivals
 from poolserve.server.models import ModelEntry
 from poolserve.server.routes import Route
 from poolserve.server.service import InferenceService, InferRequest, InferResult, request_info
@@ -59,12 +59,15 @@ async def serve(
     with service.repository.hold(request.path_params["model"], version) as entry:
         body = await request.body()
         size = adapter.decode_size(request, body)
-        infer, context = await codec.sized(size, adapter.decode, request, body, entry, alone=service.alone)
+        arrivals = scope_arrivals(request.scope)
+        alone = service.alone(arrivals)
+        infer, context = await codec.sized(size, adapter.decode, request, body, entry, alone=alone)
         infer.request_id, infer.received_at = request_info(request.scope)
+        infer.arrivals = arrivals
         check_decoded(request.scope, infer, service)
         result = await service.infer(infer)
     size = adapter.encode_size(result, context)
-    out = await codec.sized(size, adapter.encode, request, result, context, alone=service.alone)
+    out = await codec.sized(size, adapter.encode, request, result, context, alone=service.alone(arrivals))
     return Response(out.content, media_type=out.media_type, headers=out.headers)
 
 

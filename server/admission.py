@@ -117,6 +117,7 @@ class Ticket:
     header_timeout: bool  # the timeout came from the header (applied when the body sets none)
     seq: int = 0
     client: str | None = None  # counted against the per-client limit
+    arrivals: int = 0  # the admission's arrivals, this one included, when it arrived (InferenceService.alone)
 
 
 @dataclass
@@ -161,6 +162,7 @@ class Admission:
     accepted_window: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_WINDOW))
     shed_window: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_WINDOW))
     loop_lag: LoopLag = field(default_factory=lambda: LoopLag())
+    arrivals: int = 0  # requests that came to admission, admitted or not
     _seq: int = 0
 
     @property
@@ -210,6 +212,7 @@ class Admission:
         DeadlineExceededError when its deadline passed before it was read, ThrottledError (429) when
         ``client`` has ``limit`` requests open, ShedError (503) when the queue says it cannot finish in
         time (with ``shed``). The refusals carry their message and when to retry."""
+        self.arrivals += 1
         now = time.monotonic()
         if timeout_ms > 0 and now >= arrived + timeout_ms / 1000.0:
             raise DeadlineExceededError(
@@ -241,7 +244,7 @@ class Admission:
         self, model: str, arrived: float, timeout_ms: int, header: bool, client: str | None = None
     ) -> Ticket:
         self._seq += 1
-        ticket = Ticket(self, model, arrived, timeout_ms, header, self._seq, client)
+        ticket = Ticket(self, model, arrived, timeout_ms, header, self._seq, client, self.arrivals)
         self.open[ticket.seq] = ticket
         self.waiting[model] += 1
         if client is not None:
@@ -491,6 +494,12 @@ class AdmissionMiddleware(_Decision):
 MAX_CLIENT_ID = 128
 # the longest X-Request-Id echoed (a longer or unprintable one is replaced by a fresh id)
 MAX_REQUEST_ID = 128
+
+
+def scope_arrivals(scope: Scope) -> int | None:
+    """The admission's arrivals when the request arrived (``Ticket.arrivals``); None if it has no ticket."""
+    ticket: Ticket | None = scope.get(_TICKET_KEY)
+    return ticket.arrivals if ticket is not None else None
 
 
 def scope_request_id(scope: Scope, new_id: Callable[[], str]) -> str:

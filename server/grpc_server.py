@@ -148,9 +148,14 @@ async def infer_once(
             )
             try:
                 infer, kept = await codec.sized(
-                    adapter.decode_size(message), adapter.decode, message, entry, alone=service.alone
+                    adapter.decode_size(message),
+                    adapter.decode,
+                    message,
+                    entry,
+                    alone=service.alone(ticket.arrivals),
                 )
                 infer.request_id, infer.received_at = request_id, received
+                infer.arrivals = ticket.arrivals
                 apply_deadline(infer, remaining())
                 result = await service.infer(infer)
                 answer = adapter.encode(result, kept)

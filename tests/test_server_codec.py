@@ -21,7 +21,7 @@ from poolserve.proto import types_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 from poolserve.runtime.signature import TensorSpec
-from poolserve.server import codec, native, tfserving
+from poolserve.server import admission, codec, native, tfserving
 from poolserve.server.app import create_app
 from poolserve.server.config import make_config
 
@@ -415,12 +415,21 @@ async def test_versions_follow_one_rule(client: httpx.AsyncClient, version: str,
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("others", [1, 0])
+@pytest.mark.parametrize(("others", "behind"), [(1, False), (0, False), (0, True)])
 async def test_big_bodies_and_answers_leave_the_event_loop_unless_the_request_is_alone(
-    models: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, others: int
+    models: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, others: int, behind: bool
 ) -> None:
     offloaded: list[str] = []
     to_thread = codec.in_codec_thread
+    if behind:  # another request came to admission right after each one (refused at its headers, say)
+        admit = admission.Admission.admit
+
+        def admit_one_behind(self: admission.Admission, *args: Any) -> admission.Ticket:
+            ticket = admit(self, *args)
+            self.arrivals += 1
+            return ticket
+
+        monkeypatch.setattr(admission.Admission, "admit", admit_one_behind)
 
     async def counting(fn: Any, *args: Any) -> Any:
         offloaded.append(f"{type(fn.__self__).__name__}.{fn.__name__}")
@@ -444,7 +453,7 @@ async def test_big_bodies_and_answers_leave_the_event_loop_unless_the_request_is
         f"{adapter}.{step}"
         for adapter in ("NativeAdapter", "KServeAdapter", "TFServingAdapter")
         for step in ("decode", "encode")
-        if others
+        if others or behind
     ]
 
 
