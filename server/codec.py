@@ -208,29 +208,28 @@ def loads_tensors(body: bytes | memoryview) -> Any:
         plain_lists = [_brackets(v) for v in reader.plain]
         if reader.lists + sum(plain_lists) != np.count_nonzero(opens):
             return loads(raw)  # a list among an array's numbers: the codec reports it from the plain read
-        if reader.unchecked and not _skeletons_match(text, opens, reader.unchecked, plain_lists):
+        if reader.unchecked and not _skeletons_match(raw, reader.unchecked, plain_lists):
             return loads(raw)  # a ragged array: the codec reports it from the plain read
     return value
 
 
 def _skeletons_match(
-    text: Array, opens: Array, unchecked: list[tuple[int, int, tuple[int, ...]]], plain_lists: list[int]
+    raw: bytes, unchecked: list[tuple[int, int, tuple[int, ...]]], plain_lists: list[int]
 ) -> bool:
     """Whether each array of ``unchecked`` (the lists counted before it outside plain values, the plain
-    values before it, its shape) is rectangular in the body's ``text``: its brackets and commas, in order,
+    values before it, its shape) is rectangular in the body ``raw``: its brackets and commas, in order,
     are those of a full array of its shape (numbers hold none of them, and such an array holds nothing but
     numbers: ``_flat_numbers`` read them all). Its first ``[`` is the body's that follows all the lists
     read before it (in objects' keys and strings too), as the reader went through the body in order."""
-    marks = opens | (text == _CLOSE) | (text == _COMMA)
-    skeleton = text[marks]
-    starts = np.flatnonzero(skeleton == _OPEN)
+    skeleton = raw.translate(None, _NOT_MARKS)  # ~1 ns a byte: a tenth of a numpy mask and gather
+    starts = np.flatnonzero(np.frombuffer(skeleton, np.uint8) == _OPEN)
     for lists, plain, shape in unchecked:
         first = lists + sum(plain_lists[:plain])
         want = _skeleton(shape)
         if first >= starts.size:
             return False
         start = int(starts[first])
-        if skeleton[start : start + len(want)].tobytes() != want:
+        if skeleton[start : start + len(want)] != want:
             return False
     return True
 
@@ -251,11 +250,10 @@ _SJ_ARRAY = simdjson.Array
 _SJ_OBJECT = simdjson.Object
 _EXACT = float(2**53)  # integers beyond this are not all exact in float64
 _OPEN = ord("[")
-_CLOSE = ord("]")
-_COMMA = ord(",")
+_NOT_MARKS = bytes(b for b in range(256) if b not in b"[],")  # all but an array's brackets and commas
 # an array of more lists than this above its numbers is checked to be rectangular on the body's text
 # (``_skeletons_match``) rather than list by list: [8, 28, 28, 1] took 1.2 ms list by list (70% of its
-# decoding), 0.1 ms on the text
+# decoding), 0.2 ms on the text
 CHECK_LISTS_ON_TEXT = 64
 
 
