@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from support import GATES, Gate, free_port, gate_op, serve_in_thread, sleep_op
 
 from poolserve.runtime.builder import GraphBuilder
-from poolserve.server.admission import Admission, InferPaths
+from poolserve.server.admission import COST_ANSWERS, Admission, InferPaths
 from poolserve.server.app import create_app
 from poolserve.server.config import make_config
 from poolserve.server.protocol import protocol_class
@@ -70,12 +70,32 @@ def test_costs_are_measured_per_model_from_answers() -> None:
     assert a.decide("m", 11.0, 2000, 11.0) is None
     assert a.decide("other", 11.0, 1000, 11.0) is None  # an unmeasured model's own cost is 0
     a.release(tickets[0], ok=True, now=11.3)  # idle until it arrived at 11.0: 0.3 s
-    assert a.cost["m"] == pytest.approx(0.1 + 0.1 * (0.3 - 0.1))
-    assert a.pending == pytest.approx(3 * 0.12)  # the queue is valued at today's cost
+    assert a.cost["m"] == pytest.approx((0.2 + 0.3) / 2)  # the mean share of the answers so far
+    assert a.pending == pytest.approx(3 * 0.25)  # the queue is valued at today's cost
     a.release(tickets[1], ok=True, now=11.4)  # busy before: the time since the previous answer, 0.1 s
-    assert a.cost["m"] == pytest.approx(0.12 + 0.1 * (0.1 - 0.12))
+    assert a.cost["m"] == pytest.approx((0.2 + 0.3 + 0.1) / 3)
     a.release(tickets[2], ok=False, now=11.45)  # failures free the queue but teach no cost
-    assert a.cost["m"] == pytest.approx(0.118) and a.pending == pytest.approx(0.118)
+    assert a.cost["m"] == pytest.approx(0.2) and a.pending == pytest.approx(0.2)
+
+
+def test_a_batch_answering_together_does_not_make_the_cost_look_free() -> None:
+    # a batch answers its members at once: one share of the batch's time, then zeros. The cost stays the
+    # batch's time per member (an exponential average of the last ~10 fell to a tenth of it)
+    a = Admission()
+    now = 0.0
+    for _ in range(4):  # batches of 16 rows, 64 ms each: 4 ms per answer
+        tickets = [a.admit("m", now, 1000, header=False) for _ in range(16)]
+        now += 0.064
+        for t in tickets:
+            a.release(t, ok=True, now=now)
+            assert a.cost["m"] >= 0.9 * 0.004 or len(a.shares["m"]) < 16
+    assert a.cost["m"] == pytest.approx(0.004)
+    # only the last COST_ANSWERS answers count: a server that got faster is believed soon
+    for _ in range(COST_ANSWERS):
+        t = a.admit("m", now, 1000, header=False)
+        now += 0.001
+        a.release(t, ok=True, now=now)
+    assert a.cost["m"] == pytest.approx(0.001)
 
 
 async def test_a_burst_is_shed_at_arrival_and_the_accepted_finish_in_time(app: FastAPI) -> None:
