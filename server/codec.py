@@ -375,7 +375,8 @@ async def in_codec_thread(fn: Callable[..., T], *args: Any) -> T:
 
 async def sized(size: int, fn: Callable[..., T], *args: Any, alone: bool = False) -> T:
     """``fn(*args)``, in the codec thread when ``size`` (bytes to decode or encode) is at least
-    OFFLOAD_BYTES, or with ``alone`` (no other request in flight) at least ALONE_BYTES."""
+    OFFLOAD_BYTES, or with ``alone`` (the request is alone in the server: ``InferenceService.alone``) at
+    least ALONE_BYTES."""
     if size >= (ALONE_BYTES if alone else OFFLOAD_BYTES):
         return await in_codec_thread(fn, *args)
     return fn(*args)
