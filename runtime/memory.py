@@ -12,6 +12,10 @@ maximum (32 MiB on 64-bit), keeps up to ``TRIM_THRESHOLD`` bytes of freed memory
 heaps in steps of ``TOP_PAD`` bytes. The process's resident memory then stays near its peak instead of
 following each step up and down, as with TensorFlow. Set ``POOLSERVE_KEEP_FREED_MEMORY=0`` to leave
 malloc as it is. Other C libraries (musl, macOS) are left alone.
+
+``release_freed_memory()`` hands what malloc keeps back to the system (``malloc_trim``): the server calls it
+when it has been idle a while after serving (``server.release_memory_idle_s``), so a burst's peak does not
+stay resident; the next step faults its pages in once more.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ _SETTINGS = ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRES
 
 _lock = threading.Lock()
 _done: bool | None = None
+_libc: ctypes.CDLL | None = None
 
 
 def keep_freed_memory() -> bool:
@@ -51,12 +56,28 @@ def _tune() -> bool:
         return False
     if not sys.platform.startswith("linux"):
         return False
+    global _libc
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt, trim = libc.mallopt, libc.malloc_trim
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
     results = [mallopt(p, v) for p, v in _SETTINGS]
-    return all(r == 1 for r in results)
+    if all(r == 1 for r in results):
+        _libc = libc
+        return True
+    return False
+
+
+def release_freed_memory() -> bool:
+    """Returns the free memory malloc keeps (in every heap) to the system; True when some was returned.
+    Only where ``keep_freed_memory`` is in effect (elsewhere malloc returns it by itself). It walks the
+    heaps under their locks: for an idle moment, not a step's path."""
+    libc = _libc if _done else None
+    if libc is None:
+        return False
+    return bool(libc.malloc_trim(0))

@@ -31,6 +31,7 @@ from poolserve.runtime.errors import (
 from poolserve.server import admission, codec, errors, kserve, native, openapi, sessions, tfserving
 from poolserve.server.config import Config
 from poolserve.server.errors import REQUEST_ID_HEADER
+from poolserve.server.idle import IdleMemoryRelease, resident_bytes
 from poolserve.server.limits import BodyTimeoutMiddleware
 from poolserve.server.protocol import arrival
 from poolserve.server.routes import ServingApp
@@ -243,7 +244,7 @@ def operations_router(service: InferenceService) -> APIRouter:
 
     @api.get("/v1/runtime/process")
     async def process() -> dict[str, Any]:
-        return {"pid": os.getpid(), "rss_bytes": _rss_bytes()}
+        return {"pid": os.getpid(), "rss_bytes": resident_bytes()}
 
     @api.get("/v1/traces")
     async def list_traces(limit: int = Query(100, ge=1, le=10000)) -> dict[str, Any]:
@@ -270,18 +271,6 @@ def operations_router(service: InferenceService) -> APIRouter:
     return api
 
 
-def _rss_bytes() -> int | None:
-    """The process's resident set size (Linux's /proc; None elsewhere)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 # --- the app ---------------------------------------------------------------------------------------------
 
 
@@ -295,9 +284,17 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("poolserve ready: %d model(s): %s", len(service.models), ", ".join(sorted(service.models)))
         service.admission.loop_lag.start()
+        idle = IdleMemoryRelease(
+            service.config.server.release_memory_idle_s,
+            arrivals=lambda: service.admission.arrivals,
+            busy=lambda: service.in_flight > 0 or service.steps_running > 0,
+        )
+        app.state.idle_memory = idle
+        idle.start()
         try:
             yield
         finally:
+            idle.stop()
             service.admission.loop_lag.stop()
             service.draining = True
             service.ready = False

@@ -64,6 +64,9 @@ class ServerSettings(_Section):
     # yet answered; past it, 429 with Retry-After. 0: no limit. Per process (each worker counts its own).
     max_in_flight_per_client: int = Field(default=0, ge=0)
     client_header: str = Field(default="X-Client-Id", min_length=1, pattern=r"^[A-Za-z0-9-]+$")
+    # seconds with no inference request and none in flight after which the memory the runtime kept for
+    # reuse goes back to the system (server/idle.py), so a burst's peak does not stay resident; 0 = never
+    release_memory_idle_s: float = Field(default=1.0, ge=0)
     # worker processes on the port (server/workers.py); "auto": one per core. --workers overrides it.
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
 

@@ -31,3 +31,30 @@ def test_keep_freed_memory_is_done_once(monkeypatch):
     monkeypatch.setattr(memory, "_tune", lambda: calls.append(1) or not first)
     assert memory.keep_freed_memory() is first
     assert calls == []  # malloc is tuned once per process, not once per session
+
+
+_RELEASE_SCRIPT = """
+import numpy as np
+from poolserve.runtime import memory
+from poolserve.server.idle import resident_bytes
+assert memory.keep_freed_memory()
+base = resident_bytes()
+blocks = [np.ones(2 << 20, np.float32) for _ in range(24)]  # 8 MiB each: below the mmap threshold
+del blocks
+kept = resident_bytes()
+released = memory.release_freed_memory()
+print(base >> 20, kept >> 20, resident_bytes() >> 20, released)
+"""
+
+
+@pytest.mark.skipif(not LINUX_GLIBC, reason="malloc is tuned on glibc only")
+def test_release_freed_memory_hands_back_what_malloc_kept():
+    out = subprocess.run([sys.executable, "-c", _RELEASE_SCRIPT], capture_output=True, text=True, check=True)
+    base, kept, after, released = out.stdout.split()
+    assert int(kept) > int(base) + 150  # 192 MiB freed and kept for reuse
+    assert released == "True" and int(after) < int(base) + 40
+
+
+def test_release_freed_memory_does_nothing_where_malloc_is_not_tuned(monkeypatch):
+    monkeypatch.setattr(memory, "_done", False)
+    assert memory.release_freed_memory() is False
