@@ -3,15 +3,18 @@
 First the capacity: a closed loop (``--concurrency``, default 8) for ``--capacity-duration`` seconds, its
 successful answers per second (or ``--capacity R`` to skip the measurement). Then, for each multiple of it
 (``--multiples``, default 1 2 3 5), Poisson arrivals at that rate for the step's duration (``--duration``),
-and a pause to let the server settle. Each step reports:
+and a pause to let the server settle. The generator's connections (one per request it may have open) are
+opened before each step starts, as a population of clients with keep-alive pools would hold them. Each
+step reports:
 
 - goodput: answers 200 within the deadline (``--timeout-ms``, default 1000) per second, and as a fraction
   of the capacity;
 - the accepted (200) answers' p50 and p99 latency, from the scheduled send, against the deadline;
 - the shed fraction (503 and 429 answers) and the time to shed: the p99 latency of those answers;
 - 504s, other errors, and connection errors (the client saw no HTTP answer);
-- the server's RSS: its peak during the step and after the pause (``GET /v1/runtime/process``), against
-  the idle RSS measured before the first step;
+- the server's RSS: its peak during the step and after the pause (``GET /v1/runtime/process``; the pause
+  outlasts the server's idle release of kept memory, ``server.release_memory_idle_s``), against the idle
+  RSS measured before the first step;
 - the generator's own send lag (p99 of actual minus scheduled send): on a machine shared with the server,
   a generator starved of CPU shows here, and its lag is part of every latency above;
 - the server's own view (``GET /v1/runtime/admission``): its accepted answers' p99 and its shed-at-arrival
@@ -37,7 +40,7 @@ from poolserve.loadtest.generator import Load, Picker, Recorder, Sample, Send, r
 MiB = 1 << 20
 SHED = frozenset({503, 429})
 DEFAULT_MULTIPLES = (1.0, 2.0, 3.0, 5.0)
-SETTLE_S = 3.0  # the pause after a step, before its "after" RSS is read
+SETTLE_S = 4.0  # the pause after a step, before its "after" RSS is read (past the server's idle release)
 RSS_EVERY_S = 0.5
 
 
@@ -138,6 +141,12 @@ async def run_steps(
         step = Step(multiple, capacity * multiple, duration)
         if progress is not None:
             progress(f"{multiple:g}x capacity: {step.rate:.1f} req/s for {duration:g} s")
+        # the generator's connections open before the step's clock starts (``RawHttpSender``): accepting
+        # hundreds of them at once on a server computing at capacity took 0.7-1.4 s at the median (2x,
+        # 2-core machine), which the step's first requests would otherwise report as the server's answer time
+        opener = getattr(send, "open_connections", None)
+        if opener is not None:
+            await opener()
         recorder = Recorder()
         peak = [idle or 0]
         watcher = asyncio.create_task(_watch_rss(client, peak))

@@ -99,7 +99,7 @@ class RawHttpSender:
         except TimeoutError:
             return self._failed("client_timeout", f"no free connection within {self.timeout_s:g} s")
         try:
-            if conn is not None and (conn.reader.at_eof() or time.monotonic() - conn.used_at > self.idle_s):
+            if conn is not None and self._stale(conn):
                 self._close(conn)
                 conn = None
             if conn is None:
@@ -126,6 +126,39 @@ class RawHttpSender:
             return status
         finally:
             self.free.put_nowait(conn)
+
+    async def open_connections(self) -> int:
+        """Opens every connection that is not open (or has gone stale) now, all at once: before an overload
+        step, so that its requests find a client population already connected, as keep-alive pools are,
+        and time the server's answers rather than its accepting hundreds of connections at the step's
+        start. Returns how many it opened; one that cannot open stays closed (its request will say why)."""
+        conns = [self.free.get_nowait() for _ in range(self.free.qsize())]
+
+        async def ready(conn: _Conn | None) -> tuple[_Conn | None, bool]:
+            if conn is not None and not self._stale(conn):
+                return conn, False
+            if conn is not None:
+                self._close(conn)
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    reader, writer = await asyncio.open_connection(self.host, self.port)
+            except (OSError, TimeoutError):
+                return None, False
+            self.open.add(writer)
+            return _Conn(reader, writer, time.monotonic()), True
+
+        # cancelled: the slots come back empty (what was open is closed with the sender)
+        results: list[tuple[_Conn | None, bool]] = [(None, False)] * len(conns)
+        try:
+            results = await asyncio.gather(*(ready(c) for c in conns))
+        finally:
+            for conn, _ in results:
+                self.free.put_nowait(conn)
+        return sum(opened for _, opened in results)
+
+    def _stale(self, conn: _Conn) -> bool:
+        """Closed by the server, or idle long enough that it may be closing it."""
+        return conn.reader.at_eof() or time.monotonic() - conn.used_at > self.idle_s
 
     def _close(self, conn: _Conn) -> None:
         self.open.discard(conn.writer)

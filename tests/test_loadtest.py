@@ -488,6 +488,16 @@ def test_overload_steps_report_goodput_shedding_and_rss(server, tmp_path, capsys
         return await raw_call(self, target)
 
     monkeypatch.setattr(RawHttpSender, "__call__", counted)
+    # and each step starts with the generator's connections open (not opened by its first requests)
+    opened: list[int] = []
+    raw_open = RawHttpSender.open_connections
+
+    async def opening(self: RawHttpSender) -> int:
+        n = await raw_open(self)
+        opened.append(len(self.open))  # connections open as the step starts
+        return n
+
+    monkeypatch.setattr(RawHttpSender, "open_connections", opening)
     out = tmp_path / "o.json"
     argv = [
         "--url",
@@ -515,6 +525,7 @@ def test_overload_steps_report_goodput_shedding_and_rss(server, tmp_path, capsys
     table = capsys.readouterr().out
     assert "--overload: mlp" in table and "2x" in table
     assert len(sent) >= sum(s["requests"] for s in steps) > 0
+    assert opened == [cli.OPEN_LOOP_CONNECTIONS] * 2  # before each step, all of them
 
 
 def test_overload_step_summary():

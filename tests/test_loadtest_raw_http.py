@@ -144,3 +144,38 @@ def test_an_unreachable_server_is_a_connect_error():
 
     status, errors = asyncio.run(go())
     assert status == "connect_error" and "cannot connect" in errors["connect_error"]
+
+
+def test_open_connections_opens_every_slot_ahead_and_requests_then_reuse_them():
+    async def go() -> tuple[int, int, list[int | str], int, int]:
+        server, accepted = await serve(ok)
+        async with server, RawHttpSender(url(server), 3, 5.0) as send:
+            first = await send.open_connections()
+            await asyncio.sleep(0.05)  # the server's accept callbacks run
+            before_requests = len(accepted)
+            statuses = await asyncio.gather(*(send(TARGET) for _ in range(9)))
+            again = await send.open_connections()  # all open and fresh: nothing to do
+        return first, before_requests, list(statuses), again, len(accepted)
+
+    first, before_requests, statuses, again, accepted = asyncio.run(go())
+    assert first == 3 and before_requests == 3  # connected before any request was sent
+    assert statuses == [200] * 9
+    assert again == 0 and accepted == 3  # the requests used those 3 connections
+
+
+def test_open_connections_replaces_stale_ones_and_survives_an_unreachable_server():
+    async def go() -> tuple[int, int, list[int | str]]:
+        server, accepted = await serve(ok, idle_close_s=0.05)
+        async with server, RawHttpSender(url(server), 2, 5.0) as send:
+            await send.open_connections()
+            await asyncio.sleep(0.2)  # the server closed both while idle
+            reopened = await send.open_connections()
+            statuses = [await send(TARGET) for _ in range(2)]
+            server.close()
+            await server.wait_closed()
+            await asyncio.sleep(0.2)
+            none = await send.open_connections()  # cannot connect: the slots stay closed
+        return reopened, none, statuses
+
+    reopened, none, statuses = asyncio.run(go())
+    assert reopened == 2 and statuses == [200, 200] and none == 0
