@@ -41,6 +41,8 @@ from poolserve.server.config import ServerSettings
 
 ARRIVAL_KEY = "poolserve.arrival"
 OVER_CONNECTIONS_KEY = "poolserve.over_connections"
+# set in a request's scope once its whole body is in (the app's receive() then returns it without waiting)
+BODY_IN_KEY = "poolserve.body_in"
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 _CODES = {400: Code.INVALID_ARGUMENT, 408: Code.DEADLINE_EXCEEDED, 431: Code.RESOURCE_EXHAUSTED}
@@ -228,6 +230,8 @@ class ServingProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        if self.cycle is not None:
+            self.cycle.scope[BODY_IN_KEY] = True  # type: ignore[literal-required]
         answered = self.cycle is not None and self.cycle.response_complete
         if answered and not self.pipeline and not self.transport.is_closing():
             # the body of a request answered before it was read (refused at its headers) ended after the
