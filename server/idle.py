@@ -95,9 +95,11 @@ class IdleMemoryRelease:
             return
         if not self._served or self._running is not None or now - self._quiet_since < self.idle_s:
             return
+        if now - self._last_release < MIN_INTERVAL_S:
+            return  # looked at again when the interval has passed
         self._served = False
         rss = self.resident()
-        if rss is None or now - self._last_release < MIN_INTERVAL_S:
+        if rss is None:
             return
         if self.floor is not None and rss <= self.floor * (1 + MARGIN):
             return

@@ -2,10 +2,9 @@
 
 From the request's arrival, the whole body must be in within ``server.body_timeout_ms``; past it the
 request is answered 408 (JSON) and the connection closed. A body that is all in when the app reads it (the
-protocol marks the scope, ``BODY_IN_KEY``: nearly every request) is read without a timer, which cost
-~10 us of the event loop a read. The size limit (413) is enforced as the body is
-read, by the serving middleware (server/app.py); header timeouts and sizes belong to the protocol
-(server/protocol.py).
+protocol marks the scope, ``BODY_IN_KEY``: nearly every request) is read without a timer, which cost ~10 us
+of the event loop a read. The size limit (413) is enforced as the body is read, by the serving middleware
+(server/app.py); header timeouts and sizes belong to the protocol (server/protocol.py).
 """
 
 from __future__ import annotations

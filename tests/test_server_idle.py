@@ -129,6 +129,28 @@ def test_releases_are_at_least_the_interval_apart(monkeypatch: pytest.MonkeyPatc
     assert asyncio.run(go()) == [150]
 
 
+def test_a_burst_within_the_interval_is_released_once_it_has_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(idle, "MIN_INTERVAL_S", 6 * IDLE_S)
+
+    async def go() -> tuple[list[int], list[int]]:
+        world = World()
+        watcher = world.watcher()
+        watcher.start()
+        world.arrivals += 1
+        world.rss = 150
+        await _idle()  # released: 150
+        world.arrivals += 1
+        world.rss = 170
+        await _idle(2 * IDLE_S)  # idle again, but within the interval: kept for now
+        early = list(world.released)
+        await _idle(10 * IDLE_S)  # no request since: released once the interval has passed
+        watcher.stop()
+        return early, world.released
+
+    early, released = asyncio.run(go())
+    assert early == [150] and released == [150, 170]
+
+
 def test_zero_turns_it_off() -> None:
     async def go() -> list[int]:
         world = World()
