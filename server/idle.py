@@ -29,6 +29,7 @@ log = logging.getLogger("poolserve")
 
 MARGIN = 0.1  # released when the resident set is above (1 + MARGIN) x its level after the last release
 MIN_INTERVAL_S = 10.0
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def _collect_and_release() -> bool:
@@ -47,9 +48,6 @@ def resident_bytes() -> int | None:
         return None
 
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
 @dataclass
 class IdleMemoryRelease:
     """Watches ``arrivals`` (requests come to admission so far) and ``busy`` (requests or steps in flight)
@@ -58,7 +56,7 @@ class IdleMemoryRelease:
     idle_s: float
     arrivals: Callable[[], int]
     busy: Callable[[], bool]
-    release: Callable[[], bool] = lambda: _collect_and_release()
+    release: Callable[[], bool] = _collect_and_release
     resident: Callable[[], int | None] = resident_bytes
     releases: int = 0  # times memory was handed back
     floor: int | None = None  # the resident set after the last release (at start: before any request)
