@@ -18,20 +18,24 @@ admission middleware answers it 503 and closes the connection.
 
 With a ``gate`` (``server.admission.EarlyAdmission``), admission decides when a request's headers are in,
 before its ASGI task exists: a refused request is answered from the parser's callback, in one send, and
-its body, if the client sends one, is parsed and dropped as it comes (uvicorn drops the body of a request
-whose answer is complete), so the connection stays usable. A client that announced ``Expect:
-100-continue`` was told nothing yet and sends no body: its connection is closed after the answer.
+its body, if the client sends one, is dropped as it comes, so the connection stays usable: the part that
+came with the headers is parsed, and the rest (announced by its Content-Length) is counted off the reads
+without being parsed or copied, then a fresh parser takes the connection's next request. A client that
+announced ``Expect: 100-continue`` was told nothing yet and sends no body: its connection is closed after
+the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import httptools
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
@@ -145,6 +149,8 @@ class ServingProtocol(HttpToolsProtocol):
         self._header_timer: asyncio.TimerHandle | None = None
         self._header_bytes = 0
         self._refusal: tuple[int, str] | None = None
+        # body bytes of a request refused at its headers still to come: dropped as they arrive, unparsed
+        self._drop = 0
 
     # --- the header timer ---------------------------------------------------------------------------------
 
@@ -195,8 +201,32 @@ class ServingProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._drop:
+            # the body of a refused request: count it off without the parser, which would copy it (256
+            # KiB reads) into bytes objects for on_body to drop
+            self._unset_keepalive_if_required()
+            if len(data) < self._drop:
+                self._drop -= len(data)
+                return
+            data = data[self._drop :]
+            self._drop = 0
+            self._body_dropped()
+            if not data:
+                return
         if self._refusal is None:
             super().data_received(data)
+
+    def _body_dropped(self) -> None:
+        """The refused request's body is all in: its parser, left in the middle of it, is replaced."""
+        self.parser = httptools.HttpRequestParser(self)
+        with contextlib.suppress(AttributeError):  # as uvicorn makes its parser (httptools 0.6.3 and later)
+            self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        self.on_message_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self._drop:  # the refused request's body that came with its headers
+            self._drop -= len(body)
+        super().on_body(body)
 
     def send_400_response(self, msg: str) -> None:
         # httptools wraps what a callback raised (_Refused) into a parse error: answer the refusal instead
@@ -229,6 +259,7 @@ class ServingProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_message_complete(self) -> None:
+        self._drop = 0
         super().on_message_complete()
         if self.cycle is not None:
             self.cycle.scope[BODY_IN_KEY] = True  # type: ignore[literal-required]
@@ -273,7 +304,23 @@ class ServingProtocol(HttpToolsProtocol):
         self.transport.write_now(b"".join(parts))  # type: ignore[attr-defined]
         if close:
             self.transport.close()
+        elif cycle is self.cycle and cycle.more_body:  # its body is to come: dropped unparsed
+            self._drop = max(0, _declared_length(cycle.scope) - len(cycle.body))
         self.on_response_complete()
+
+
+def _declared_length(scope: Any) -> int:
+    """A request's body length from its one Content-Length header; 0 when it has none, several, or a
+    Transfer-Encoding (the parser must read such a body to find its end)."""
+    lengths = []
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding":
+            return 0
+        if name == b"content-length":
+            lengths.append(value)
+    if len(lengths) != 1 or not lengths[0].strip().isdigit():
+        return 0
+    return int(lengths[0])
 
 
 def protocol_class(settings: ServerSettings, gate: Gate | None = None) -> type[ServingProtocol]:

@@ -488,6 +488,31 @@ def test_pipelined_requests_around_a_refusal_are_answered_in_order(served: Serve
     assert served.seen.paths == ["/v1/health/live", "/v1/health/ready"]
 
 
+def test_a_refused_body_is_dropped_by_its_length_whatever_it_holds_and_however_it_comes(
+    served: Served,
+) -> None:
+    """Past the part that came with the headers, a refused body is counted off the reads, unparsed: its
+    Content-Length alone says where the next request starts, even when that request comes in the same
+    read and the body looks like requests itself."""
+    busy(served.app, 2.0)
+    fake = b"GET /v1/health/ready HTTP/1.1\r\nHost: t\r\n\r\n"
+    body = fake * 8000  # 344 KB of requests that are not
+    live = b"GET /v1/health/live HTTP/1.1\r\nHost: t\r\n\r\n"
+    with served.connect() as s, s.makefile("rb") as f:
+        for _ in range(2):  # the connection's parser is fresh after a dropped body: a second round works
+            s.sendall(head_of("/v1/models/nap:run", len(body), "X-Request-Timeout-Ms: 1000") + body[:1000])
+            assert read_answer(f)[0] == 503
+            s.sendall(body[1000:1001])
+            s.sendall(body[1001:200_000])
+            s.sendall(body[200_000:] + live)  # the body's end and the next request in one send
+            assert read_answer(f)[::2] == (200, {"live": True})
+        s.sendall(head_of("/v1/models/nap:run", 0, "X-Request-Timeout-Ms: 1000"))  # no body to drop
+        assert read_answer(f)[0] == 503
+        s.sendall(live)
+        assert read_answer(f)[0] == 200
+    assert served.seen.paths == ["/v1/health/live"] * 3
+
+
 def test_admitted_requests_free_their_tickets_whoever_answers_them(served: Served) -> None:
     gate = served.app.state.early_admission
     with served.connect() as s, s.makefile("rb") as f:
