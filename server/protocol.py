@@ -151,6 +151,8 @@ class ServingProtocol(HttpToolsProtocol):
         self._refusal: tuple[int, str] | None = None
         # body bytes of a request refused at its headers still to come: dropped as they arrive, unparsed
         self._drop = 0
+        # the current request was admitted at its headers: its body is read whole before the app gets it
+        self._whole = False
 
     # --- the header timer ---------------------------------------------------------------------------------
 
@@ -226,6 +228,12 @@ class ServingProtocol(HttpToolsProtocol):
     def on_body(self, body: bytes) -> None:
         if self._drop:  # the refused request's body that came with its headers
             self._drop -= len(body)
+        elif self._whole and not self.cycle.response_complete:
+            # uvicorn stops reading every 64 KiB until the app takes what came, a round trip through the
+            # app's receive() (and the loop) each time; an admitted request's app takes all of it anyway,
+            # and admission bounded its size (max_request_bytes): it comes whole, at on_message_complete
+            self.cycle.body += body
+            return
         super().on_body(body)
 
     def send_400_response(self, msg: str) -> None:
@@ -260,6 +268,7 @@ class ServingProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._drop = 0
+        self._whole = False
         super().on_message_complete()
         if self.cycle is not None:
             self.cycle.scope[BODY_IN_KEY] = True  # type: ignore[literal-required]
@@ -287,6 +296,9 @@ class ServingProtocol(HttpToolsProtocol):
             return
         if outcome is not None:
             app = partial(_then, app, outcome)
+            # a body of declared length (the gate refused none past max_request_bytes); a chunked one is
+            # read as uvicorn reads it, so that the app's limit applies as it comes
+            self._whole = cycle is self.cycle and cycle.more_body and _declared_length(cycle.scope) > 0
         super()._start_asgi_task(cycle, app)
 
     def _answer(self, cycle: RequestResponseCycle, refusal: Refusal) -> None:

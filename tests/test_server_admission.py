@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import uvicorn
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from support import GATES, Gate, free_port, gate_op, serve_in_thread, sleep_op
 
 from poolserve.runtime.builder import GraphBuilder
@@ -511,6 +511,45 @@ def test_a_refused_body_is_dropped_by_its_length_whatever_it_holds_and_however_i
         s.sendall(live)
         assert read_answer(f)[0] == 200
     assert served.seen.paths == ["/v1/health/live"] * 3
+
+
+def test_an_admitted_body_reaches_the_app_whole_and_a_chunked_one_as_it_comes(tmp_path: Path) -> None:
+    """An admitted request of declared length gets its body in one message, however the client sends
+    it (uvicorn alone hands it over 64 KiB at a time); a chunked body has no declared length, so it comes
+    as it arrives and the app's size limit stops it while it is read."""
+    served = Served(make_app(tmp_path, max_request_bytes=200_000))
+    messages: list[int] = []
+    app = served.seen.app
+
+    async def recording(scope: Scope, receive: Receive, send: Send) -> None:
+        async def counted() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                messages.append(len(message["body"]))
+            return message
+
+        await app(scope, counted, send)
+
+    served.seen.app = recording
+    try:
+        body = NAP_BODY + b" " * 150_000  # JSON may end in blanks
+        with served.connect() as s, s.makefile("rb") as f:
+            s.sendall(head_of("/v1/models/nap:run", len(body)) + body[:1000])
+            for piece in (body[1000:70_000], body[70_000:140_000], body[140_000:]):
+                time.sleep(0.05)
+                s.sendall(piece)
+            assert read_answer(f)[0] == 200
+            assert messages == [len(body)]
+            messages.clear()
+            s.sendall(b"POST /v1/models/nap:run HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for _ in range(6):
+                time.sleep(0.05)
+                s.sendall(b"%x\r\n" % 50_000 + b" " * 50_000 + b"\r\n")
+            status, _, answer = read_answer(f)
+            assert status == 413 and "max_request_bytes (200000)" in answer["error"]
+            assert len(messages) >= 4 and sum(messages) <= 250_000
+    finally:
+        served.stop()
 
 
 def test_admitted_requests_free_their_tickets_whoever_answers_them(served: Served) -> None:
