@@ -89,3 +89,17 @@ def test_default_config_validates() -> None:
     for m in config.models:
         assert m.path == MODELS / f"{m.name}.pb"
         assert m.path.is_file()
+
+
+def test_the_benchmark_config_names_the_realistic_fixtures() -> None:
+    """benchmarks/configs/realistic.toml (the overload benchmark's server) points at models that exist,
+    with every server setting at its default but the gRPC port."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "configs" / "realistic.toml"
+    config = load_config(path)
+    default = load_config()
+    assert [m.name for m in config.models] == ["residual_cnn", "mobilenet_v2", "bert_tiny"]
+    for m in config.models:
+        assert m.path.is_file() and m.path.parent.name == "realistic", m.path
+    assert config.server.grpc_port == 0
+    assert config.server.model_copy(update={"grpc_port": default.server.grpc_port}) == default.server
+    assert config.run_handler_pool == default.run_handler_pool and config.runtime == default.runtime
