@@ -121,6 +121,8 @@ def serve(args: argparse.Namespace) -> int:
 
 def run_server(config: Config, args: argparse.Namespace, worker: Worker | None = None) -> int:
     """The server in this process: the only one, or one ``worker`` of several."""
+    from poolserve.runtime import threadpool
+    from poolserve.server import codec
     from poolserve.server.app import create_app  # imports the runtime and the kernels: only when serving
     from poolserve.server.protocol import protocol_class
 
@@ -160,6 +162,10 @@ def run_server(config: Config, args: argparse.Namespace, worker: Worker | None =
         )
     server = _Server(uv_config, [service], grpc)
     signal.signal(signal.SIGTERM, _exit_zero)
+    # this thread runs the event loop; every thread so far computes or waits in the background (gRPC's,
+    # started later by the loop, keep the loop's priority)
+    codec.start_codec_thread()
+    threadpool.lower_other_threads(config.runtime.compute_nice)
     # Everything loaded so far (modules, graphs, constants) lives as long as the process: out of the cyclic
     # collector's sight, a full collection under load walks only what requests allocate (measured on the
     # example MLP: 72 ms pauses without this, the p99 latency).

@@ -58,6 +58,13 @@ OFFLOAD_BYTES = 32 * 1024
 ALONE_BYTES = 1024 * 1024
 _CODEC_THREAD = ThreadPoolExecutor(1, thread_name_prefix="poolserve-codec")
 
+
+def start_codec_thread() -> None:
+    """Starts the codec thread now rather than at the first large body (a server lowers its priority with
+    the other threads that compute: ``threadpool.lower_other_threads``)."""
+    _CODEC_THREAD.submit(int).result()
+
+
 STRING = np.dtype(object)
 _U32 = struct.Struct("<I")
 _DUMPS = orjson.OPT_SERIALIZE_NUMPY

@@ -79,6 +79,10 @@ class RuntimeSettings(_Section):
     # sooner from a computing pool thread, at the cost of more switches: measured slower on the example
     # MLP (0.5 ms: 0.5x the throughput), faster on mixed cheap and heavy models (benchmarks/bench_pool.py).
     gil_switch_interval_ms: float = Field(default=5.0, gt=0, le=100)
+    # `poolserve serve`: the threads that compute (run handler pool, inter-op, BLAS, codec) run this much
+    # nicer than the event loop, so that arrivals are read, shed and answered while steps keep the cores
+    # busy (0: all at one priority). Linux; other systems ignore it.
+    compute_nice: int = Field(default=5, ge=0, le=19)
 
 
 class RunHandlerPoolSettings(_Section):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import re
 import signal
 import socket
@@ -73,6 +74,30 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 def slow_body(n: int) -> bytes:
     return json.dumps({"feeds": {"dims": [n, n]}}).encode()
+
+
+def _niceness(pid: int) -> dict[int, int]:
+    """Each thread's niceness (field 19 of /proc/<pid>/task/<tid>/stat)."""
+    found = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                found[int(tid)] = int(f.read().rsplit(")", 1)[1].split()[16])
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread priorities are Linux's")
+def test_the_event_loop_runs_ahead_of_the_threads_that_compute(server: Server) -> None:
+    r = httpx.post(f"{server.url}/v1/models/add:run", json={"feeds": {"x": [[1, 2, 3]]}}, timeout=10)
+    assert r.status_code == 200
+    nice = _niceness(server.proc.pid)
+    loop = nice.pop(server.proc.pid)  # the main thread runs the event loop
+    # the run handler pool's and inter-op threads (one per core each), the codec's, BLAS's: compute_nice
+    # (5) nicer; gRPC's threads, started by the loop, keep its priority
+    assert sum(v == min(19, loop + 5) for v in nice.values()) >= 4, (loop, nice)
+    assert set(nice.values()) <= {loop, min(19, loop + 5)}
 
 
 def test_sigterm_drains_in_flight_requests_and_exits_0(server: Server) -> None:

@@ -233,3 +233,38 @@ def test_a_server_keeps_a_core_for_its_event_loop_unless_the_user_set_the_thread
         assert got["kernel_cores"] == cores  # nothing kept
     else:
         assert got["kernel_cores"] == got["budget"] == got["after"] == max(1, cores - 1)
+
+
+_NICE_SCRIPT = """
+import json, os, threading
+from poolserve.runtime.threadpool import lower_other_threads
+gate = threading.Event()
+ready = [threading.Event() for _ in range(2)]
+ids = []
+def wait(i):
+    ids.append(threading.get_native_id()); ready[i].set(); gate.wait()
+threads = [threading.Thread(target=wait, args=(i,)) for i in range(2)]
+for t in threads: t.start()
+for r in ready: r.wait()
+base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+none = lower_other_threads(0)
+changed = lower_other_threads(5)
+late = threading.Thread(target=wait, args=(0,)); ready[0].clear(); late.start(); ready[0].wait()
+nice = {tid: os.getpriority(os.PRIO_PROCESS, tid) - base for tid in [threading.get_native_id(), *ids]}
+gate.set()
+print(json.dumps({"none": none, "changed": sorted(changed), "threads": ids, "nice": list(nice.values())}))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread priorities are Linux's")
+def test_lower_other_threads_leaves_the_calling_one_ahead() -> None:
+    """Run in a process of its own: it changes the priorities of every thread but the caller's."""
+    out = subprocess.run(
+        [sys.executable, "-c", _NICE_SCRIPT], capture_output=True, text=True, timeout=60, check=True
+    )
+    got = json.loads(out.stdout)
+    assert got["none"] == []  # nice 0: nothing changes
+    assert set(got["threads"][:2]) <= set(got["changed"])
+    # the caller keeps its priority; the two threads that existed are 5 steps nicer; a thread the caller
+    # makes afterwards starts at the caller's
+    assert got["nice"] == [0, 5, 5, 0]
