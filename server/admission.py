@@ -53,7 +53,7 @@ from poolserve.runtime.errors import (
     UnavailableError,
 )
 from poolserve.server import codec, errors
-from poolserve.server.protocol import OVER_CONNECTIONS_KEY, Refusal, arrival
+from poolserve.server.protocol import OVER_CONNECTIONS_KEY, Refusal, arrival, declared_length
 
 if TYPE_CHECKING:  # the service keeps the server's Admission (server.service imports this module)
     from poolserve.server.service import InferenceService, InferRequest
@@ -419,7 +419,7 @@ class EarlyAdmission(_Decision):
         if target is None:
             return None
         server = self.service.config.server
-        length = content_length(scope)
+        length = declared_length(scope)
         if length is not None and length > server.max_request_bytes:
             return None
         if server.max_in_flight_per_client > 0 and _forwarded(scope, server.client_header.lower().encode()):
@@ -518,16 +518,6 @@ def scope_request_id(scope: Scope, new_id: Callable[[], str]) -> str:
             if 0 < len(rid) <= MAX_REQUEST_ID and rid.isprintable():
                 return rid
     return new_id()
-
-
-def content_length(scope: Scope) -> int | None:
-    for key, value in scope.get("headers", ()):
-        if key == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
 
 
 def _forwarded(scope: Scope, client_header: bytes) -> bool:

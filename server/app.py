@@ -33,7 +33,7 @@ from poolserve.server.config import Config
 from poolserve.server.errors import REQUEST_ID_HEADER
 from poolserve.server.idle import IdleMemoryRelease, resident_bytes
 from poolserve.server.limits import BodyTimeoutMiddleware
-from poolserve.server.protocol import arrival
+from poolserve.server.protocol import arrival, declared_length
 from poolserve.server.routes import ServingApp
 from poolserve.server.service import InferenceService, RequestInfo, attach_info, new_request_id
 
@@ -82,7 +82,7 @@ class ServingMiddleware:
             await answer(errors.error_response(refused, refused.headers))
             self._count(scope, info, state["status"])
             return
-        length = admission.content_length(scope)
+        length = declared_length(scope)
         if length is not None and length > server.max_request_bytes:
             await answer(self._too_large())
             self._count(scope, info, state["status"])

@@ -298,7 +298,7 @@ class ServingProtocol(HttpToolsProtocol):
             app = partial(_then, app, outcome)
             # a body of declared length (the gate refused none past max_request_bytes); a chunked one is
             # read as uvicorn reads it, so that the app's limit applies as it comes
-            self._whole = cycle is self.cycle and cycle.more_body and _declared_length(cycle.scope) > 0
+            self._whole = cycle is self.cycle and cycle.more_body and bool(declared_length(cycle.scope))
         super()._start_asgi_task(cycle, app)
 
     def _answer(self, cycle: RequestResponseCycle, refusal: Refusal) -> None:
@@ -317,21 +317,21 @@ class ServingProtocol(HttpToolsProtocol):
         if close:
             self.transport.close()
         elif cycle is self.cycle and cycle.more_body:  # its body is to come: dropped unparsed
-            self._drop = max(0, _declared_length(cycle.scope) - len(cycle.body))
+            self._drop = max(0, (declared_length(cycle.scope) or 0) - len(cycle.body))
         self.on_response_complete()
 
 
-def _declared_length(scope: Any) -> int:
-    """A request's body length from its one Content-Length header; 0 when it has none, several, or a
-    Transfer-Encoding (the parser must read such a body to find its end)."""
+def declared_length(scope: Any) -> int | None:
+    """A request's body length from its one Content-Length header; None when it has none, several, one
+    that is not a number, or a Transfer-Encoding (the parser must read such a body to find its end)."""
     lengths = []
-    for name, value in scope["headers"]:
+    for name, value in scope.get("headers", ()):
         if name == b"transfer-encoding":
-            return 0
+            return None
         if name == b"content-length":
             lengths.append(value)
     if len(lengths) != 1 or not lengths[0].strip().isdigit():
-        return 0
+        return None
     return int(lengths[0])
 
 
