@@ -124,7 +124,7 @@ def run_server(config: Config, args: argparse.Namespace, worker: Worker | None =
     from poolserve.runtime import threadpool
     from poolserve.server import codec
     from poolserve.server.app import create_app  # imports the runtime and the kernels: only when serving
-    from poolserve.server.protocol import protocol_class
+    from poolserve.server.protocol import protocol_factory
 
     try:
         app = create_app(config)
@@ -146,7 +146,7 @@ def run_server(config: Config, args: argparse.Namespace, worker: Worker | None =
         lifespan="on",
         # httptools' protocol plus the arrival stamp, header timeout and size, connection limit, and
         # admission at the end of the headers
-        http=protocol_class(config.server, app.state.early_admission),
+        http=protocol_factory(config.server, app.state.early_admission),  # type: ignore[arg-type]
         # the loop stays "auto": uvloop (installed with uvicorn[standard]) when present
     )
     grpc = None

@@ -24,7 +24,7 @@ from poolserve.runtime.builder import GraphBuilder
 from poolserve.server.admission import COST_ANSWERS, Admission, InferPaths
 from poolserve.server.app import create_app
 from poolserve.server.config import make_config
-from poolserve.server.protocol import protocol_class
+from poolserve.server.protocol import protocol_factory
 
 pytestmark = pytest.mark.anyio
 STEP_S = 0.1
@@ -302,7 +302,7 @@ class Served:
                 log_level="warning",
                 lifespan="on",
                 timeout_keep_alive=keep_alive_s,
-                http=protocol_class(config.server, app.state.early_admission),
+                http=protocol_factory(config.server, app.state.early_admission),
             )
         )
         self.thread = serve_in_thread(self.server)
@@ -557,6 +557,53 @@ def test_an_admitted_body_reaches_the_app_whole_and_a_chunked_one_as_it_comes(tm
             status, _, answer = read_answer(f)
             assert status == 413 and "max_request_bytes (200000)" in answer["error"]
             assert len(messages) >= 4 and sum(messages) <= 250_000
+    finally:
+        served.stop()
+
+
+def test_a_large_admitted_body_read_past_the_parser_is_the_one_sent_and_the_next_request_follows(
+    tmp_path: Path,
+) -> None:
+    """The rest of a large admitted body is read straight into a buffer of its declared length, past the
+    parser: the app gets exactly the bytes sent, however they are split, and the next request, sent in
+    the same write as the body's end, is parsed and answered after it."""
+    served = Served(make_app(tmp_path))
+    bodies: list[bytes] = []
+    app = served.seen.app
+
+    async def recording(scope: Scope, receive: Receive, send: Send) -> None:
+        parts: list[bytes] = []
+
+        async def kept() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                parts.append(message["body"])
+                if not message.get("more_body"):
+                    bodies.append(b"".join(parts))
+            return message
+
+        await app(scope, kept, send)
+
+    served.seen.app = recording
+    rng = np.random.default_rng(7)
+    blanks = np.frombuffer(b" \t\r\n", np.uint8)  # JSON's whitespace: each byte's place is checked
+    try:
+        with served.connect() as s, s.makefile("rb") as f:
+            for size, cuts in ((300_000, (500, 70_001, 200_000)), (1_000_000, (90_000, 650_000))):
+                body = NAP_BODY + blanks[rng.integers(0, 4, size)].tobytes()
+                data = (
+                    head_of("/v1/models/nap:run", len(body))
+                    + body
+                    + head_of("/v1/models/nap:run", len(NAP_BODY))
+                    + NAP_BODY
+                )
+                for a, b in zip((0, *cuts), (*cuts, len(data)), strict=True):
+                    s.sendall(data[a:b])
+                    time.sleep(0.02)
+                assert read_answer(f)[0] == 200
+                assert read_answer(f)[0] == 200
+                assert bodies == [body, NAP_BODY]
+                bodies.clear()
     finally:
         served.stop()
 

@@ -15,7 +15,7 @@ from support import free_port, serve_in_thread
 
 from poolserve.server.config import ServerSettings
 from poolserve.server.limits import BodyTimeoutMiddleware
-from poolserve.server.protocol import ARRIVAL_KEY, BODY_IN_KEY, protocol_class
+from poolserve.server.protocol import ARRIVAL_KEY, BODY_IN_KEY, protocol_factory
 
 
 def _read_body_with(scope_extra: dict[str, Any], arrives_after_s: float, timeout_ms: int) -> object:
@@ -77,7 +77,7 @@ def test_the_protocol_marks_a_body_once_it_is_all_in() -> None:
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="warning", http=protocol_class(ServerSettings())
+            app, host="127.0.0.1", port=port, log_level="warning", http=protocol_factory(ServerSettings())
         )
     )
     thread = serve_in_thread(server)
