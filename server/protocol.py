@@ -439,16 +439,12 @@ class _Reads(asyncio.BufferedProtocol):
         self.http.resume_writing()
 
 
-def protocol_class(settings: ServerSettings, gate: Gate | None = None) -> type[ServingProtocol]:
-    """The HTTP protocol class, bound to the server's settings and admission's ``gate``."""
-    held = staticmethod(gate) if gate is not None else None  # a function in a class would become a method
-    return type("ServingProtocol", (ServingProtocol,), {"settings": settings, "gate": held})
-
-
 def protocol_factory(settings: ServerSettings, gate: Gate | None = None) -> Callable[..., _Reads]:
-    """What to give uvicorn as its protocol (``uvicorn.Config(http=...)``): it makes, for each connection,
-    a ``protocol_class(settings, gate)`` with uvicorn's arguments, and hands the transport its reads."""
-    cls = protocol_class(settings, gate)
+    """What to give uvicorn as its protocol (``uvicorn.Config(http=...)``): for each connection, a
+    ``ServingProtocol`` bound to the server's settings and admission's ``gate``, made with uvicorn's
+    arguments, behind the ``_Reads`` the transport reads into."""
+    held = staticmethod(gate) if gate is not None else None  # a function in a class would become a method
+    cls = type("ServingProtocol", (ServingProtocol,), {"settings": settings, "gate": held})
 
     def make(*args: Any, **kwargs: Any) -> _Reads:
         return _Reads(cls(*args, **kwargs))
