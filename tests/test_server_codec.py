@@ -198,6 +198,23 @@ def test_big_bodies_are_handled_off_the_event_loop() -> None:
 BIG = 100  # values in the arrays below: over FAST_ARRAY_VALUES
 
 
+@pytest.fixture
+def any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """loads_tensors reads bodies of every size with simdjson (the bodies below are small)."""
+    monkeypatch.setattr(codec, "SMALL_BODY", 0)
+
+
+def test_loads_tensors_leaves_small_bodies_to_loads() -> None:
+    text = {"x": [0.5 * i for i in range(BIG)]}
+    small = json.dumps(text).encode()
+    assert len(small) < codec.SMALL_BODY
+    got = codec.loads_tensors(small)
+    assert type(got["x"]) is list and got == json.loads(small)
+    large = small + b" " * codec.SMALL_BODY  # the same document, past the size
+    got = codec.loads_tensors(large)
+    assert isinstance(got["x"], np.ndarray) and _same(got, json.loads(small))
+
+
 def _same(got: Any, want: Any) -> bool:
     """``got`` (ndarrays allowed) holds the JSON values ``want``, each of the same Python kind."""
     if isinstance(got, np.ndarray):
@@ -246,6 +263,7 @@ def _arrays_made(got: Any) -> list[str]:
     ],
 )
 @pytest.mark.parametrize("on_text", [False, True], ids=["list_by_list", "on_text"])
+@pytest.mark.usefixtures("any_size")
 def test_loads_tensors_reads_the_values_loads_reads(
     text: Any, arrays: list[str], on_text: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -274,6 +292,7 @@ def test_loads_tensors_reads_the_values_loads_reads(
         b'{"y": 100000000000000000000, "x": [' + b"1.5," * BIG + b"2]}",
     ],
 )
+@pytest.mark.usefixtures("any_size")
 def test_loads_tensors_leaves_what_simdjson_reads_otherwise_to_loads(body: bytes) -> None:
     assert _same(codec.loads_tensors(body), codec.loads(body))
 
@@ -296,6 +315,7 @@ ROWS = [[0.5]] * 70  # 70 lists of one number: past CHECK_LISTS_ON_TEXT with two
         ({"x": [ROWS, [*ROWS, [0.5]]]}, []),
     ],
 )
+@pytest.mark.usefixtures("any_size")
 def test_loads_tensors_checks_arrays_of_many_lists_on_the_text(text: Any, arrays: list[str]) -> None:
     body = json.dumps(text).encode()
     got = codec.loads_tensors(body)
@@ -303,6 +323,7 @@ def test_loads_tensors_checks_arrays_of_many_lists_on_the_text(text: Any, arrays
     assert _arrays_made(got) == arrays
 
 
+@pytest.mark.usefixtures("any_size")
 def test_loads_tensors_refuses_malformed_text_as_loads_does() -> None:
     with pytest.raises(InvalidArgumentError, match="malformed JSON"):
         codec.loads_tensors(b'{"x": [' + b"1.5," * BIG + b"]")
@@ -376,6 +397,7 @@ async def three_ways(
         ("s", [1.5] * BIG, 'expected text or {"b64": "..."} for dtype string, got a number'),
     ],
 )
+@pytest.mark.usefixtures("any_size")
 async def test_the_same_mistake_gets_the_same_answer(
     client: httpx.AsyncClient, name: str, data: Any, fragment: str
 ) -> None:
