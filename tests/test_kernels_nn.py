@@ -618,11 +618,13 @@ DEPTHWISE_CASES = [
     ((1, 6, 7, 2), (3, 3, 2, 1), (2, 1), (1, 1), "EXPLICIT", ((2, 1), (0, 1))),
     ((1, 4, 4, 3), (5, 5, 3, 1), (1, 1), (1, 1), "SAME", None),
     # channel multiplier 1 through each of conv_ops' ways: one einsum over flattened rows (unit column
-    # stride: dilated, 16 channels; above, a row stride of 2 with explicit padding), copied patches (column
-    # stride 2, 48 channels), the strided einsum (96 channels, 4 output columns)
+    # stride: dilated, 16 channels; 96 channels on 4 output columns; above, a row stride of 2 with explicit
+    # padding), copied patches (column stride 2, 48 channels), the strided einsum (384 channels, 4 output
+    # columns)
     ((1, 10, 9, 5), (3, 3, 5, 1), (1, 1), (2, 2), "SAME", None),
     ((2, 7, 6, 48), (3, 3, 48, 1), (2, 2), (1, 1), "SAME", None),
     ((1, 5, 6, 96), (3, 3, 96, 1), (1, 1), (1, 1), "VALID", None),
+    ((1, 5, 6, 384), (3, 3, 384, 1), (1, 1), (1, 1), "VALID", None),
     ((1, 32, 33, 16), (3, 3, 16, 1), (1, 1), (1, 1), "SAME", None),
 ]
 

@@ -407,7 +407,7 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
             return _after(np.zeros(out_shape, _F16 if half else x.dtype), epilogue)
         if not win.nchw and m == 1 and not half:
             xp = _pad(x, pads, False)
-            if win.sw == 1 and x.dtype == w.dtype and (ow >= _ROWS_MIN_WIDTH or c < _STRIDED_EINSUM_CHANNELS):
+            if win.sw == 1 and x.dtype == w.dtype and (ow >= _ROWS_MIN_WIDTH or c < _ROWS_NARROW_CHANNELS):
                 tile = row_tile(w, ow)
                 return _depthwise_rows(np.ascontiguousarray(xp), tile, win, oh, ow, epilogue)
             return _depthwise_nhwc(xp, w, win, oh, ow, epilogue)
@@ -417,8 +417,14 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
     return compute
 
 
-# ``_depthwise_rows`` from this many output columns (or below _STRIDED_EINSUM_CHANNELS channels)
+# ``_depthwise_rows`` from this many output columns, or on narrower outputs below _ROWS_NARROW_CHANNELS
+# channels. Narrow outputs against the strided einsum (``_depthwise_nhwc``), fused bias and Relu6, one BLAS
+# thread, quiet machine, best of 3 x 9, two runs: (1, 6, 6, 144) 0.81-0.83x, (1, 6, 6, 192) 0.84-0.86x,
+# (1, 3, 3, 336) 0.67-0.99x, (8, 6, 6, 144) 0.69-0.70x, (8, 6, 6, 192) 0.75x, (8, 3, 3, 336) 0.89x (all of
+# MobileNetV2 0.35's narrow stride-1 layers); from 384 channels no gain, and a loss at batch 8: (1, 7, 7,
+# 384) 0.90-0.92x, (1, 3, 3, 384) 1.00-1.16x, (8, 7, 7, 384) 1.09-1.11x, (8, 7, 7, 576) 1.19-1.25x.
 _ROWS_MIN_WIDTH = 8
+_ROWS_NARROW_CHANNELS = 384
 
 
 def _depthwise_rows(xp: Any, tile: Any, win: _Window, oh: int, ow: int, epilogue: Epilogue | None) -> Any:
@@ -444,10 +450,11 @@ def _depthwise_rows(xp: Any, tile: Any, win: _Window, oh: int, ow: int, epilogue
         (1, 6, 6, 576)      100-126     114-115       (8, 7, 7, 960)     1039-1361    1154-1560
         (1, 3, 3, 960)      44-76       62-96         (8, 3, 3, 960)     228-370      237-327
 
-    It wins wherever the rows are long (0.4-0.9x from 8 output columns on); on narrower outputs with 96
-    channels or more the strided einsum's runs of c values are as long and it is no slower (1.0-1.4x for
-    this one), so those keep it (``_ROWS_MIN_WIDTH``). With a column stride of 2 the runs are not
-    contiguous; the same einsum on column-parity copies lost (1.1-2x), so those keep ``_depthwise_nhwc``.
+    It wins wherever the rows are long (0.4-0.9x from 8 output columns on). On narrower outputs it still
+    wins below 384 channels; from there the strided einsum's runs of c values are as long and it is no
+    slower, so those keep it (``_ROWS_MIN_WIDTH``, ``_ROWS_NARROW_CHANNELS``). With a column stride of 2
+    the runs are not contiguous; the same einsum on column-parity copies lost (1.1-2x), so those keep
+    ``_depthwise_nhwc``.
     """
     kh, kw, q = tile.shape
     n = xp.shape[0]
