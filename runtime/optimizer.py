@@ -8,10 +8,11 @@ It reads the plan (its executed nodes, their consumers, the folded constants) an
   product's scaled weights and a bias. Folding is done in float64 and rounded once. A zero Pad before a
   VALID convolution becomes its explicit padding.
 - *Fusion* (the remapper): the bias and one following activation (Relu, Relu6, Elu, LeakyRelu, Tanh,
-  Sigmoid; GELU in its erf and tanh forms after a MatMul) join the product as ``_FusedConv2D``,
-  ``_FusedDepthwiseConv2dNative`` or ``_FusedMatMul`` with TensorFlow's attrs (``fused_ops``, ``num_args``,
-  ``epsilon``, ``leakyrelu_alpha``). As in TensorFlow, the fused node takes the name of the last node it
-  replaces, so its consumers, fetches and traces keep their names. A Reshape between a MatMul and its bias
+  Sigmoid, swish as Keras writes it, named ``_MklSwish`` as oneDNN builds name it; GELU in its erf and tanh
+  forms after a MatMul) join the product as ``_FusedConv2D``, ``_FusedDepthwiseConv2dNative`` or
+  ``_FusedMatMul`` with TensorFlow's attrs (``fused_ops``, ``num_args``, ``epsilon``, ``leakyrelu_alpha``).
+  As in TensorFlow, the fused node takes the name of the last node it replaces, so its consumers, fetches
+  and traces keep their names. A Reshape between a MatMul and its bias
   (Keras's Dense on 3-D input, a Tensordot) moves after the fused node when it keeps the channels last.
 - *Identity and NoOp removal* (the dependency optimizer): executed Identity/StopGradient/Snapshot nodes
   pass their input straight to their consumers; a NoOp that only waits for constants is dropped.
@@ -455,7 +456,75 @@ class _Rewriter:
             gelu = self.gelu(cur, dtype)
             if gelu is not None:
                 return gelu
+        swish = self.swish(cur, dtype)
+        if swish is not None:
+            return "_MklSwish", swish
         return None, []
+
+    def swish(self, x_name: str, dtype: np.dtype[Any]) -> list[str] | None:
+        """The nodes of ``x * sigmoid(x)`` on ``x_name:0``, its output last, as Keras writes swish (silu):
+        Sigmoid and Mul, in Keras 3 after a Mul of x by its ``beta`` (fused only when it is 1) and before
+        the IdentityN of its custom gradient (``IdentityN(swish, x, beta)``, whose consumers read port 0).
+        Every member reads only x, constants and the members before it, and x only the members."""
+        x = (x_name, 0)
+        if x_name in self.pinned or x_name in self.fetched_nodes or x in self.fed:
+            return None
+        users = [self.nodes[u] for u in self.uses.get(x, [])]
+        if any(u.control_inputs or u.name in self.absorbed or u.name in self.emitted for u in users):
+            return None
+        members: list[str] = []
+        gate = x  # what the Sigmoid reads
+        for u in users:
+            if u.op == "Mul" and len(u.inputs) == 2 and x in u.inputs and u.inputs[0] != u.inputs[1]:
+                beta = self.const(u.inputs[1] if u.inputs[0] == x else u.inputs[0])
+                if isinstance(beta, np.ndarray) and beta.size == 1 and beta.dtype == dtype and beta == 1:
+                    gate = (u.name, 0)
+                    members.append(u.name)
+                    break
+        sigmoid = [n for n in self.uses.get(gate, []) if self.nodes[n].op == "Sigmoid"]
+        if len(sigmoid) != 1 or (gate != x and len(self.uses[gate]) != 1):
+            return None
+        sig = self.nodes[sigmoid[0]]
+        members.append(sig.name)
+        product = [
+            u.name
+            for u in users
+            if u.op == "Mul" and sorted(u.inputs) == sorted([x, (sig.name, 0)]) and len(u.inputs) == 2
+        ]
+        if len(product) != 1 or self.uses.get((sig.name, 0)) != product or sig.control_inputs:
+            return None
+        members.append(product[0])
+        wrapper = self.gradient_wrapper(product[0], x)
+        if wrapper is not None:
+            members.append(wrapper)
+        inside = set(members)
+        if not {u.name for u in users} <= inside:
+            return None
+        for m in members[:-1]:
+            node = self.nodes[m]
+            if m in self.pinned or m in self.fetched_nodes or (m, 0) in self.fed or node.control_inputs:
+                return None
+            if node.attr_dtype("T", dtype) != dtype or not set(self.uses.get((m, 0), [])) <= inside:
+                return None
+        if members[-1] in self.multi_port or self.nodes[members[-1]].control_inputs:
+            return None
+        return members
+
+    def gradient_wrapper(self, y_name: str, x: TensorId) -> str | None:
+        """The IdentityN that Keras's custom gradient puts after ``y_name:0`` (its sole reader; its other
+        inputs x and constants, its other outputs unused), which may then take the swish's place."""
+        users = self.uses.get((y_name, 0), [])
+        if len(users) != 1:
+            return None
+        node = self.nodes[users[0]]
+        if node.op != "IdentityN" or node.inputs[0] != (y_name, 0) or node.control_inputs:
+            return None
+        if any(t != x and self.const(t) is None for t in node.inputs[1:]):
+            return None
+        ports = self.graph.num_outputs[node.name]
+        if any((node.name, p) in self.fed or self.uses.get((node.name, p)) for p in range(ports)[1:]):
+            return None
+        return node.name
 
     def gelu(self, x_name: str, dtype: np.dtype[Any]) -> tuple[str, list[str]] | None:
         """A closed group of elementwise ops on ``x_name:0`` whose value is GELU, and its kind."""

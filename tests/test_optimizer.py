@@ -337,6 +337,102 @@ def test_gelu_lookalike_is_not_fused() -> None:
     assert [s.decode() for s in node.attr["fused_ops"].list.s] == ["BiasAdd"]
 
 
+# --- swish, as Keras writes it --------------------------------------------------------------------------
+
+
+def swish(b: GraphBuilder, y: str, beta: float | None = 1.0, wrapper: bool = True) -> str:
+    """Keras 3's swish: ``y * sigmoid(beta * y)`` and the IdentityN of its custom gradient; with ``beta``
+    None, ``tf.nn.silu``'s Sigmoid and Mul alone."""
+    gate = y
+    if beta is not None:
+        beta_t = b.constant(np.float32(beta), name="sw/beta")
+        gate = b.mul(beta_t, y, name="sw/mul")
+    out = b.mul(y, b.unary("Sigmoid", gate, name="sw/sigmoid"), name="sw/mul_1")
+    if wrapper and beta is not None:
+        f32 = np.float32
+        return b.op("IdentityN", [out, y, beta_t], {"T": [f32, f32, f32]}, name="sw/idn", num_outputs=3)[0]
+    return out
+
+
+def swish_product(kind: str, rng: np.random.Generator) -> tuple[GraphBuilder, str, Any]:
+    """A placeholder and a Conv2D, DepthwiseConv2dNative or MatMul with its bias."""
+    b = GraphBuilder()
+    if kind == "matmul":
+        x = b.placeholder("x", np.float32, (None, 6))
+        return b, dense(b, x, rng), {x: rng.standard_normal((4, 6)).astype(np.float32) * 4}
+    x = b.placeholder("x", np.float32, (None, 5, 5, 3))
+    attrs = {"T": np.float32, "strides": [1, 1, 1, 1], "padding": "SAME", "data_format": "NHWC"}
+    op = "Conv2D" if kind == "conv" else "DepthwiseConv2dNative"
+    w = b.constant(rng.standard_normal((3, 3, 3, 4 if kind == "conv" else 1)).astype(np.float32), name="w")
+    y = b.op(op, [x, w], attrs, name="product")
+    channels = 4 if kind == "conv" else 3
+    y = b.bias_add(y, b.constant(rng.standard_normal(channels).astype(np.float32), name="bias"), name="ba")
+    return b, y, {x: rng.standard_normal((2, 5, 5, 3)).astype(np.float32) * 4}
+
+
+@pytest.mark.parametrize("kind", ["conv", "depthwise", "matmul"])
+@pytest.mark.parametrize("spelling", ["keras3", "silu"])
+def test_keras_swish_fuses_into_the_product(kind: str, spelling: str) -> None:
+    b, y, feeds = swish_product(kind, np.random.default_rng(11))
+    out = b.identity(swish(b, y, 1.0 if spelling == "keras3" else None), name="out")
+    (got,), md = run(b.graph_def, [out], feeds)
+    (want,), _ = run(b.graph_def, [out], feeds, OFF)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    fused = [n for n in md.partition_graphs[0].node if n.op.startswith("_Fused")]
+    assert len(fused) == 1 and [s.decode() for s in fused[0].attr["fused_ops"].list.s] == [
+        "BiasAdd",
+        "_MklSwish",
+    ]
+    # the fused node takes the name of what its consumers read: the IdentityN, or the last Mul
+    assert fused[0].name == ("sw/idn" if spelling == "keras3" else "sw/mul_1")
+    assert ops(md)["Sigmoid"] == ops(md)["Mul"] == ops(md)["IdentityN"] == 0
+
+
+@pytest.mark.parametrize("case", ["beta 2", "x read again", "sigmoid fetched", "gradient port read"])
+def test_what_is_not_a_plain_swish_stays_unfused(case: str) -> None:
+    b, y, feeds = swish_product("conv", np.random.default_rng(12))
+    out = swish(b, y, 2.0 if case == "beta 2" else 1.0)
+    fetches = [out]
+    if case == "x read again":
+        fetches.append(b.relu(y, name="other"))
+    elif case == "sigmoid fetched":
+        fetches.append("sw/sigmoid:0")
+    elif case == "gradient port read":
+        fetches.append(b.relu("sw/idn:1", name="other"))
+    got, md = run(b.graph_def, fetches, feeds)
+    want, _ = run(b.graph_def, fetches, feeds, OFF)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+    fused = [n for n in md.partition_graphs[0].node if n.op.startswith("_Fused")]
+    assert [s.decode() for s in fused[0].attr["fused_ops"].list.s] == ["BiasAdd"]
+    assert ops(md)["Sigmoid"] == 1
+
+
+def test_fused_swish_keeps_its_limits() -> None:
+    # y / (1 + exp(-y)): what x * sigmoid(x) gives at the ends of float32 and beyond
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None, 1))
+    out = b.identity(
+        swish(
+            b,
+            b.bias_add(
+                b.matmul(x, b.constant(np.ones((1, 1), np.float32))), b.constant(np.zeros(1, np.float32))
+            ),
+        ),
+        name="out",
+    )
+    values = np.array(
+        [[-np.inf], [-1e4], [-100.0], [-20.0], [0.0], [3.0], [100.0], [np.inf], [np.nan]], np.float32
+    )
+    (got,), md = run(b.graph_def, [out], {x: values})
+    assert ops(md)["Sigmoid"] == 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        exact = values.astype(np.float64) / (1.0 + np.exp(-values.astype(np.float64)))
+    finite = np.isfinite(exact)
+    np.testing.assert_allclose(got[finite], exact[finite], rtol=1e-6, atol=1e-30)
+    assert np.isnan(got[0, 0]) and got[7, 0] == np.inf and np.isnan(got[8, 0])
+
+
 def test_fused_batch_norm_folds_into_depthwise_conv() -> None:
     rng = np.random.default_rng(3)
     b = GraphBuilder()
