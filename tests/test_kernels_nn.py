@@ -674,6 +674,36 @@ def test_large_convolutions_run_in_bands(op, xs, ws, strides, dilations, padding
     assert_close(run_op(f"_Fused{op}", [x, w, bias], fused), want, rtol=1e-4, atol=1e-5)
 
 
+# Stride-2 depthwise convolutions of many patch values (conv_ops._PHASE_PATCH_VALUES) run as four of stride 1
+# over the input's phase planes: kernels of odd and even size (a 2-wide one has no odd-column taps to spare),
+# each padding, odd and even input sizes, batches.
+PHASE_CASES = [
+    ((1, 57, 56, 32), (7, 7, 32, 1), "SAME", None),
+    ((3, 50, 51, 24), (5, 5, 24, 1), "VALID", None),
+    ((2, 64, 64, 48), (3, 3, 48, 1), "EXPLICIT", ((0, 1), (0, 1))),
+    ((4, 33, 30, 40), (6, 4, 40, 1), "SAME", None),
+    ((3, 71, 70, 16), (2, 7, 16, 1), "EXPLICIT", ((3, 2), (1, 0))),
+]
+
+
+@pytest.mark.parametrize(("xs", "ws", "padding", "explicit"), PHASE_CASES)
+def test_strided_depthwise_runs_on_phase_planes(xs, ws, padding, explicit, monkeypatch):
+    from poolserve.runtime.kernels import conv_ops
+
+    calls = []
+    phases = conv_ops._depthwise_phases
+    monkeypatch.setattr(conv_ops, "_depthwise_phases", lambda *a: calls.append(1) or phases(*a))
+    x, w = rand(*xs), rand(*ws)
+    expected = ref_depthwise(x, w, (2, 2), (1, 1), padding, explicit or ((0, 0), (0, 0)))
+    attrs = conv_attrs((2, 2), (1, 1), padding, explicit)
+    assert_close(run_op("DepthwiseConv2dNative", [x, w], attrs), expected, rtol=1e-4, atol=1e-5)
+    bias = rand(ws[2]) * 3
+    fused = {**attrs, "fused_ops": ["BiasAdd", "Relu6"], "num_args": 1}
+    want = np.clip(expected + bias, 0, 6)
+    assert_close(run_op("_FusedDepthwiseConv2dNative", [x, w, bias], fused), want, rtol=1e-4, atol=1e-5)
+    assert len(calls) == 2
+
+
 def test_depthwise_conv2d_row_tile_follows_the_filter_and_the_width():
     # one session, step after step: the row tile a node keeps (conv_ops._depthwise_rows) is remade when the
     # output width changes and when a fed filter changes, even in place
@@ -692,6 +722,30 @@ def test_depthwise_conv2d_row_tile_follows_the_filter_and_the_width():
                 got = sess.run(out, {x: xv, w: filt})
                 assert_close(got, ref_depthwise(xv, filt, padding="SAME"), rtol=1e-4, atol=1e-5)
                 filt *= -0.5  # the same array, changed in place
+
+
+def test_strided_depthwise_phase_tiles_follow_the_filter_and_the_width():
+    # as above, for the sub-filters a stride-2 node keeps (conv_ops._depthwise_phases): a fed filter, then
+    # a constant one (read-only: its tiles are kept), at two widths
+    from poolserve.runtime.builder import GraphBuilder
+    from poolserve.runtime.session import Session
+
+    attrs = {"T": F32, "strides": [1, 2, 2, 1], "padding": "SAME"}
+    b = GraphBuilder()
+    x = b.placeholder("x", F32, (None, None, None, 32))
+    w = b.placeholder("w", F32, (5, 5, 32, 1))
+    fed = b.op("DepthwiseConv2dNative", [x, w], attrs, name="fed")
+    const = rand(5, 5, 32, 1)
+    kept = b.op("DepthwiseConv2dNative", [x, b.constant(const)], attrs, name="kept")
+    filt = rand(5, 5, 32, 1)
+    with Session(b.graph_def) as sess:
+        for shape in [(2, 61, 60, 32), (2, 61, 52, 32), (2, 61, 60, 32)]:
+            xv = rand(*shape)
+            for _ in range(2):
+                got_fed, got_kept = sess.run([fed, kept], {x: xv, w: filt})
+                assert_close(got_fed, ref_depthwise(xv, filt, (2, 2), padding="SAME"), rtol=1e-4, atol=1e-5)
+                assert_close(got_kept, ref_depthwise(xv, const, (2, 2), padding="SAME"), rtol=1e-4, atol=1e-5)
+                filt *= -0.5
 
 
 def test_depthwise_conv2d_half_empty_and_errors():

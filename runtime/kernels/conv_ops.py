@@ -381,6 +381,7 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
     # is held, so its id cannot be reused while remembered; a writeable (fed) filter may change in place
     # between steps and is tiled afresh.
     tiled: list[tuple[Any, int, Any]] = []
+    phased: list[tuple[Any, int, list[Any]]] = []  # the same for _depthwise_phases's sub-filters
 
     def row_tile(w: Any, ow: int) -> Any:
         seen = tiled[0] if tiled else None
@@ -391,6 +392,16 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
         if not w.flags.writeable:
             tiled[:] = [(w, ow, tile)]
         return tile
+
+    def phase_tiles(w: Any, ow: int) -> list[Any]:
+        """``_depthwise_phases``'s sub-filters of ``w``, each tiled ``ow`` times, kept as ``row_tile``'s."""
+        seen = phased[0] if phased else None
+        if seen is not None and seen[0] is w and seen[1] == ow:
+            return seen[2]
+        tiles = [np.tile(w[a::2, b::2, :, 0], (1, 1, ow)) for a in range(2) for b in range(2)]
+        if not w.flags.writeable:
+            phased[:] = [(w, ow, tiles)]
+        return tiles
 
     def compute(inputs: list[Any], epilogue: Epilogue | None) -> Any:
         x, w = inputs
@@ -410,6 +421,14 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
             if win.sw == 1 and x.dtype == w.dtype and (ow >= _ROWS_MIN_WIDTH or c < _ROWS_NARROW_CHANNELS):
                 tile = row_tile(w, ow)
                 return _depthwise_rows(np.ascontiguousarray(xp), tile, win, oh, ow, epilogue)
+            if (
+                win.sh == win.sw == 2
+                and win.dh == win.dw == 1
+                and x.dtype == w.dtype
+                and c < _STRIDED_EINSUM_CHANNELS
+                and n * oh * ow * kh * kw * c >= _PHASE_PATCH_VALUES
+            ):
+                return _depthwise_phases(xp, phase_tiles(w, ow), oh, ow, epilogue)
             return _depthwise_nhwc(xp, w, win, oh, ow, epilogue)
         y = _depthwise(_pad(x, pads, win.nchw), w, win, oh, ow).reshape(out_shape)
         return _after(y.astype(_F16) if half else y, epilogue)
@@ -472,6 +491,49 @@ def _depthwise_rows(xp: Any, tile: Any, win: _Window, oh: int, ow: int, epilogue
         if epilogue is not None:
             epilogue(block)
     return y
+
+
+# Stride-2 depthwise convolutions whose copied patches (``_depthwise_nhwc``, below 96 channels) would
+# hold this many values or more go to ``_depthwise_phases``. Against the copied patches, float32, one BLAS
+# thread, best of 3 x 5, two runs on a shared machine, input (n, h, w, c) and kernel, SAME, us:
+#
+#   input, kernel      patch values   copied patches   phases
+#   (1, 111, 111, 32), 7x7   4.9M         6488-7097        1329-1779
+#   (1, 111, 111, 32), 5x5   2.5M         1915-2235        838-1164
+#   (1, 111, 111, 11), 5x5   862K         839-960          429-575
+#   (1, 56, 56, 22), 7x7     845K         474-681          309-514
+#   (1, 28, 28, 88), 7x7     845K         333-431          294-420
+#   (8, 48, 48, 48), 3x3     2.0M         1513-1703        1327-1364
+#
+# (NASNetMobile's stem separable convolutions, and MobileNetV2 0.35 at batch 8.) Smaller ones lose: (1, 56,
+# 56, 22) 5x5 (431K values) 0.91-1.00x, (1, 28, 28, 88) 5x5 1.12-1.45x, (8, 24, 24, 48) 3x3 (498K) 1.27-1.75x,
+# (1, 48, 48, 48) 3x3 1.5-1.8x; so do the strided einsum's, from 96 channels: 1.05-3.3x on EfficientNet's
+# and MobileNetV2's shapes.
+_PHASE_PATCH_VALUES = 3 << 18
+
+
+def _depthwise_phases(xp: Any, tiles: list[Any], oh: int, ow: int, epilogue: Epilogue | None) -> Any:
+    """A depthwise convolution of channel multiplier 1, strides 2 and no dilation on padded NHWC input, as
+    four of stride 1: input pixel (2r + i, 2q + j) is pixel (r + i // 2, q + j // 2) of the phase plane of
+    row parity i % 2 and column parity j % 2, so output (r, q) sums, over the four planes, a stride-1
+    window of its plane times the taps of that parity (``tiles``: each phase's sub-filter tiled ``ow``
+    times, in the order (0, 0), (0, 1), (1, 0), (1, 1)). Each plane is copied once (the whole input in all)
+    and runs as ``_depthwise_rows``, in contiguous runs; a large kernel's copied patches held each input
+    value kh * kw / 4 times."""
+    unit = _Window(1, 1, 1, 1, "VALID", (0, 0, 0, 0), False)
+    y: Any = None
+    for phase, tile in enumerate(tiles):
+        kha, kwb = tile.shape[0], tile.shape[1]
+        if kha == 0 or kwb == 0:
+            continue  # a 1-wide kernel has no taps of odd parity
+        a, b = divmod(phase, 2)
+        plane = np.ascontiguousarray(xp[:, a : a + 2 * (oh + kha - 1) : 2, b : b + 2 * (ow + kwb - 1) : 2])
+        part = _depthwise_rows(plane, tile, unit, oh, ow, None)
+        if y is None:
+            y = part
+        else:
+            y += part
+    return _after(y, epilogue)
 
 
 # Depthwise convolutions of channel multiplier 1, NHWC, with a column stride (``_depthwise_rows`` takes
