@@ -674,6 +674,25 @@ def test_large_convolutions_run_in_bands(op, xs, ws, strides, dilations, padding
     assert_close(run_op(f"_Fused{op}", [x, w, bias], fused), want, rtol=1e-4, atol=1e-5)
 
 
+def test_deep_narrow_convolution_runs_in_bands(monkeypatch):
+    # a small output of a deep im2col matrix (conv_ops._BAND_COLS): bands of rows too, with the epilogue
+    from poolserve.runtime.kernels import conv_ops
+
+    calls = []
+    chunked = conv_ops._conv2d_chunked
+    monkeypatch.setattr(conv_ops, "_conv2d_chunked", lambda *a: calls.append(1) or chunked(*a))
+    x, w = rand(1, 45, 44, 128), rand(3, 3, 128, 8)
+    expected = ref_conv(x, w, (1, 1), (1, 1), "SAME")
+    assert expected.size < 2 * 65536
+    attrs = conv_attrs((1, 1), (1, 1), "SAME", None)
+    assert_close(run_op("Conv2D", [x, w], attrs), expected, rtol=1e-4, atol=1e-4)
+    bias = rand(8) * 3
+    fused = {**attrs, "fused_ops": ["BiasAdd", "Relu"], "num_args": 1}
+    want = np.maximum(expected + bias, 0)
+    assert_close(run_op("_FusedConv2D", [x, w, bias], fused), want, rtol=1e-4, atol=1e-4)
+    assert len(calls) == 2
+
+
 # Stride-2 depthwise convolutions of many patch values (conv_ops._PHASE_PATCH_VALUES) run as four of stride 1
 # over the input's phase planes: kernels of odd and even size (a 2-wide one has no odd-column taps to spare),
 # each padding, odd and even input sizes, batches.
