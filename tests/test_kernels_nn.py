@@ -902,6 +902,12 @@ def test_max_pool_nan_and_infinity_like_tensorflow():
     x = np.full((1, 2, 2, 1), -np.inf, F32)
     got = run_op("MaxPool", [x], {"ksize": [1, 2, 2, 1], "strides": [1, 1, 1, 1], "padding": "VALID"})
     assert_close(got.ravel(), np.array([lowest], F32))
+    # at the padded edges too (the padding is not copied: each tap covers the windows that hold it)
+    x = np.array([[2, -np.inf, 3], [np.nan, 1, -np.inf], [5, -np.inf, np.nan]], F32).reshape(1, 3, 3, 1)
+    got = run_op("MaxPool", [x], {"ksize": [1, 2, 2, 1], "strides": [1, 2, 2, 1], "padding": "SAME"})
+    assert_close(got.ravel(), np.array([2, 3, 5, lowest], F32))
+    got = run_op("MaxPool", [x], {"ksize": [1, 3, 1, 1], "strides": [1, 1, 1, 1], "padding": "SAME"})
+    assert_close(got[0, :, :, 0], np.array([[2, 1, 3], [5, 1, 3], [5, 1, lowest]], F32))
 
 
 def test_max_pool_dtypes_explicit_depth_and_v2():

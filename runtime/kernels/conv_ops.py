@@ -798,11 +798,58 @@ def _max_pool(x: Any, kh: int, kw: int, kd: int, win: _Window) -> Any:
         lowest, fn = np.finfo(x.dtype).min, np.fmax
     else:
         lowest, fn = np.iinfo(x.dtype).min, np.maximum
-    out = _pool_taps(_pad(x, pads, win.nchw, lowest), kh, kw, oh, ow, win, fn)
-    if x.dtype.kind == "f":
-        fresh = kh > 1 or kw > 1 or any(pads)
-        out = np.fmax(out, lowest, out=out) if fresh else np.fmax(out, lowest)
+    hx = 2 if win.nchw else 1
+    rows = _max_taps(x, hx, kh, oh, win.sh, pads[0], fn, None)
+    return _max_taps(rows, hx + 1, kw, ow, win.sw, pads[2], fn, lowest)
+
+
+def _max_taps(x: Any, axis: int, k: int, count: int, step: int, before: int, fn: Any, lowest: Any) -> Any:
+    """The max pool's reduction along ``axis`` as ``_reduce_taps`` makes it over input padded with
+    ``before`` values in front (and what the window needs behind), without the padded copy: each tap
+    reduces into the outputs whose window holds it in the input (a padded value loses to any other).
+    With ``lowest``, the result starts from it: TensorFlow's max starts from the lowest finite value, so
+    -inf and all-NaN windows give it (``fn`` skips NaN). A new array.
+
+    The padded copy of Xception's [1, 147, 147, 128] (3x3, stride 2, SAME) cost 1.9 ms, more than both
+    passes (1.5 ms), and a last pass for the lowest value 0.35 ms more. The padded way and this one in
+    turns, 30 calls each, in one process: that layer 3.8 / 6.4 ms (least / median) against 8.6 / 11.3,
+    [1, 35, 35, 256] 3x3 SAME 0.85-0.88x, VALID windows (no padding: the same passes) unchanged."""
+    size = x.shape[axis]
+    whole: list[Any] = []  # the taps every output's window holds
+    partial: list[tuple[int, int, Any]] = []
+    for t in range(k):
+        lo = max(0, -((t - before) // step))  # the first output whose window holds input t - before
+        hi = min(count - 1, (size - 1 + before - t) // step)
+        if lo > hi:
+            continue
+        first = lo * step + t - before
+        src = _along(x, axis, slice(first, first + (hi - lo) * step + 1, step))
+        if lo == 0 and hi == count - 1:
+            whole.append(src)
+        else:
+            partial.append((lo, hi, src))
+    if whole and lowest is not None:
+        out = fn(whole.pop(), lowest)
+    elif len(whole) >= 2:
+        out = fn(whole.pop(), whole.pop())
+    elif whole:
+        out = whole.pop().copy()
+    else:
+        shape = list(x.shape)
+        shape[axis] = count
+        out = np.full(shape, np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min, x.dtype)
+    for src in whole:
+        fn(out, src, out=out)
+    for lo, hi, src in partial:
+        dst = _along(out, axis, slice(lo, hi + 1))
+        fn(dst, src, out=dst)
     return out
+
+
+def _along(x: Any, axis: int, index: slice) -> Any:
+    where = [slice(None)] * x.ndim
+    where[axis] = index
+    return x[tuple(where)]
 
 
 @kernel("MaxPool", expensive=True)
