@@ -8,12 +8,13 @@ It reads the plan (its executed nodes, their consumers, the folded constants) an
   product's scaled weights and a bias. Folding is done in float64 and rounded once. A zero Pad before a
   VALID convolution becomes its explicit padding.
 - *Fusion* (the remapper): the bias and one following activation (Relu, Relu6, Elu, LeakyRelu, Tanh,
-  Sigmoid, swish as Keras writes it, named ``_MklSwish`` as oneDNN builds name it; GELU in its erf and tanh
-  forms after a MatMul) join the product as ``_FusedConv2D``, ``_FusedDepthwiseConv2dNative`` or
-  ``_FusedMatMul`` with TensorFlow's attrs (``fused_ops``, ``num_args``, ``epsilon``, ``leakyrelu_alpha``).
-  As in TensorFlow, the fused node takes the name of the last node it replaces, so its consumers, fetches
-  and traces keep their names. A Reshape between a MatMul and its bias
-  (Keras's Dense on 3-D input, a Tensordot) moves after the fused node when it keeps the channels last.
+  Sigmoid, swish as Keras writes it, named ``_MklSwish`` as oneDNN builds name it, hard swish as
+  ``HardSwish``; GELU in its erf and tanh forms after a MatMul) join the product as ``_FusedConv2D``,
+  ``_FusedDepthwiseConv2dNative`` or ``_FusedMatMul`` with TensorFlow's attrs (``fused_ops``, ``num_args``,
+  ``epsilon``, ``leakyrelu_alpha``). As in TensorFlow, the fused node takes the name of the last node it
+  replaces, so its consumers, fetches and traces keep their names. A Reshape between a MatMul and its
+  bias (Keras's Dense on 3-D input, a Tensordot) moves after the fused node when it keeps the channels
+  last.
 - *Identity and NoOp removal* (the dependency optimizer): executed Identity/StopGradient/Snapshot nodes
   pass their input straight to their consumers; a NoOp that only waits for constants is dropped.
 - *Layer norm* (the remapper, as oneDNN builds fuse it into ``_MklLayerNorm``): the Mean, SquaredDifference,
@@ -27,8 +28,9 @@ It reads the plan (its executed nodes, their consumers, the folded constants) an
   an activation become one ``_FusedBatchMatMulV2`` (``runtime/batch_matmul_fusion.py``).
 
 A node is only absorbed when nothing else needs its output: not fetched, not fed, not a target, not
-named by a control input, consumed once. GELU is recognised by its value, not its spelling: a closed group
-of elementwise ops on one tensor whose output matches GELU on a probe of 241 points to float32 precision.
+named by a control input, consumed once. GELU and hard swish are recognised by their value, not their
+spelling: a closed group of elementwise ops on one tensor whose output matches the function on a probe of
+241 points to float32 precision.
 
 ``ConfigProto.graph_options.rewrite_options`` switches it as TensorFlow does: ``disable_meta_optimizer``
 turns all of it off, ``arithmetic_optimization: OFF`` the folding, ``remapping: OFF`` the fusion (layer
@@ -67,7 +69,10 @@ _IDENTITIES = ("Identity", "StopGradient", "Snapshot")
 _BATCH_NORMS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
 _ADDS = ("Add", "AddV2", "BiasAdd")
 # what a GELU written out elementwise is made of (Keras: 0.5 * x * erfc(-x / sqrt(2)), or the tanh form)
-_ELEMENTWISE = ("Mul", "Add", "AddV2", "Sub", "RealDiv", "Neg", "Erf", "Erfc", "Tanh", "Pow", "Square")
+_ELEMENTWISE = (
+    "Mul", "Add", "AddV2", "Sub", "RealDiv", "Neg", "Erf", "Erfc", "Tanh", "Pow", "Square", "Relu6", "Relu",
+    "Maximum", "Minimum",
+)  # fmt: skip
 _GELU_MAX_NODES = 12
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -120,6 +125,8 @@ def _gelu_reference(x: Any) -> dict[str, Any]:
 
 _PROBE = np.linspace(-6.0, 6.0, 241)
 _GELU_REFERENCE = _gelu_reference(_PROBE)
+# hard swish, x * relu6(x + 3) / 6 (Keras's "hard_swish", MobileNetV3's activation): after any product
+_HARD_SWISH_REFERENCE = {"HardSwish": _PROBE * np.clip(_PROBE + 3.0, 0.0, 6.0) / 6.0}
 
 
 class _Rewriter:
@@ -452,10 +459,11 @@ class _Rewriter:
             node = self.nodes[nxt]
             if node.op in ACTIVATIONS and not node.control_inputs and node.attr_dtype("T", dtype) == dtype:
                 return node.op, [nxt]
-        if base.op == "MatMul":
-            gelu = self.gelu(cur, dtype)
-            if gelu is not None:
-                return gelu
+        # TensorFlow's CPU kernels fuse GELU only after a matrix product
+        kinds = {**_GELU_REFERENCE, **_HARD_SWISH_REFERENCE} if base.op == "MatMul" else _HARD_SWISH_REFERENCE
+        elementwise = self.gelu(cur, dtype, kinds)
+        if elementwise is not None:
+            return elementwise
         swish = self.swish(cur, dtype)
         if swish is not None:
             return "_MklSwish", swish
@@ -526,8 +534,11 @@ class _Rewriter:
             return None
         return node.name
 
-    def gelu(self, x_name: str, dtype: np.dtype[Any]) -> tuple[str, list[str]] | None:
-        """A closed group of elementwise ops on ``x_name:0`` whose value is GELU, and its kind."""
+    def gelu(
+        self, x_name: str, dtype: np.dtype[Any], kinds: dict[str, Any] = _GELU_REFERENCE
+    ) -> tuple[str, list[str]] | None:
+        """A closed group of elementwise ops on ``x_name:0`` whose value is one of ``kinds`` (GELU's, or
+        hard swish's, on ``_PROBE``), and its kind."""
         if x_name in self.pinned or x_name in self.fetched_nodes or (x_name, 0) in self.fed:
             return None
         x = (x_name, 0)
@@ -557,7 +568,7 @@ class _Rewriter:
         for sink in group:
             members = self.ancestors(sink, group, x)
             if len(members) >= 3 and self.closed(members, sink, x):
-                kind = self.gelu_kind(members, sink, x, dtype)
+                kind = self.gelu_kind(members, sink, x, dtype, kinds)
                 if kind is not None:
                     return kind, members
         return None
@@ -586,7 +597,9 @@ class _Rewriter:
                 return False
         return sink not in self.multi_port
 
-    def gelu_kind(self, members: list[str], sink: str, x: TensorId, dtype: np.dtype[Any]) -> str | None:
+    def gelu_kind(
+        self, members: list[str], sink: str, x: TensorId, dtype: np.dtype[Any], kinds: dict[str, Any]
+    ) -> str | None:
         values: dict[TensorId, Any] = {x: _PROBE.astype(dtype)}
         ctx = OpContext()
         try:
@@ -599,7 +612,7 @@ class _Rewriter:
         got = values[(sink, 0)]
         if got.shape != _PROBE.shape:
             return None
-        for kind, ref in _GELU_REFERENCE.items():
+        for kind, ref in kinds.items():
             if np.all(np.abs(got - ref) <= 2e-6 * (1.0 + np.abs(ref))):
                 return kind
         return None

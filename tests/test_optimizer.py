@@ -433,6 +433,41 @@ def test_fused_swish_keeps_its_limits() -> None:
     assert np.isnan(got[0, 0]) and got[7, 0] == np.inf and np.isnan(got[8, 0])
 
 
+def hard_swish(b: GraphBuilder, y: str, six: float = 6.0) -> str:
+    """Keras's hard_swish: ``y * (relu6(y + 3) / 6)``."""
+    r = b.unary(
+        "Relu6", b.add(y, b.constant(np.float32(3.0), name="hs/three"), name="hs/add"), name="hs/relu6"
+    )
+    ratio = b.binary("RealDiv", r, b.constant(np.float32(six), name="hs/six"), name="hs/truediv")
+    return b.mul(y, ratio, name="hs/mul")
+
+
+@pytest.mark.parametrize("kind", ["conv", "depthwise", "matmul"])
+def test_hard_swish_fuses_into_the_product(kind: str) -> None:
+    b, y, feeds = swish_product(kind, np.random.default_rng(13))
+    out = b.identity(hard_swish(b, y), name="out")
+    (got,), md = run(b.graph_def, [out], feeds)
+    (want,), _ = run(b.graph_def, [out], feeds, OFF)
+    np.testing.assert_array_equal(got, want)  # the graph's own order of operations
+    fused = [n for n in md.partition_graphs[0].node if n.op.startswith("_Fused")]
+    assert len(fused) == 1 and [s.decode() for s in fused[0].attr["fused_ops"].list.s] == [
+        "BiasAdd",
+        "HardSwish",
+    ]
+    assert fused[0].name == "hs/mul" and ops(md)["Relu6"] == ops(md)["RealDiv"] == 0
+
+
+def test_hard_swish_lookalike_is_not_fused() -> None:
+    b, y, feeds = swish_product("conv", np.random.default_rng(14))
+    out = b.identity(hard_swish(b, y, six=5.0), name="out")
+    (got,), md = run(b.graph_def, [out], feeds)
+    (want,), _ = run(b.graph_def, [out], feeds, OFF)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    fused = [n for n in md.partition_graphs[0].node if n.op.startswith("_Fused")]
+    assert [s.decode() for s in fused[0].attr["fused_ops"].list.s] == ["BiasAdd"]
+    assert ops(md)["Relu6"] == 1
+
+
 def test_fused_batch_norm_folds_into_depthwise_conv() -> None:
     rng = np.random.default_rng(3)
     b = GraphBuilder()

@@ -4,7 +4,8 @@
 Grappler's remapper (and poolserve's ``runtime/optimizer.py``) writes them in place of a convolution or
 matrix product followed by a bias and an activation. The attrs are TensorFlow's: ``fused_ops`` lists what
 follows the product (``["BiasAdd"]``, ``["BiasAdd", "Relu6"]``, ``["FusedBatchNorm", "Relu"]``,
-``["BiasAdd", "_MklSwish"]`` as oneDNN builds write swish, after a matrix product also
+``["BiasAdd", "_MklSwish"]`` as oneDNN builds write swish, ``"HardSwish"`` (poolserve's: TensorFlow
+fuses no hard swish), after a matrix product also
 ``"GeluExact"``/``"GeluApproximate"``), ``num_args`` counts the inputs after the
 filter (1 bias, or FusedBatchNorm's scale, offset, mean and variance), ``epsilon`` is FusedBatchNorm's and
 ``leakyrelu_alpha`` LeakyRelu's. The product's kernel is the plain op's; bias and activation are applied in
@@ -111,6 +112,28 @@ def _swish(y: Any, alpha: float) -> Any:
     return y
 
 
+def _hard_swish(y: Any, alpha: float) -> Any:
+    """x * (relu6(x + 3) / 6) in place, in the order Keras writes it (the same values as the graph's
+    nodes), a block of 64K values at a time: four passes, where the graph's AddV2, Relu6, RealDiv and Mul
+    made four nodes and three temporaries."""
+    if not y.flags.c_contiguous:
+        t = np.add(y, y.dtype.type(3))
+        nn_ops._relu6(t, out=t)
+        t /= y.dtype.type(6)
+        y *= t
+        return y
+    flat = y.reshape(-1)
+    tmp = np.empty(min(flat.size, _SWISH_BLOCK), y.dtype)
+    three, six = y.dtype.type(3), y.dtype.type(6)
+    for start in range(0, flat.size, _SWISH_BLOCK):
+        block = flat[start : start + _SWISH_BLOCK]
+        t = np.add(block, three, out=tmp[: block.size])
+        nn_ops._relu6(t, out=t)
+        t /= six
+        block *= t
+    return y
+
+
 def _gelu_exact(y: Any, alpha: float) -> Any:
     if y.dtype == _F32 and y.flags.c_contiguous:
         flat = y.reshape(-1)
@@ -191,6 +214,7 @@ ACTIVATIONS: dict[str, Activation] = {
     "GeluExact": _gelu_exact,
     "GeluApproximate": _gelu_tanh,
     "_MklSwish": _swish,
+    "HardSwish": _hard_swish,
 }
 # TensorFlow's CPU kernels accept GELU only after a matrix product
 _GELU = ("GeluExact", "GeluApproximate")
