@@ -652,6 +652,7 @@ def test_depthwise_conv2d_matches_tensorflow():
 BANDED_CASES = [
     ("Conv2D", (2, 75, 61, 5), (3, 3, 5, 16), (1, 1), (1, 1), "SAME"),
     ("Conv2D", (3, 64, 48, 8), (1, 1, 8, 24), (1, 1), (1, 1), "VALID"),
+    ("Conv2D", (1, 150, 97, 8), (1, 1, 8, 24), (1, 1), (1, 1), "SAME"),  # 1x1: bands of 256K values
     ("Conv2D", (2, 129, 97, 3), (3, 3, 3, 32), (2, 2), (1, 1), "VALID"),
     ("DepthwiseConv2dNative", (2, 90, 83, 16), (3, 3, 16, 1), (1, 1), (1, 1), "SAME"),
     ("DepthwiseConv2dNative", (2, 90, 83, 16), (3, 3, 16, 1), (1, 1), (2, 2), "SAME"),
