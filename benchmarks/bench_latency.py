@@ -2,9 +2,11 @@
 
     python -m benchmarks.bench_latency [--tf-python /opt/tfenv/bin/python] [--onnx-python PYTHON]
         [--baseline DIR] [--rounds 8] [--runs 8] [--batch N] [--model NAME ...] [--intra-op-threads 2]
-        [--json PATH]
+        [--fixtures DIR] [--json PATH]
 
-Per model, ``Session.run`` on the fixture's recorded feeds (``tests/fixtures/models/realistic``), one request
+Per model, ``Session.run`` on the fixture's recorded feeds (``tests/fixtures/models/realistic``, or the
+``<model>.pb`` and ``<model>.npz`` of ``--fixtures``: ``tools/export_keras_fixtures.py`` writes the
+``keras.applications`` models that way, too large to commit), one request
 at a time, timed call by call; the table shows the median. Engines: poolserve with its graph optimizer
 (the default), poolserve with ``rewrite_options.disable_meta_optimizer`` (what the optimizer gains), with
 ``--tf-python`` TensorFlow's ``tf.compat.v1.Session`` on the same .pb in a subprocess (TensorFlow is never
@@ -191,8 +193,9 @@ def _timed(sess: Session, fetches: list[str], feeds: dict[str, Any], runs: int) 
 
 
 def bench_model(name: str, args: argparse.Namespace, workers: list[Worker]) -> dict[str, Any]:
-    feeds, fetches = load_io(REALISTIC / f"{name}.npz", args.batch)
-    graph = Graph(load_graph_def(REALISTIC / f"{name}.pb"))
+    folder: Path = args.fixtures
+    feeds, fetches = load_io(folder / f"{name}.npz", args.batch)
+    graph = Graph(load_graph_def(folder / f"{name}.pb"))
     engines: dict[str, Session | Worker] = {
         "poolserve": _session(graph, args.intra_op_threads, True),
         "poolserve_unoptimized": _session(graph, args.intra_op_threads, False),
@@ -206,8 +209,8 @@ def bench_model(name: str, args: argparse.Namespace, workers: list[Worker]) -> d
         answer = worker.call(
             op="load",
             name=name,
-            pb=str(REALISTIC / f"{name}.pb"),
-            npz=str(REALISTIC / f"{name}.npz"),
+            pb=str(folder / f"{name}.pb"),
+            npz=str(folder / f"{name}.npz"),
             rows=args.batch,
             fetches=fetches,
             intra=args.intra_op_threads,
@@ -265,13 +268,25 @@ def main(argv: list[str] | None = None) -> None:
         help="a Python with TensorFlow, tf2onnx and onnxruntime, to time the graphs converted to ONNX",
     )
     parser.add_argument("--model", action="append", help="a realistic fixture (default: all)")
+    parser.add_argument(
+        "--fixtures",
+        type=Path,
+        default=REALISTIC,
+        help="a folder of <model>.pb and <model>.npz (the realistic fixtures by default; "
+        "tools/export_keras_fixtures.py writes keras.applications models so)",
+    )
     parser.add_argument("--batch", type=int, help="rows per request (default: the fixture's own batch)")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--runs", type=int, default=8, help="calls per engine per round")
     parser.add_argument("--intra-op-threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=RESULTS / "latency.json")
     args = parser.parse_args(argv)
-    models = args.model or sorted(json.loads((REALISTIC / "models.json").read_text()))
+    listed = args.fixtures / "models.json"
+    models = args.model or (
+        sorted(json.loads(listed.read_text()))
+        if listed.exists()
+        else sorted(p.stem for p in args.fixtures.glob("*.pb"))
+    )
     workers: list[Worker] = []
     if args.baseline:
         workers.append(Worker("baseline", sys.executable, str(args.baseline.resolve())))
