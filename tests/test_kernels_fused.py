@@ -107,6 +107,8 @@ def test_fused_convolution_reads_each_steps_bias():
         ("LeakyRelu", 0.2),
         ("LeakyRelu", 1.5),
         ("LeakyRelu", -0.5),
+        ("_MklSwish", 0.0),
+        ("HardSwish", 0.0),
     ],
 )
 @pytest.mark.parametrize(
@@ -131,7 +133,14 @@ def test_a_fused_convolution_applies_its_activation_on_every_path(op, shape, fil
     act_attrs = {"T": F32, "alpha": alpha} if act == "LeakyRelu" else {"T": F32}
     xp = plain.placeholder("x", F32)
     y = plain.op(conv_op, [xp, plain.constant(w)], conv)
-    y = plain.op(act, [plain.op("BiasAdd", [y, plain.constant(bias.astype(F32))], {"T": F32})], act_attrs)
+    y = plain.op("BiasAdd", [y, plain.constant(bias.astype(F32))], {"T": F32})
+    if act == "_MklSwish":  # as Keras spells them
+        y = plain.mul(y, plain.unary("Sigmoid", y))
+    elif act == "HardSwish":
+        relu6 = plain.unary("Relu6", plain.add(y, plain.constant(F32(3))))
+        y = plain.mul(y, plain.binary("RealDiv", relu6, plain.constant(F32(6))))
+    else:
+        y = plain.op(act, [y], act_attrs)
     xf = fused.placeholder("x", F32)
     attrs = {**conv, "fused_ops": ["BiasAdd", act], "num_args": 1, "leakyrelu_alpha": alpha}
     out = fused.op(op, [xf, fused.constant(w), fused.constant(bias.astype(F32))], attrs, name="op")
@@ -139,6 +148,19 @@ def test_a_fused_convolution_applies_its_activation_on_every_path(op, shape, fil
     want = Session(Graph(plain.graph_def), config=unfused).run(y, {"x:0": x})
     got = Session(Graph(fused.graph_def)).run(out, {"x:0": x})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("act", ["_MklSwish", "HardSwish"])
+def test_block_activations_on_a_strided_array(act):
+    # a grouped NCHW convolution hands its epilogue a transposed array: one pass over it, not blocks
+    from poolserve.runtime.kernels.fused_ops import ACTIVATIONS
+
+    y = np.random.default_rng(8).standard_normal((70000, 3)).astype(F32)
+    x = y.astype(np.float64)
+    want = x / (1 + np.exp(-x)) if act == "_MklSwish" else x * np.clip(x + 3, 0, 6) / 6
+    view = y.T
+    assert ACTIVATIONS[act](view, 0.0) is view
+    np.testing.assert_allclose(view, want.T, rtol=1e-6, atol=1e-7)
 
 
 def test_fused_batch_matmul_runs_the_product_on_all_rows_then_bias_and_activation():

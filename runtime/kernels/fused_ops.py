@@ -86,52 +86,52 @@ def _sigmoid_act(y: Any, alpha: float) -> Any:
     return y
 
 
-# Swish, x * sigmoid(x) (Keras's "swish" and "silu", EfficientNet's activation), as oneDNN builds of
-# TensorFlow fuse it into a convolution (``_MklSwish``): y / (1 + exp(-y)), four passes over blocks of 64K
-# values (the temporary stays in cache). numpy's float32 exp is most of it (2-3 ns a value here): 64K values
-# in 129 us against 216 for the graph's Mul, Sigmoid and Mul (malloc tuned as a session tunes it). Below
-# y = -88.7 exp(-y) overflows and the quotient is -0 (the exact value is under 1e-36 in magnitude there);
-# -inf gives NaN, as -inf * sigmoid(-inf) does.
-_SWISH_BLOCK = 1 << 16
+# Swish and hard swish run on blocks of 64K values, their temporary in cache, each step in place on the
+# block (``_in_blocks``).
+_ACT_BLOCK = 1 << 16
+
+
+def _in_blocks(y: Any, step: Callable[[Any, Any], None]) -> Any:
+    """``step(block, scratch)`` over ``y`` in place: on each 64K-value block of a C-contiguous ``y`` with a
+    scratch array of the block's size, else once on the whole of ``y``."""
+    if not y.flags.c_contiguous:
+        step(y, np.empty_like(y))
+        return y
+    flat = y.reshape(-1)
+    tmp = np.empty(min(flat.size, _ACT_BLOCK), y.dtype)
+    for start in range(0, flat.size, _ACT_BLOCK):
+        block = flat[start : start + _ACT_BLOCK]
+        step(block, tmp[: block.size])
+    return y
+
+
+def _swish_step(y: Any, t: Any) -> None:
+    # Swish, x * sigmoid(x) (Keras's "swish" and "silu", EfficientNet's activation), as oneDNN builds of
+    # TensorFlow fuse it into a convolution (``_MklSwish``): y / (1 + exp(-y)), four passes. numpy's float32
+    # exp is most of it (2-3 ns a value here): 64K values in 129 us against 216 for the graph's Mul, Sigmoid
+    # and Mul (malloc tuned as a session tunes it). Below y = -88.7 exp(-y) overflows and the quotient is -0
+    # (the exact value is under 1e-36 in magnitude there); -inf gives NaN, as -inf * sigmoid(-inf) does.
+    np.negative(y, out=t)
+    np.exp(t, out=t)
+    t += 1
+    np.divide(y, t, out=y)
+
+
+def _hard_swish_step(y: Any, t: Any) -> None:
+    # x * (relu6(x + 3) / 6) in the order Keras writes it (the same values as the graph's nodes): four
+    # passes, where the graph's AddV2, Relu6, RealDiv and Mul made four nodes and three temporaries
+    np.add(y, y.dtype.type(3), out=t)
+    nn_ops._relu6(t, out=t)
+    t /= y.dtype.type(6)
+    y *= t
 
 
 def _swish(y: Any, alpha: float) -> Any:
-    if not y.flags.c_contiguous:
-        t = np.negative(y)
-        np.exp(t, out=t)
-        t += 1
-        return np.divide(y, t, out=y)
-    flat = y.reshape(-1)
-    tmp = np.empty(min(flat.size, _SWISH_BLOCK), y.dtype)
-    for start in range(0, flat.size, _SWISH_BLOCK):
-        block = flat[start : start + _SWISH_BLOCK]
-        t = np.negative(block, out=tmp[: block.size])
-        np.exp(t, out=t)
-        t += 1
-        np.divide(block, t, out=block)
-    return y
+    return _in_blocks(y, _swish_step)
 
 
 def _hard_swish(y: Any, alpha: float) -> Any:
-    """x * (relu6(x + 3) / 6) in place, in the order Keras writes it (the same values as the graph's
-    nodes), a block of 64K values at a time: four passes, where the graph's AddV2, Relu6, RealDiv and Mul
-    made four nodes and three temporaries."""
-    if not y.flags.c_contiguous:
-        t = np.add(y, y.dtype.type(3))
-        nn_ops._relu6(t, out=t)
-        t /= y.dtype.type(6)
-        y *= t
-        return y
-    flat = y.reshape(-1)
-    tmp = np.empty(min(flat.size, _SWISH_BLOCK), y.dtype)
-    three, six = y.dtype.type(3), y.dtype.type(6)
-    for start in range(0, flat.size, _SWISH_BLOCK):
-        block = flat[start : start + _SWISH_BLOCK]
-        t = np.add(block, three, out=tmp[: block.size])
-        nn_ops._relu6(t, out=t)
-        t /= six
-        block *= t
-    return y
+    return _in_blocks(y, _hard_swish_step)
 
 
 def _gelu_exact(y: Any, alpha: float) -> Any:
