@@ -29,3 +29,25 @@ def test_bench_latency_runs_and_writes_json(tmp_path: Path) -> None:
         assert result[f"{engine}_ms"] > 0
         assert len(result[f"{engine}_round_medians_ms"]) == 2
     assert result["ratio_to_baseline"] > 0
+
+
+def test_bench_latency_times_every_graph_of_a_fixtures_folder(tmp_path: Path) -> None:
+    # --fixtures: <model>.pb and <model>.npz (tools/export_keras_fixtures.py writes keras.applications so);
+    # with no models.json and no --model, every .pb there is a model
+    realistic = ROOT / "tests" / "fixtures" / "models" / "realistic"
+    folder = tmp_path / "fixtures"
+    folder.mkdir()
+    for suffix in (".pb", ".npz"):
+        (folder / f"tiny{suffix}").write_bytes((realistic / f"mlp_gelu{suffix}").read_bytes())
+    out = tmp_path / "latency.json"
+    args = ["--fixtures", str(folder), "--rounds", "1", "--runs", "1", "--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_latency", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (result,) = json.loads(out.read_text())["models"]
+    assert result["model"] == "tiny" and result["poolserve_ms"] > 0
