@@ -461,7 +461,7 @@ class _Rewriter:
                 return node.op, [nxt]
         # TensorFlow's CPU kernels fuse GELU only after a matrix product
         kinds = {**_GELU_REFERENCE, **_HARD_SWISH_REFERENCE} if base.op == "MatMul" else _HARD_SWISH_REFERENCE
-        elementwise = self.gelu(cur, dtype, kinds)
+        elementwise = self.valued_activation(cur, dtype, kinds)
         if elementwise is not None:
             return elementwise
         swish = self.swish(cur, dtype)
@@ -534,8 +534,8 @@ class _Rewriter:
             return None
         return node.name
 
-    def gelu(
-        self, x_name: str, dtype: np.dtype[Any], kinds: dict[str, Any] = _GELU_REFERENCE
+    def valued_activation(
+        self, x_name: str, dtype: np.dtype[Any], kinds: dict[str, Any]
     ) -> tuple[str, list[str]] | None:
         """A closed group of elementwise ops on ``x_name:0`` whose value is one of ``kinds`` (GELU's, or
         hard swish's, on ``_PROBE``), and its kind."""
@@ -568,7 +568,7 @@ class _Rewriter:
         for sink in group:
             members = self.ancestors(sink, group, x)
             if len(members) >= 3 and self.closed(members, sink, x):
-                kind = self.gelu_kind(members, sink, x, dtype, kinds)
+                kind = self.value_kind(members, sink, x, dtype, kinds)
                 if kind is not None:
                     return kind, members
         return None
@@ -597,7 +597,7 @@ class _Rewriter:
                 return False
         return sink not in self.multi_port
 
-    def gelu_kind(
+    def value_kind(
         self, members: list[str], sink: str, x: TensorId, dtype: np.dtype[Any], kinds: dict[str, Any]
     ) -> str | None:
         values: dict[TensorId, Any] = {x: _PROBE.astype(dtype)}

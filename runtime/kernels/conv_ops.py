@@ -405,27 +405,7 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
     # is held, so its id cannot be reused while remembered; a writeable (fed) filter may change in place
     # between steps and is tiled afresh.
     tiled: list[tuple[Any, int, Any]] = []
-    phased: list[tuple[Any, int, list[Any]]] = []  # the same for _depthwise_phases's sub-filters
-
-    def row_tile(w: Any, ow: int) -> Any:
-        seen = tiled[0] if tiled else None
-        if seen is not None and seen[0] is w and seen[1] == ow:
-            return seen[2]
-        kh, kw, c, _ = w.shape
-        tile = np.tile(w.reshape(kh, kw, c), (1, 1, ow))
-        if not w.flags.writeable:
-            tiled[:] = [(w, ow, tile)]
-        return tile
-
-    def phase_tiles(w: Any, ow: int) -> list[Any]:
-        """``_depthwise_phases``'s sub-filters of ``w``, each tiled ``ow`` times, kept as ``row_tile``'s."""
-        seen = phased[0] if phased else None
-        if seen is not None and seen[0] is w and seen[1] == ow:
-            return seen[2]
-        tiles = [np.tile(w[a::2, b::2, :, 0], (1, 1, ow)) for a in range(2) for b in range(2)]
-        if not w.flags.writeable:
-            phased[:] = [(w, ow, tiles)]
-        return tiles
+    phased: list[tuple[Any, int, Any]] = []  # the same for _depthwise_phases's sub-filters
 
     def compute(inputs: list[Any], epilogue: Epilogue | None) -> Any:
         x, w = inputs
@@ -443,7 +423,7 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
         if not win.nchw and m == 1 and not half:
             xp = _pad(x, pads, False)
             if win.sw == 1 and x.dtype == w.dtype and (ow >= _ROWS_MIN_WIDTH or c < _ROWS_NARROW_CHANNELS):
-                tile = row_tile(w, ow)
+                tile = _kept(tiled, w, ow, _row_tile)
                 return _depthwise_rows(np.ascontiguousarray(xp), tile, win, oh, ow, epilogue)
             if (
                 win.sh == win.sw == 2
@@ -452,12 +432,36 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
                 and c < _STRIDED_EINSUM_CHANNELS
                 and n * oh * ow * kh * kw * c >= _PHASE_PATCH_VALUES
             ):
-                return _depthwise_phases(xp, phase_tiles(w, ow), oh, ow, epilogue)
+                return _depthwise_phases(xp, _kept(phased, w, ow, _phase_tiles), oh, ow, epilogue)
             return _depthwise_nhwc(xp, w, win, oh, ow, epilogue)
         y = _depthwise(_pad(x, pads, win.nchw), w, win, oh, ow).reshape(out_shape)
         return _after(y.astype(_F16) if half else y, epilogue)
 
     return compute
+
+
+def _kept(cache: list[tuple[Any, int, Any]], w: Any, ow: int, make: Callable[[Any, int], Any]) -> Any:
+    """``make(w, ow)``, remembered in ``cache`` for a read-only ``w`` (see
+    ``depthwise_conv2d_with_epilogue``'s ``tiled``)."""
+    seen = cache[0] if cache else None
+    if seen is not None and seen[0] is w and seen[1] == ow:
+        return seen[2]
+    value = make(w, ow)
+    if not w.flags.writeable:
+        cache[:] = [(w, ow, value)]
+    return value
+
+
+def _row_tile(w: Any, ow: int) -> Any:
+    """``_depthwise_rows``'s filter: [kh, kw, c] tiled ``ow`` times along the channels."""
+    kh, kw, c, _ = w.shape
+    return np.tile(w.reshape(kh, kw, c), (1, 1, ow))
+
+
+def _phase_tiles(w: Any, ow: int) -> list[Any]:
+    """``_depthwise_phases``'s sub-filters of ``w`` (taps of each row and column parity), each tiled ``ow``
+    times."""
+    return [np.tile(w[a::2, b::2, :, 0], (1, 1, ow)) for a in range(2) for b in range(2)]
 
 
 # ``_depthwise_rows`` from this many output columns, or on narrower outputs below _ROWS_NARROW_CHANNELS
@@ -534,6 +538,7 @@ def _depthwise_rows(xp: Any, tile: Any, win: _Window, oh: int, ow: int, epilogue
 # (1, 48, 48, 48) 3x3 1.5-1.8x; so do the strided einsum's, from 96 channels: 1.05-3.3x on EfficientNet's
 # and MobileNetV2's shapes.
 _PHASE_PATCH_VALUES = 3 << 18
+_UNIT = _Window(1, 1, 1, 1, "VALID", (0, 0, 0, 0), False)  # a phase plane's stride-1 window
 
 
 def _depthwise_phases(xp: Any, tiles: list[Any], oh: int, ow: int, epilogue: Epilogue | None) -> Any:
@@ -544,7 +549,6 @@ def _depthwise_phases(xp: Any, tiles: list[Any], oh: int, ow: int, epilogue: Epi
     times, in the order (0, 0), (0, 1), (1, 0), (1, 1)). Each plane is copied once (the whole input in all)
     and runs as ``_depthwise_rows``, in contiguous runs; a large kernel's copied patches held each input
     value kh * kw / 4 times."""
-    unit = _Window(1, 1, 1, 1, "VALID", (0, 0, 0, 0), False)
     y: Any = None
     for phase, tile in enumerate(tiles):
         kha, kwb = tile.shape[0], tile.shape[1]
@@ -552,7 +556,7 @@ def _depthwise_phases(xp: Any, tiles: list[Any], oh: int, ow: int, epilogue: Epi
             continue  # a 1-wide kernel has no taps of odd parity
         a, b = divmod(phase, 2)
         plane = np.ascontiguousarray(xp[:, a : a + 2 * (oh + kha - 1) : 2, b : b + 2 * (ow + kwb - 1) : 2])
-        part = _depthwise_rows(plane, tile, unit, oh, ow, None)
+        part = _depthwise_rows(plane, tile, _UNIT, oh, ow, None)
         if y is None:
             y = part
         else:
