@@ -23,6 +23,8 @@ It reads the plan (its executed nodes, their consumers, the folded constants) an
 - *Tensordot* (remapping): Keras's Dense on a 3-D input, written out by TensorFlow as Transpose, Reshape,
   MatMul and Reshape with ten shape nodes, becomes one ``BatchMatMulV2``, or one ``_FusedBatchMatMulV2``
   when a bias and an activation fused into its MatMul (``runtime/tensordot_fusion.py``).
+- *Embedding lookups* (remapping): Keras 3's negative-index wrap before a ``GatherV2`` (``Less``, ``AddV2``,
+  ``SelectV2``) joins the ``GatherV2`` as a private attr (``runtime/gather_fusion.py``).
 - *Batch products* (remapping, as oneDNN builds write ``_FusedBatchMatMulV2``): a ``BatchMatMulV2`` by a
   constant matrix, its per-channel bias (also after a Reshape that splits the channels, EinsumDense's) and
   an activation become one ``_FusedBatchMatMulV2`` (``runtime/batch_matmul_fusion.py``).
@@ -52,6 +54,7 @@ from poolserve.proto import config_pb2, node_def_pb2
 from poolserve.runtime.batch_matmul_fusion import fuse_batch_matmuls
 from poolserve.runtime.builder import attr_value
 from poolserve.runtime.executor import ConstantFolder, Plan
+from poolserve.runtime.gather_fusion import fuse_index_wraps
 from poolserve.runtime.inplace import donate_buffers
 from poolserve.runtime.kernels.fused_ops import ACTIVATIONS
 from poolserve.runtime.kernels.registry import OpContext
@@ -220,6 +223,7 @@ class _Rewriter:
             fuse_layer_norms(self)
             fuse_tensordots(self)  # after the MatMul fusions: a MatMul fused with its bias stays so
             fuse_batch_matmuls(self)  # after the Tensordots, which become BatchMatMulV2
+            fuse_index_wraps(self)
         return list(self.out.values())
 
     def skip_noop(self, node: Node) -> None:

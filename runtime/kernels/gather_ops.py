@@ -18,30 +18,47 @@ def _tensor(value: Any, dtype: np.dtype[Any]) -> Any:
     return value if isinstance(value, np.ndarray) else np.array(value, dtype=dtype)
 
 
+# GatherV2's private attr (``runtime/gather_fusion.py``): the negative-index wrap the graph computed before it
+WRAP_ATTR = "_wrap_negative_indices"
+
 # Up to this many indices are checked as Python ints: two numpy reductions cost ~9 us on a loaded machine
 # against ~3 for the list (an embedding lookup of one request, a shape vector's GatherV2)
 _FEW_INDICES = 64
 
 
-def _check_indices(indices: Any, limit: int) -> None:
-    """Raises TensorFlow's error for the first index outside [0, limit)."""
+def _check_indices(indices: Any, limit: int, wrap: int = 0) -> None:
+    """Raises TensorFlow's error for the first index outside [0, limit); with ``wrap`` (the graph's
+    negative-index wrap, ``gather_fusion``), for the first index outside [-wrap, limit), the error naming
+    the value the wrap made of it."""
+    low = -wrap
     if indices.size <= _FEW_INDICES:
         few = indices.ravel().tolist()
-        if min(few) >= 0 and max(few) < limit:
+        if min(few) >= low and max(few) < limit:
             return
-    elif indices.min() >= 0 and indices.max() < limit:
+    elif indices.min() >= low and indices.max() < limit:
         return
+    if wrap:
+        indices = _wrapped(indices, wrap)
     first = np.flatnonzero((indices < 0) | (indices >= limit))[0]
     pos = np.unravel_index(first, indices.shape)
     where = "[" + ",".join(str(int(p)) for p in pos) + "]" if indices.ndim else ""
     raise InvalidArgumentError(f"indices{where} = {indices[pos]} is not in [0, {limit})")
 
 
-def _gather(params: Any, indices: Any, axis: int, batch_dims: int) -> Any:
+def _wrapped(indices: Any, wrap: int) -> Any:
+    """``where(indices < 0, indices + wrap, indices)``, as the graph wrote it before ``gather_fusion``."""
+    return np.where(indices < 0, indices + indices.dtype.type(wrap), indices)
+
+
+def _gather(params: Any, indices: Any, axis: int, batch_dims: int, wrap: int = 0) -> Any:
+    """``params`` gathered along ``axis`` at ``indices``; with ``wrap``, negative indices first count from
+    ``wrap`` (numpy's ``take`` does that itself when ``wrap`` is the axis's size)."""
     out_shape = params.shape[:axis] + indices.shape[batch_dims:] + params.shape[axis + 1 :]
     if math.prod(out_shape) == 0:  # TensorFlow checks no index when there is nothing to copy
         return np.empty(out_shape, dtype=params.dtype)
-    _check_indices(indices, params.shape[axis])
+    if wrap and (wrap != params.shape[axis] or batch_dims):
+        indices, wrap = _wrapped(indices, wrap), 0
+    _check_indices(indices, params.shape[axis], wrap)
     if batch_dims == 0:
         return _tensor(np.take(params, indices, axis=axis), params.dtype)
     # [batch, outer, gathered, inner] x [batch, 1, n, 1] -> [batch, outer, n, inner]
@@ -69,6 +86,7 @@ def gather(node: Node) -> Compute:
 @kernel("GatherV2", expensive=True)
 def gather_v2(node: Node) -> Compute:
     batch_dims_attr = node.attr_int("batch_dims", 0)
+    wrap = node.attr_int(WRAP_ATTR, 0)  # gather_fusion's: the negative-index wrap it took over
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         params, indices, axis_t = inputs
@@ -104,7 +122,7 @@ def gather_v2(node: Node) -> Compute:
                         f"params.shape[{i}]: {params.shape[i]} should be equal to indices.shape[{i}]: "
                         f"{indices.shape[i]}"
                     )
-        return (_gather(params, indices, a, batch_dims),)
+        return (_gather(params, indices, a, batch_dims, wrap),)
 
     return compute
 
