@@ -60,7 +60,7 @@ def _gather(params: Any, indices: Any, axis: int, batch_dims: int, wrap: int = 0
         indices, wrap = _wrapped(indices, wrap), 0
     _check_indices(indices, params.shape[axis], wrap)
     if batch_dims == 0:
-        return _tensor(np.take(params, indices, axis=axis), params.dtype)
+        return _tensor(params.take(indices, axis=axis), params.dtype)
     # [batch, outer, gathered, inner] x [batch, 1, n, 1] -> [batch, outer, n, inner]
     batch = math.prod(params.shape[:batch_dims])
     outer = math.prod(params.shape[batch_dims:axis])
