@@ -768,6 +768,55 @@ def test_strided_depthwise_phase_tiles_follow_the_filter_and_the_width():
                 filt *= -0.5
 
 
+def test_small_depthwise_keeps_its_padded_input_across_steps_and_threads(monkeypatch):
+    # a small depthwise node (conv_ops._SmallDepthwise) keeps zero-bordered input buffers from step to step:
+    # other values, other batch sizes, SAME with a fused bias and Relu6, a dilated VALID one and a strided
+    # one (its patches), and eight threads at once, each with its own input, all get their own answers
+    from concurrent.futures import ThreadPoolExecutor
+
+    from poolserve.runtime.builder import GraphBuilder
+    from poolserve.runtime.kernels import conv_ops
+    from poolserve.runtime.session import Session
+
+    runs = []
+    run = conv_ops._SmallDepthwise.run
+    monkeypatch.setattr(conv_ops._SmallDepthwise, "run", lambda self, *a: runs.append(1) or run(self, *a))
+    b = GraphBuilder()
+    x = b.placeholder("x", F32, (None, 6, 6, 144))
+    w, bv = rand(3, 3, 144, 1), rand(144) * 3
+    filt, bias = b.constant(w), b.constant(bv)
+    same = {"T": F32, **conv_attrs((1, 1), (1, 1), "SAME", None)}
+    fused_attrs = {**same, "fused_ops": ["BiasAdd", "Relu6"], "num_args": 1}
+    fused = b.op("_FusedDepthwiseConv2dNative", [x, filt, bias], fused_attrs, name="fused")
+    dilated_attrs = {"T": F32, **conv_attrs((1, 1), (2, 2), "VALID", None)}
+    dilated = b.op("DepthwiseConv2dNative", [x, filt], dilated_attrs, name="dilated")
+    strided_attrs = {"T": F32, **conv_attrs((2, 2), (1, 1), "SAME", None)}  # patches, not rows
+    strided = b.op("DepthwiseConv2dNative", [x, filt], strided_attrs, name="strided")
+    inputs = [rand(1 + i % 2, 6, 6, 144) * 4 for i in range(8)]
+    wants = [
+        (
+            np.clip(ref_depthwise(v, w, padding="SAME") + bv, 0, 6),
+            ref_depthwise(v, w, dilations=(2, 2)),
+            ref_depthwise(v, w, (2, 2), padding="SAME"),
+        )
+        for v in inputs
+    ]
+    with Session(b.graph_def) as sess:
+
+        def steps(i):
+            for _ in range(6):
+                for got, want in zip(
+                    sess.run([fused, dilated, strided], {x: inputs[i]}), wants[i], strict=True
+                ):
+                    assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+        steps(0)
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(steps, range(8)))
+    # all but the first calls at each batch size (threads that meet a size at once all take the first path)
+    assert len(runs) >= 3 * 6 * 9 // 2
+
+
 def test_depthwise_conv2d_half_empty_and_errors():
     x, w = rand(1, 5, 5, 2, dtype=np.float16), rand(3, 3, 2, 2, dtype=np.float16)
     got = run_op("DepthwiseConv2dNative", [x, w], {"strides": [1, 1, 1, 1], "padding": "SAME"})
