@@ -694,34 +694,42 @@ def test_deep_narrow_convolution_runs_in_bands(monkeypatch):
     assert len(calls) == 2
 
 
-# Stride-2 depthwise convolutions of many patch values (conv_ops._PHASE_PATCH_VALUES) run as four of stride 1
-# over the input's phase planes: kernels of odd and even size (a 2-wide one has no odd-column taps to spare),
-# each padding, odd and even input sizes, batches.
-PHASE_CASES = [
-    ((1, 57, 56, 32), (7, 7, 32, 1), "SAME", None),
-    ((3, 50, 51, 24), (5, 5, 24, 1), "VALID", None),
-    ((2, 64, 64, 48), (3, 3, 48, 1), "EXPLICIT", ((0, 1), (0, 1))),
-    ((4, 33, 30, 40), (6, 4, 40, 1), "SAME", None),
-    ((3, 71, 70, 16), (2, 7, 16, 1), "EXPLICIT", ((3, 2), (1, 0))),
+# Depthwise convolutions of column stride 2 and fewer than 96 channels run on the input's two column-parity
+# planes (conv_ops._depthwise_parity): kernels of odd and even size (a 1-wide one has no odd-column taps),
+# each padding, a row stride of 1 and a dilated one, odd and even input sizes, batches, outputs of one band
+# and of several; small 3x3 ones of 48 channels or more keep the copied patches.
+PARITY_CASES = [
+    ((1, 57, 56, 32), (7, 7, 32, 1), (2, 2), (1, 1), "SAME", None, True),
+    ((3, 50, 51, 24), (5, 5, 24, 1), (2, 2), (1, 1), "VALID", None, True),
+    ((2, 64, 64, 48), (3, 3, 48, 1), (2, 2), (1, 1), "EXPLICIT", ((0, 1), (0, 1)), True),
+    ((4, 33, 30, 40), (6, 4, 40, 1), (2, 2), (1, 1), "SAME", None, True),
+    ((3, 71, 70, 16), (2, 7, 16, 1), (2, 2), (1, 1), "EXPLICIT", ((3, 2), (1, 0)), True),
+    ((1, 48, 48, 16), (3, 3, 16, 1), (2, 2), (1, 1), "SAME", None, True),
+    ((2, 9, 12, 8), (3, 1, 8, 1), (1, 2), (1, 1), "SAME", None, True),
+    ((1, 13, 11, 24), (3, 3, 24, 1), (3, 2), (2, 1), "VALID", None, True),
+    ((1, 24, 24, 48), (3, 3, 48, 1), (2, 2), (1, 1), "SAME", None, False),
+    ((1, 23, 25, 72), (3, 3, 72, 1), (2, 2), (1, 1), "SAME", None, False),
 ]
 
 
-@pytest.mark.parametrize(("xs", "ws", "padding", "explicit"), PHASE_CASES)
-def test_strided_depthwise_runs_on_phase_planes(xs, ws, padding, explicit, monkeypatch):
+@pytest.mark.parametrize(("xs", "ws", "strides", "dilations", "padding", "explicit", "parity"), PARITY_CASES)
+def test_column_strided_depthwise_runs_on_parity_planes(
+    xs, ws, strides, dilations, padding, explicit, parity, monkeypatch
+):
     from poolserve.runtime.kernels import conv_ops
 
     calls = []
-    phases = conv_ops._depthwise_phases
-    monkeypatch.setattr(conv_ops, "_depthwise_phases", lambda *a: calls.append(1) or phases(*a))
+    planes = conv_ops._depthwise_parity
+    monkeypatch.setattr(conv_ops, "_depthwise_parity", lambda *a: calls.append(1) or planes(*a))
     x, w = rand(*xs), rand(*ws)
-    expected = ref_depthwise(x, w, (2, 2), (1, 1), padding, explicit or ((0, 0), (0, 0)))
-    attrs = conv_attrs((2, 2), (1, 1), padding, explicit)
+    expected = ref_depthwise(x, w, strides, dilations, padding, explicit or ((0, 0), (0, 0)))
+    attrs = conv_attrs(strides, dilations, padding, explicit)
     assert_close(run_op("DepthwiseConv2dNative", [x, w], attrs), expected, rtol=1e-4, atol=1e-5)
     bias = rand(ws[2]) * 3
     fused = {**attrs, "fused_ops": ["BiasAdd", "Relu6"], "num_args": 1}
     want = np.clip(expected + bias, 0, 6)
     assert_close(run_op("_FusedDepthwiseConv2dNative", [x, w, bias], fused), want, rtol=1e-4, atol=1e-5)
-    assert len(calls) == 2
+    assert len(calls) == (2 if parity else 0)
 
 
 def test_depthwise_conv2d_row_tile_follows_the_filter_and_the_width():
@@ -744,8 +752,8 @@ def test_depthwise_conv2d_row_tile_follows_the_filter_and_the_width():
                 filt *= -0.5  # the same array, changed in place
 
 
-def test_strided_depthwise_phase_tiles_follow_the_filter_and_the_width():
-    # as above, for the sub-filters a stride-2 node keeps (conv_ops._depthwise_phases): a fed filter, then
+def test_strided_depthwise_parity_tiles_follow_the_filter_and_the_width():
+    # as above, for the sub-filters a stride-2 node keeps (conv_ops._depthwise_parity): a fed filter, then
     # a constant one (read-only: its tiles are kept), at two widths
     from poolserve.runtime.builder import GraphBuilder
     from poolserve.runtime.session import Session

@@ -8,7 +8,7 @@ TensorFlow's CPU kernels do.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -410,7 +410,7 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
     # is held, so its id cannot be reused while remembered; a writeable (fed) filter may change in place
     # between steps and is tiled afresh.
     tiled: list[tuple[Any, int, Any]] = []
-    phased: list[tuple[Any, int, Any]] = []  # the same for _depthwise_phases's sub-filters
+    parity: list[tuple[Any, int, Any]] = []  # the same for _depthwise_parity's sub-filters
     # per (input shape and dtype, filter shape and dtype) checked once: a small convolution's padded input
     # buffers (``_SmallDepthwise``), or None
     small: dict[tuple[Any, ...], _SmallDepthwise | None] = {}
@@ -446,13 +446,13 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
                 tile = _kept(tiled, w, ow, _row_tile)
                 return _depthwise_rows(np.ascontiguousarray(xp), tile, win, oh, ow, epilogue)
             if (
-                win.sh == win.sw == 2
-                and win.dh == win.dw == 1
+                win.sw == 2
+                and win.dw == 1
                 and x.dtype == w.dtype
                 and c < _STRIDED_EINSUM_CHANNELS
-                and n * oh * ow * kh * kw * c >= _PHASE_PATCH_VALUES
+                and (kh * kw > 9 or c < _PARITY_NARROW_CHANNELS or n * oh * ow * kh * kw * c >= 2 * _CHUNK)
             ):
-                return _depthwise_phases(xp, _kept(phased, w, ow, _phase_tiles), oh, ow, epilogue)
+                return _depthwise_parity(xp, _kept(parity, w, ow, _parity_tiles), win, oh, ow, epilogue)
             return _depthwise_nhwc(xp, w, win, oh, ow, epilogue)
         y = _depthwise(_pad(x, pads, win.nchw), w, win, oh, ow).reshape(out_shape)
         return _after(y.astype(_F16) if half else y, epilogue)
@@ -554,12 +554,6 @@ def _row_tile(w: Any, ow: int) -> Any:
     return np.tile(w.reshape(kh, kw, c), (1, 1, ow))
 
 
-def _phase_tiles(w: Any, ow: int) -> list[Any]:
-    """``_depthwise_phases``'s sub-filters of ``w`` (taps of each row and column parity), each tiled ``ow``
-    times."""
-    return [np.tile(w[a::2, b::2, :, 0], (1, 1, ow)) for a in range(2) for b in range(2)]
-
-
 # ``_depthwise_rows`` from this many output columns, or on narrower outputs below _ROWS_NARROW_CHANNELS
 # channels. Narrow outputs against the strided einsum (``_depthwise_nhwc``), fused bias and Relu6, one BLAS
 # thread, quiet machine, best of 3 x 9, two runs: (1, 6, 6, 144) 0.81-0.83x, (1, 6, 6, 192) 0.84-0.86x,
@@ -596,8 +590,7 @@ def _depthwise_rows(xp: Any, tile: Any, win: _Window, oh: int, ow: int, epilogue
     It wins wherever the rows are long (0.4-0.9x from 8 output columns on). On narrower outputs it still
     wins below 384 channels; from there the strided einsum's runs of c values are as long and it is no
     slower, so those keep it (``_ROWS_MIN_WIDTH``, ``_ROWS_NARROW_CHANNELS``). With a column stride of 2
-    the runs are not contiguous; the same einsum on column-parity copies lost (1.1-2x), so those keep
-    ``_depthwise_nhwc``.
+    the runs are not contiguous: ``_depthwise_parity`` runs the same einsum on the two column-parity planes.
     """
     kh, kw, q = tile.shape
     n = xp.shape[0]
@@ -617,47 +610,82 @@ def _depthwise_rows(xp: Any, tile: Any, win: _Window, oh: int, ow: int, epilogue
     return y
 
 
-# Stride-2 depthwise convolutions whose copied patches (``_depthwise_nhwc``, below 96 channels) would
-# hold this many values or more go to ``_depthwise_phases``. Against the copied patches, float32, one BLAS
-# thread, best of 3 x 5, two runs on a shared machine, input (n, h, w, c) and kernel, SAME, us:
+# Depthwise convolutions of column stride 2 below _STRIDED_EINSUM_CHANNELS go to ``_depthwise_parity``, but
+# for small 3x3 ones (under 2 * _CHUNK patch values) of _PARITY_NARROW_CHANNELS channels or more, which keep
+# the copied patches (``_depthwise_nhwc``). Fused (bias, Relu6), float32, one BLAS thread, best of 5, two
+# rounds, parity over what ran before (copied patches, or from 786K patch values four phase planes), SAME:
 #
-#   input, kernel      patch values   copied patches   phases
-#   (1, 111, 111, 32), 7x7   4.9M         6488-7097        1329-1779
-#   (1, 111, 111, 32), 5x5   2.5M         1915-2235        838-1164
-#   (1, 111, 111, 11), 5x5   862K         839-960          429-575
-#   (1, 56, 56, 22), 7x7     845K         474-681          309-514
-#   (1, 28, 28, 88), 7x7     845K         333-431          294-420
-#   (8, 48, 48, 48), 3x3     2.0M         1513-1703        1327-1364
+#   (n, h, w, c), kernel       ratio        (n, h, w, c), kernel      ratio
+#   (1, 112, 112, 16), 3x3     0.65-0.68    (1, 24, 24, 72), 3x3      1.09-1.10 (kept)
+#   (1, 112, 112, 48), 3x3     0.85-0.86    (1, 24, 24, 88), 3x3      1.04-1.06 (kept)
+#   (1, 48, 48, 48), 3x3       0.89-0.90    (1, 24, 24, 48), 3x3      0.94-1.13 (kept)
+#   (1, 48, 48, 16), 3x3       0.90         (1, 14, 14, 72), 5x5      0.91-0.94
+#   (1, 56, 56, 24), 5x5       0.60-0.62    (8, 24, 24, 48), 3x3      0.86-0.87
+#   (1, 28, 28, 88), 5x5       0.72-0.75    (8, 48, 48, 72), 3x3      0.84-0.86
+#   (1, 111, 111, 11), 5x5     0.75-0.86    (8, 56, 56, 24), 5x5      0.83-0.94
+#   (1, 111, 111, 32), 7x7     0.90-0.99    (8, 28, 28, 88), 7x7      0.86-0.93
 #
-# (NASNetMobile's stem separable convolutions, and MobileNetV2 0.35 at batch 8.) Smaller ones lose: (1, 56,
-# 56, 22) 5x5 (431K values) 0.91-1.00x, (1, 28, 28, 88) 5x5 1.12-1.45x, (8, 24, 24, 48) 3x3 (498K) 1.27-1.75x,
-# (1, 48, 48, 48) 3x3 1.5-1.8x; so do the strided einsum's, from 96 channels: 1.05-3.3x on EfficientNet's
-# and MobileNetV2's shapes.
-_PHASE_PATCH_VALUES = 3 << 18
-_UNIT = _Window(1, 1, 1, 1, "VALID", (0, 0, 0, 0), False)  # a phase plane's stride-1 window
+# (MobileNetV2's, MobileNetV3's, EfficientNet's and NASNetMobile's stride-2 layers, at batch 1 and 8.)
+_PARITY_NARROW_CHANNELS = 48
 
 
-def _depthwise_phases(xp: Any, tiles: list[Any], oh: int, ow: int, epilogue: Epilogue | None) -> Any:
-    """A depthwise convolution of channel multiplier 1, strides 2 and no dilation on padded NHWC input, as
-    four of stride 1: input pixel (2r + i, 2q + j) is pixel (r + i // 2, q + j // 2) of the phase plane of
-    row parity i % 2 and column parity j % 2, so output (r, q) sums, over the four planes, a stride-1
-    window of its plane times the taps of that parity (``tiles``: each phase's sub-filter tiled ``ow``
-    times, in the order (0, 0), (0, 1), (1, 0), (1, 1)). Each plane is copied once (the whole input in all)
-    and runs as ``_depthwise_rows``, in contiguous runs; a large kernel's copied patches held each input
-    value kh * kw / 4 times."""
-    y: Any = None
-    for phase, tile in enumerate(tiles):
-        kha, kwb = tile.shape[0], tile.shape[1]
-        if kha == 0 or kwb == 0:
-            continue  # a 1-wide kernel has no taps of odd parity
-        a, b = divmod(phase, 2)
-        plane = np.ascontiguousarray(xp[:, a : a + 2 * (oh + kha - 1) : 2, b : b + 2 * (ow + kwb - 1) : 2])
-        part = _depthwise_rows(plane, tile, _UNIT, oh, ow, None)
-        if y is None:
-            y = part
-        else:
-            y += part
-    return _after(y, epilogue)
+def _parity_tiles(w: Any, ow: int) -> list[Any]:
+    """``_depthwise_parity``'s sub-filters of ``w``: the taps of even and of odd columns, each tiled ``ow``
+    times along the channels."""
+    return [np.tile(w[:, b::2, :, 0], (1, 1, ow)) for b in range(2)]
+
+
+def _depthwise_parity(
+    xp: Any, tiles: list[Any], win: _Window, oh: int, ow: int, epilogue: Epilogue | None
+) -> Any:
+    """A depthwise convolution of channel multiplier 1, column stride 2 and no column dilation on padded
+    NHWC input, as ``_depthwise_rows`` over the input's two column-parity planes: input column 2q + j is
+    column q + j // 2 of the plane of parity j % 2, so output row r sums, over both planes, the plane's rows
+    ``r * sh + i * dh`` from value ``(j // 2) * c`` on, ``ow * c`` values long, times the taps of that parity
+    (``tiles``, made once per node by ``_parity_tiles``). The row stride stays in the view; each plane is
+    copied once (the whole input in all). Large outputs go a band of rows at a time, each band followed by
+    ``epilogue`` while it is in cache."""
+    n, c = xp.shape[0], xp.shape[3]
+    q = ow * c
+    y = np.empty((n, oh, ow, c), np.result_type(xp, tiles[0]))
+    views = []
+    for b, tile in enumerate(tiles):
+        kh, kwb = tile.shape[:2]
+        if kwb == 0:
+            continue  # a 1-wide kernel has no odd-column taps
+        plane = np.ascontiguousarray(xp[:, :, b : b + 2 * (ow + kwb - 1) : 2])
+        s0, s1, s2, s3 = plane.strides
+        views.append((plane, tile, (s0, s1 * win.sh, s1 * win.dh, s2, s3)))
+    if y.size < 2 * _CHUNK:
+        bands: Iterable[tuple[int, int, int]] = [(-1, 0, oh)]
+    else:
+        bands = _lines(n, oh, q)
+    tmp: Any = None
+    for b, r0, r1 in bands:
+        block = y.reshape(n * oh, q) if b < 0 else y[b, r0:r1].reshape(r1 - r0, q)
+        for k, (plane, tile, (s0, *strides)) in enumerate(views):
+            kh, kwb = tile.shape[:2]
+            if b < 0:
+                band = np.ndarray((n, oh, kh, kwb, q), plane.dtype, plane, 0, (s0, *strides))
+                out = block.reshape(n, oh, q)
+                spec = "nrijq,ijq->nrq"
+            else:
+                band = np.ndarray(
+                    (r1 - r0, kh, kwb, q), plane.dtype, plane, b * s0 + r0 * strides[0], strides
+                )
+                out = block
+                spec = "rijq,ijq->rq"
+            if k == 0:
+                _C_EINSUM(spec, band, tile, out=out)
+            else:
+                if tmp is None or tmp.size < block.size:
+                    tmp = np.empty(block.size, y.dtype)
+                part = tmp[: block.size].reshape(out.shape)
+                _C_EINSUM(spec, band, tile, out=part)
+                out += part
+        if epilogue is not None:
+            epilogue(y if b < 0 else y[b, r0:r1])
+    return y
 
 
 # Depthwise convolutions of channel multiplier 1, NHWC, with a column stride (``_depthwise_rows`` takes
