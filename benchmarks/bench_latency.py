@@ -19,6 +19,9 @@ with ``--baseline DIR`` an older poolserve checkout in a subprocess (``git archi
 
 The engines take turns: each round runs ``--runs`` calls of every engine on a model before the next, so a
 machine shared with other work slows all of them alike; the spread of the per-round medians is in the JSON.
+Each round starts with the next engine in turn, and 50 ms pass between engines: with more than one intra-op
+thread, ONNX Runtime's and TensorFlow's pools spin-wait after their calls, and the engine that always came
+next (poolserve) ran beside their spinning threads.
 Results go to ``benchmarks/results/latency.json`` unless ``--json`` says otherwise.
 """
 
@@ -177,6 +180,10 @@ class Worker:
         self.proc.wait(timeout=30)
 
 
+# seconds between one engine's calls and the next one's (see bench_model)
+_SETTLE_S = 0.05
+
+
 def _session(graph: Graph, intra: int, optimized: bool) -> Session:
     cfg = config_pb2.ConfigProto(inter_op_parallelism_threads=2, intra_op_parallelism_threads=intra)
     cfg.graph_options.rewrite_options.disable_meta_optimizer = not optimized
@@ -221,8 +228,13 @@ def bench_model(name: str, args: argparse.Namespace, workers: list[Worker]) -> d
             failed[worker.engine] = answer["error"]
     samples: dict[str, list[float]] = {e: [] for e in engines}
     rounds: dict[str, list[float]] = {e: [] for e in engines}
-    for _ in range(args.rounds):
-        for engine, sess in engines.items():
+    order = list(engines.items())
+    for r in range(args.rounds):
+        # each round starts with the next engine, so that each follows every other as often, and a pause
+        # lets the last one's spinning threads (ONNX Runtime's and TensorFlow's pools spin-wait after a
+        # step) go idle before the next engine's calls
+        for engine, sess in order[r % len(order) :] + order[: r % len(order)]:
+            time.sleep(_SETTLE_S)
             if isinstance(sess, Worker):
                 times = sess.call(op="time", name=name, runs=args.runs)["times"]
             else:
