@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,9 +12,27 @@ from evaluate import evaluate
 from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.graph import Graph
+from poolserve.runtime.session import Session
 
 # a run that reports its step stats and the graph it ran (what the optimizer made of it)
 TRACED = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE, output_partition_graphs=True)
+
+
+def run_traced(
+    graph: Any,
+    fetches: list[str],
+    feeds: dict[str, Any],
+    cfg: config_pb2.ConfigProto | None = None,
+    metadata: config_pb2.RunMetadata | None = None,
+) -> tuple[list[Any], Counter[str], dict[str, Any]]:
+    """One traced run of ``graph`` (a GraphDef, Graph or GraphBuilder) in a fresh Session: the fetched
+    values, the ops of the graph that ran (what the optimizer made of it) counted, and its nodes by name.
+    ``metadata`` receives the run's RunMetadata."""
+    md = config_pb2.RunMetadata() if metadata is None else metadata
+    with Session(graph.graph_def if isinstance(graph, GraphBuilder) else graph, cfg) as s:
+        got = s.run(fetches, feeds, options=TRACED, run_metadata=md)
+    nodes = {n.name: n for n in md.partition_graphs[0].node}
+    return got, Counter(n.op for n in nodes.values()), nodes
 
 
 def rewrite_config(**rewrite: Any) -> config_pb2.ConfigProto:

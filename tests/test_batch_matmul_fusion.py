@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support import TRACED, rewrite_config
+import support
+from support import rewrite_config
 from test_optimizer import gelu_erf
 
 from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import InvalidArgumentError
-from poolserve.runtime.session import Session
 
 F32 = np.float32
 I32 = np.int32
@@ -28,14 +28,12 @@ def run_traced(
     graph: Any, fetches: list[str], feeds: dict[str, Any], cfg: config_pb2.ConfigProto | None = None
 ) -> tuple[list[np.ndarray], Counter[str], dict[str, Any]]:
     md = config_pb2.RunMetadata()
-    with Session(graph, cfg) as s:
-        got = s.run(fetches, feeds, options=TRACED, run_metadata=md)
-    nodes = {n.name: n for n in md.partition_graphs[0].node}
+    got, ops, nodes = support.run_traced(graph, fetches, feeds, cfg, md)
     labels = [ns.timeline_label for d in md.step_stats.dev_stats for ns in d.node_stats]
     for n in nodes.values():  # what the partition graph shows is what ran, under the same names
         if n.op == "_FusedBatchMatMulV2":
             assert any(label.startswith(f"{n.name} = _FusedBatchMatMulV2(") for label in labels)
-    return got, Counter(n.op for n in nodes.values()), nodes
+    return got, ops, nodes
 
 
 def product(b: GraphBuilder, depth: int = 6, width: int = 4, **attrs: Any) -> tuple[str, str]:

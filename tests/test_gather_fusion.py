@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import TRACED, rewrite_config
+from support import TRACED, rewrite_config, run_traced
 
-from poolserve.proto import config_pb2, node_def_pb2
+from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.graph import load_graph_def
@@ -47,19 +47,6 @@ def embedding_graph(
     table = b.placeholder("table", F32, (None, 4)) if fed_table else b.constant(table_value, name="table")
     out = b.op("Relu", [keras_take(b, table, ids, 5, "embed", zero, index_type)], {"T": F32}, name="out")
     return b, ids, table, out
-
-
-def run_traced(
-    b: GraphBuilder,
-    fetches: list[str],
-    feeds: dict[str, np.ndarray],
-    cfg: config_pb2.ConfigProto | None = None,
-) -> tuple[list[np.ndarray], Counter[str], dict[str, node_def_pb2.NodeDef]]:
-    md = config_pb2.RunMetadata()
-    with Session(b.graph_def, cfg) as s:
-        got = s.run(fetches, feeds, options=TRACED, run_metadata=md)
-    nodes = {n.name: n for n in md.partition_graphs[0].node}
-    return got, Counter(n.op for n in nodes.values()), nodes
 
 
 @pytest.mark.parametrize("index_type", [I32, np.int64])

@@ -3,16 +3,13 @@ TensorFlow's Tensordot writes it, runs as one BatchMatMulV2 with the same result
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 import pytest
-from support import TRACED, rewrite_config
+from support import rewrite_config, run_traced
 
 from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import InvalidArgumentError
-from poolserve.runtime.session import Session
 
 F32 = np.float32
 I32 = np.int32
@@ -57,19 +54,6 @@ def dense_graph(perm: list[int] | None = None) -> tuple[GraphBuilder, str, str, 
     y = keras_tensordot(b, x, w, perm)
     out = b.bias_add(y, b.constant(rng.standard_normal(5).astype(F32)), name="out")
     return b, x, out, w
-
-
-def run_traced(
-    b: GraphBuilder,
-    fetches: list[str],
-    feeds: dict[str, np.ndarray],
-    cfg: config_pb2.ConfigProto | None = None,
-) -> tuple[list[np.ndarray], Counter[str], dict[str, config_pb2.NodeDef]]:
-    md = config_pb2.RunMetadata()
-    with Session(b.graph_def, cfg) as s:
-        got = s.run(fetches, feeds, options=TRACED, run_metadata=md)
-    nodes = {n.name: n for n in md.partition_graphs[0].node}
-    return got, Counter(n.op for n in nodes.values()), nodes
 
 
 OFF = rewrite_config(disable_meta_optimizer=True)
