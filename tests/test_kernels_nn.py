@@ -778,8 +778,9 @@ def test_strided_depthwise_parity_tiles_follow_the_filter_and_the_width():
 
 def test_small_depthwise_keeps_its_padded_input_across_steps_and_threads(monkeypatch):
     # a small depthwise node (conv_ops._SmallDepthwise) keeps zero-bordered input buffers from step to step:
-    # other values, other batch sizes, SAME with a fused bias and Relu6, a dilated VALID one and a strided
-    # one (its patches), and eight threads at once, each with its own input, all get their own answers
+    # other values, other batch sizes, SAME with a fused bias and Relu6, a dilated VALID one, a strided one
+    # (its patches) and a strided one of 48 channels (its patches copied), and eight threads at once, each
+    # with its own input, all get their own answers
     from concurrent.futures import ThreadPoolExecutor
 
     from poolserve.runtime.builder import GraphBuilder
@@ -800,29 +801,32 @@ def test_small_depthwise_keeps_its_padded_input_across_steps_and_threads(monkeyp
     dilated = b.op("DepthwiseConv2dNative", [x, filt], dilated_attrs, name="dilated")
     strided_attrs = {"T": F32, **conv_attrs((2, 2), (1, 1), "SAME", None)}  # patches, not rows
     strided = b.op("DepthwiseConv2dNative", [x, filt], strided_attrs, name="strided")
-    inputs = [rand(1 + i % 2, 6, 6, 144) * 4 for i in range(8)]
+    narrow, w48 = b.placeholder("narrow", F32, (None, 8, 8, 48)), rand(3, 3, 48, 1)
+    copied = b.op("DepthwiseConv2dNative", [narrow, b.constant(w48)], strided_attrs, name="copied")
+    inputs = [(rand(1 + i % 2, 6, 6, 144) * 4, rand(1 + i % 3, 8, 8, 48)) for i in range(8)]
     wants = [
         (
             np.clip(ref_depthwise(v, w, padding="SAME") + bv, 0, 6),
             ref_depthwise(v, w, dilations=(2, 2)),
             ref_depthwise(v, w, (2, 2), padding="SAME"),
+            ref_depthwise(u, w48, (2, 2), padding="SAME"),  # patches copied to a block
         )
-        for v in inputs
+        for v, u in inputs
     ]
     with Session(b.graph_def) as sess:
 
         def steps(i):
+            feeds = dict(zip([x, narrow], inputs[i], strict=True))
             for _ in range(6):
-                for got, want in zip(
-                    sess.run([fused, dilated, strided], {x: inputs[i]}), wants[i], strict=True
-                ):
-                    assert_close(got, want, rtol=1e-4, atol=1e-5)
+                got = sess.run([fused, dilated, strided, copied], feeds)
+                for value, want in zip(got, wants[i], strict=True):
+                    assert_close(value, want, rtol=1e-4, atol=1e-5)
 
         steps(0)
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(steps, range(8)))
     # all but the first calls at each batch size (threads that meet a size at once all take the first path)
-    assert len(runs) >= 3 * 6 * 9 // 2
+    assert len(runs) >= 4 * 6 * 9 // 2
 
 
 def test_depthwise_conv2d_half_empty_and_errors():

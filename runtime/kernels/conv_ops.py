@@ -445,13 +445,7 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
             if win.sw == 1 and x.dtype == w.dtype and (ow >= _ROWS_MIN_WIDTH or c < _ROWS_NARROW_CHANNELS):
                 tile = _kept(tiled, w, ow, _row_tile)
                 return _depthwise_rows(np.ascontiguousarray(xp), tile, win, oh, ow, epilogue)
-            if (
-                win.sw == 2
-                and win.dw == 1
-                and x.dtype == w.dtype
-                and c < _STRIDED_EINSUM_CHANNELS
-                and (kh * kw > 9 or c < _PARITY_NARROW_CHANNELS or n * oh * ow * kh * kw * c >= 2 * _CHUNK)
-            ):
+            if x.dtype == w.dtype and _on_parity_planes(win, n * oh * ow, kh, kw, c):
                 return _depthwise_parity(xp, _kept(parity, w, ow, _parity_tiles), win, oh, ow, epilogue)
             return _depthwise_nhwc(xp, w, win, oh, ow, epilogue)
         y = _depthwise(_pad(x, pads, win.nchw), w, win, oh, ow).reshape(out_shape)
@@ -465,9 +459,13 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
 _SMALL_PLANS = 8
 
 
+_SMALL_SUBSCRIPTS = {"rows": "nrijq,ijq->nrq", "patches": "nhwijc,ijc->nhwc", "copied": "ptc,tc->pc"}
+
+
 class _SmallDepthwise:
     """A depthwise convolution small enough for one einsum over a view of its padded input (the rows of
-    ``_depthwise_rows``, or the patches of ``_depthwise_nhwc``'s strided einsum), run with that input kept:
+    ``_depthwise_rows``, the patches of ``_depthwise_nhwc``'s strided einsum, or those patches copied to a
+    block first, as ``_depthwise_nhwc`` does below 96 channels), run with that input and block kept:
     padding (a zeroed array each call), views, checks and numpy's einsum wrapper cost more than the einsum
     itself on MobileNetV2's layers of 3x3 to 24x24 pixels. The padded buffers are zeroed once and only their
     interior is written; each call takes one from ``free`` (another is made when concurrent steps hold them
@@ -481,20 +479,23 @@ class _SmallDepthwise:
     """
 
     def __init__(
-        self, x: Any, win: _Window, kh: int, kw: int, oh: int, ow: int, pads: tuple[int, ...], rows: bool
+        self, x: Any, win: _Window, kh: int, kw: int, oh: int, ow: int, pads: tuple[int, ...], kind: str
     ) -> None:
         n, h, wd, c = x.shape
         pt, pb, pl, pr = pads
         self.padded = (n, h + pt + pb, wd + pl + pr, c)
         self.interior = (slice(None), slice(pt, pt + h), slice(pl, pl + wd))
         self.dtype = x.dtype
-        self.win, self.kh, self.kw, self.ow = win, kh, kw, ow
-        self.rows = rows  # the rows view and a row tile of the filter, or the patches and the filter
+        self.win, self.ow = win, ow
+        # "rows": the rows view by a row tile of the filter (_depthwise_rows); "patches": the patches view
+        # by the filter (the strided einsum); "copied": the patches copied to a block first (_depthwise_nhwc)
+        self.kind = kind
         self.out = (n, oh, ow, c)
-        self.product = (n, oh, ow * c) if rows else self.out
-        self.view = (n, oh, kh, kw, ow * c) if rows else (n, oh, ow, kh, kw, c)
-        self.subscripts = "nrijq,ijq->nrq" if rows else "nhwijc,ijc->nhwc"
-        self.free: list[tuple[Any, Any]] = []
+        self.view = (n, oh, kh, kw, ow * c) if kind == "rows" else (n, oh, ow, kh, kw, c)
+        self.operand = (n * oh * ow, kh * kw, c)  # the copied patches, as the einsum reads them
+        self.product = {"rows": (n, oh, ow * c), "patches": self.out, "copied": (n * oh * ow, c)}[kind]
+        self.subscripts = _SMALL_SUBSCRIPTS[kind]
+        self.free: list[tuple[Any, Any, Any]] = []
 
     @staticmethod
     def plan(x: Any, w: Any, win: _Window, geometry: Callable[..., Any]) -> _SmallDepthwise | None:
@@ -508,31 +509,45 @@ class _SmallDepthwise:
         if not (oh and ow and kh and kw) or n * oh * ow * c >= 2 * _CHUNK:
             return None
         if win.sw == 1 and (ow >= _ROWS_MIN_WIDTH or c < _ROWS_NARROW_CHANNELS):
-            return _SmallDepthwise(x, win, kh, kw, oh, ow, pads, rows=True)
+            return _SmallDepthwise(x, win, kh, kw, oh, ow, pads, "rows")
         if c >= _STRIDED_EINSUM_CHANNELS:
-            return _SmallDepthwise(x, win, kh, kw, oh, ow, pads, rows=False)
+            return _SmallDepthwise(x, win, kh, kw, oh, ow, pads, "patches")
+        if not _on_parity_planes(win, n * oh * ow, kh, kw, c):
+            return _SmallDepthwise(x, win, kh, kw, oh, ow, pads, "copied")
         return None
 
-    def _buffer(self) -> tuple[Any, Any]:
+    def _buffer(self) -> tuple[Any, Any, Any]:
+        """A zeroed padded input's interior, the view the einsum reads, and for "copied" the block the
+        patches are copied to (else None)."""
         xp = np.zeros(self.padded, self.dtype)
         s0, s1, s2, s3 = xp.strides
         win = self.win
-        if self.rows:
+        if self.kind == "rows":
             strides: tuple[int, ...] = (s0, s1 * win.sh, s1 * win.dh, s2 * win.dw, s3)
         else:
             strides = (s0, s1 * win.sh, s2 * win.sw, s1 * win.dh, s2 * win.dw, s3)
-        return xp[self.interior], np.ndarray(self.view, self.dtype, xp, 0, strides)
+        view = np.ndarray(self.view, self.dtype, xp, 0, strides)
+        cols = np.empty(self.view, self.dtype) if self.kind == "copied" else None
+        return xp[self.interior], view, cols
 
     def run(self, x: Any, w: Any, tiled: list[tuple[Any, int, Any]], epilogue: Epilogue | None) -> Any:
-        filt = _kept(tiled, w, self.ow, _row_tile) if self.rows else w.reshape(w.shape[:3])
+        kind = self.kind
+        if kind == "rows":
+            filt = _kept(tiled, w, self.ow, _row_tile)
+        else:
+            filt = w.reshape(w.shape[:3] if kind == "patches" else (-1, w.shape[2]))
         free = self.free
-        interior, view = free.pop() if free else self._buffer()
+        buffers = free.pop() if free else self._buffer()
+        interior, view, cols = buffers
         try:
             interior[...] = x
+            if cols is not None:
+                cols[...] = view
+                view = cols.reshape(self.operand)
             y = np.empty(self.out, self.dtype)
             _C_EINSUM(self.subscripts, view, filt, out=y.reshape(self.product))
         finally:
-            free.append((interior, view))
+            free.append(buffers)
         return _after(y, epilogue)
 
 
@@ -629,6 +644,17 @@ def _depthwise_rows(xp: Any, tile: Any, win: _Window, oh: int, ow: int, epilogue
 _PARITY_NARROW_CHANNELS = 48
 
 
+def _on_parity_planes(win: _Window, pixels: int, kh: int, kw: int, c: int) -> bool:
+    """Whether a depthwise convolution (multiplier 1, NHWC) of ``pixels`` output pixels runs on parity planes
+    (the rule above)."""
+    return (
+        win.sw == 2
+        and win.dw == 1
+        and c < _STRIDED_EINSUM_CHANNELS
+        and (kh * kw > 9 or c < _PARITY_NARROW_CHANNELS or pixels * kh * kw * c >= 2 * _CHUNK)
+    )
+
+
 def _parity_tiles(w: Any, ow: int) -> list[Any]:
     """``_depthwise_parity``'s sub-filters of ``w``: the taps of even and of odd columns, each tiled ``ow``
     times along the channels."""
@@ -665,6 +691,7 @@ def _depthwise_parity(
         block = y.reshape(n * oh, q) if b < 0 else y[b, r0:r1].reshape(r1 - r0, q)
         for k, (plane, tile, (s0, *strides)) in enumerate(views):
             kh, kwb = tile.shape[:2]
+            out: Any
             if b < 0:
                 band = np.ndarray((n, oh, kh, kwb, q), plane.dtype, plane, 0, (s0, *strides))
                 out = block.reshape(n, oh, q)
