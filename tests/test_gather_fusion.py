@@ -95,6 +95,25 @@ def test_a_fed_table_of_another_size_wraps_as_the_graph_did() -> None:
             run_traced(b, [out], feed, cfg)
 
 
+def test_a_batched_lookup_wraps_as_the_graph_did() -> None:
+    # GatherV2 with batch_dims = 1 (one table row set per example): the wrap joins it too
+    b = GraphBuilder()
+    ids = b.placeholder("ids", I32, (None, 3))
+    tables = b.placeholder("tables", F32, (None, 5, 2))
+    t = {"T": I32}
+    less = b.op("Less", [ids, b.constant(np.array(0, I32))], t, name="embed/Less")
+    add = b.op("AddV2", [ids, b.constant(np.array(5, I32))], t, name="embed/add")
+    select = b.op("SelectV2", [less, add, ids], t, name="embed/SelectV2")
+    attrs = {"Tparams": F32, "Tindices": I32, "Taxis": I32, "batch_dims": 1}
+    out = b.op("GatherV2", [tables, select, b.constant(np.array(1, I32))], attrs, name="embed/GatherV2")
+    feed = {ids: np.array([[0, -1, 4], [-5, 2, -2]], I32), tables: np.arange(20, dtype=F32).reshape(2, 5, 2)}
+    (got,), ops, nodes = run_traced(b, [out], feed)
+    (want,), _, _ = run_traced(b, [out], feed, OFF)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got[1, 0], [10, 11])  # -5 is row 0 of the second example's table
+    assert ops["SelectV2"] == 0 and nodes["embed/GatherV2"].attr["_wrap_negative_indices"].i == 5
+
+
 @pytest.mark.parametrize("case", ["fetched", "not zero", "remapping off"])
 def test_the_wrap_is_kept_when_it_must_be(case: str) -> None:
     b, ids, _, out = embedding_graph(zero=1 if case == "not zero" else 0)
