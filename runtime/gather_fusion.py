@@ -71,12 +71,8 @@ def _fuse(rw: _Rewriter, gather: Node) -> None:
 
 def _private(rw: _Rewriter, t: TensorId, op: str, reader: str) -> Node | None:
     """The node of op ``op`` behind ``t`` when only ``reader`` reads it and it may go."""
-    if t[1] != 0 or t[0] not in rw.nodes or t[0] in rw.absorbed or t[0] in rw.emitted:
-        return None
-    node = rw.nodes[t[0]]
-    if node.op != op or rw.sole_consumer(node.name) != reader:
-        return None
-    return node
+    node = rw.producer(t, op)
+    return node if node is not None and rw.sole_consumer(node.name) == reader else None
 
 
 def _int_scalar(rw: _Rewriter, t: TensorId) -> Any:

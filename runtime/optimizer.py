@@ -172,6 +172,13 @@ class _Rewriter:
         nd = self.out.get(name)
         return Node(nd) if nd is not None else self.nodes[name]
 
+    def producer(self, t: TensorId, op: str) -> Node | None:
+        """The executed node of op ``op`` whose first output ``t`` is, if no pass absorbed it."""
+        if t[1] != 0 or t[0] not in self.nodes or t[0] in self.absorbed:
+            return None
+        node = self.nodes[t[0]]
+        return node if node.op == op else None
+
     def sole_consumer(self, name: str, emitted: bool = False) -> str | None:
         """The one executed node that reads ``name:0``, when ``name`` may disappear into it (with
         ``emitted``, also a node a pass wrote)."""

@@ -53,7 +53,7 @@ def _fuse(rw: _Rewriter, mm: Node) -> None:
     w = rw.const(mm.inputs[1])
     if not isinstance(w, np.ndarray) or w.ndim != 2:
         return
-    rows = _node(rw, mm.inputs[0], "Reshape")
+    rows = rw.producer(mm.inputs[0], "Reshape")
     # a fused MatMul (bias and activation) had its Reshape back moved after it, both emitted
     # (``fuse_through_reshape``)
     if rows is None or rw.sole_consumer(rows.name, emitted=fused) != mm.name:
@@ -62,7 +62,7 @@ def _fuse(rw: _Rewriter, mm: Node) -> None:
     back = rw.nodes[back_name] if back_name is not None else None
     if back is None or back.op != "Reshape" or back.inputs[0] != (mm.name, 0) or (back.name, 0) in rw.fed:
         return
-    transpose = _node(rw, rows.inputs[0], "Transpose")
+    transpose = rw.producer(rows.inputs[0], "Transpose")
     if transpose is None or len(transpose.inputs) != 2 or rw.sole_consumer(transpose.name) != rows.name:
         return
     x = transpose.inputs[0]
@@ -91,23 +91,16 @@ def _fuse(rw: _Rewriter, mm: Node) -> None:
     rw.uses[x].append(back.name)
 
 
-def _node(rw: _Rewriter, t: TensorId, op: str) -> Node | None:
-    if t[1] != 0 or t[0] not in rw.nodes or t[0] in rw.absorbed:
-        return None
-    node = rw.nodes[t[0]]
-    return node if node.op == op else None
-
-
 def _ints(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.dtype.kind == "i"
 
 
 def _gathered(rw: _Rewriter, t: TensorId, x: TensorId, indices: list[int]) -> bool:
     """Whether ``t`` is ``GatherV2(Shape(x), indices, 0)``."""
-    gather = _node(rw, t, "GatherV2")
+    gather = rw.producer(t, "GatherV2")
     if gather is None or len(gather.inputs) != 3 or gather.attr_int("batch_dims", 0) != 0:
         return False
-    shape = _node(rw, gather.inputs[0], "Shape")
+    shape = rw.producer(gather.inputs[0], "Shape")
     idx, axis = rw.const(gather.inputs[1]), rw.const(gather.inputs[2])
     return (
         shape is not None
@@ -123,7 +116,7 @@ def _gathered(rw: _Rewriter, t: TensorId, x: TensorId, indices: list[int]) -> bo
 
 def _product_of(rw: _Rewriter, t: TensorId, x: TensorId, indices: list[int]) -> bool:
     """Whether ``t`` is ``Prod(GatherV2(Shape(x), indices, 0), 0)`` without kept dimensions."""
-    prod = _node(rw, t, "Prod")
+    prod = rw.producer(t, "Prod")
     if prod is None or len(prod.inputs) != 2 or prod.attr_bool("keep_dims", False):
         return False
     axis = rw.const(prod.inputs[1])
@@ -134,7 +127,7 @@ def _product_of(rw: _Rewriter, t: TensorId, x: TensorId, indices: list[int]) -> 
 
 def _rows_shape(rw: _Rewriter, t: TensorId, x: TensorId, rank: int) -> bool:
     """Whether ``t`` is Tensordot's ``Pack([prod(shape[:rank-1]), prod(shape[rank-1:])])`` of ``x``."""
-    pack = _node(rw, t, "Pack")
+    pack = rw.producer(t, "Pack")
     if pack is None or len(pack.inputs) != 2 or pack.attr_int("axis", 0) != 0:
         return False
     free, axes = pack.inputs
@@ -143,7 +136,7 @@ def _rows_shape(rw: _Rewriter, t: TensorId, x: TensorId, rank: int) -> bool:
 
 def _back_shape(rw: _Rewriter, t: TensorId, x: TensorId, rank: int, width: int) -> bool:
     """Whether ``t`` is Tensordot's ``ConcatV2([shape[:rank-1], [width]], 0)`` of ``x``."""
-    concat = _node(rw, t, "ConcatV2")
+    concat = rw.producer(t, "ConcatV2")
     if concat is None or len(concat.inputs) != 3:
         return False
     lead, tail, axis = concat.inputs

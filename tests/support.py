@@ -211,6 +211,14 @@ import httpx  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def run_module(module: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``python -m module args`` from the repository's root, as users run the benchmarks, its output
+    captured (not checked: the caller asserts on it)."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

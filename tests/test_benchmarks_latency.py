@@ -4,23 +4,15 @@ A smoke test, nothing is timed. The baseline engine is this checkout itself (any
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import ROOT, run_module
 
 
 def test_bench_latency_runs_and_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "latency.json"
     args = ["--model", "mlp_gelu", "--rounds", "2", "--runs", "2", "--batch", "2", "--baseline", str(ROOT)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_latency", *args, "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_module("benchmarks.bench_latency", *args, "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "mlp_gelu" in proc.stdout and "baseline" in proc.stdout
     (result,) = json.loads(out.read_text())["models"]
@@ -41,13 +33,7 @@ def test_bench_latency_times_every_graph_of_a_fixtures_folder(tmp_path: Path) ->
         (folder / f"tiny{suffix}").write_bytes((realistic / f"mlp_gelu{suffix}").read_bytes())
     out = tmp_path / "latency.json"
     args = ["--fixtures", str(folder), "--rounds", "1", "--runs", "1", "--json", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_latency", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_module("benchmarks.bench_latency", *args)
     assert proc.returncode == 0, proc.stderr
     (result,) = json.loads(out.read_text())["models"]
     assert result["model"] == "tiny" and result["poolserve_ms"] > 0

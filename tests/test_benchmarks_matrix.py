@@ -15,11 +15,10 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from support import load_fixture_io
+from support import ROOT, load_fixture_io, run_module
 
 from poolserve import Session, load_graph_def
 
-ROOT = Path(__file__).resolve().parent.parent
 REALISTIC = ROOT / "tests" / "fixtures" / "models" / "realistic"
 MANIFEST = json.loads((REALISTIC / "models.json").read_text())
 
@@ -118,13 +117,7 @@ def test_matrix_runs_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "matrix.json"
     args = ["--workloads", "mlp_gelu,chain200_b1", "--loads", "closed:2,open:0.5", "--rounds", "2"]
     args += ["--seconds", "0.05", "--probe-seconds", "0.05", "--json", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_pool_matrix", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_module("benchmarks.bench_pool_matrix", *args)
     assert proc.returncode == 0, proc.stderr
     assert "median p99 ratio" in proc.stdout
     report = json.loads(out.read_text())
@@ -154,13 +147,7 @@ for g in sorted({{g for gs in WORKLOADS.values() for g in gs}}):
 
 
 def test_matrix_refuses_unknown_workload() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_pool_matrix", "--workloads", "nope"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_module("benchmarks.bench_pool_matrix", "--workloads", "nope", timeout=120)
     assert proc.returncode != 0 and "unknown workloads ['nope']" in proc.stderr
 
 
@@ -177,13 +164,8 @@ def test_matrix_ranges_spans_the_runs(tmp_path: Path) -> None:
     for i, (p99, tput) in enumerate([(5.0, 120.0), (7.0, 90.0)]):
         paths.append(tmp_path / f"run{i}.json")
         paths[-1].write_text(json.dumps(run(p99, tput)))
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.matrix_ranges", *map(str, paths)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
+    done = run_module("benchmarks.matrix_ranges", *map(str, paths), timeout=60)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     assert "| w | closed:8 | g | 0.50-0.70x | 0.90-1.20x | - | - |" in out
     assert "- run 2: every cell: NOT met (1 of 2 cells)" in out

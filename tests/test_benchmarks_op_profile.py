@@ -4,23 +4,15 @@ the per-op table adds its nodes up. A smoke test, nothing is timed."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import run_module
 
 
 def test_op_profile_clocks_every_node_and_groups_by_op(tmp_path: Path) -> None:
     out = tmp_path / "profile.json"
     args = ["--model", "bert_tiny", "--steps", "2", "--json", str(out)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.op_profile", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_module("benchmarks.op_profile", *args)
     assert proc.returncode == 0, proc.stderr
     profile = json.loads(out.read_text())["poolserve"]
     nodes = profile["nodes"]

@@ -4,19 +4,15 @@ nothing is timed)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import run_module
 
 
 def test_priority_benchmark_reports_both_priorities(tmp_path: Path) -> None:
     out = tmp_path / "priority.json"
-    cmd = [sys.executable, "-m", "benchmarks.bench_priority", "--quick", "--workloads", "branches1_b64"]
-    done = subprocess.run(
-        [*cmd, "--clients", "4", "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    args = ["--quick", "--workloads", "branches1_b64", "--clients", "4", "--json", str(out)]
+    done = run_module("benchmarks.bench_priority", *args, timeout=120)
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())["results"]["branches1_b64"]
     for mode in ("no_pool", "pool"):

@@ -31,9 +31,8 @@ from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
 _F64 = np.dtype(np.float64)
-# numpy's einsum without its Python wrapper (dispatch and argument checks, ~2 us a call); the same function
-_C_EINSUM: Any = getattr(getattr(np, "_core", getattr(np, "core", None)), "multiarray", None)
-_C_EINSUM = getattr(_C_EINSUM, "c_einsum", np.einsum)
+# numpy's einsum without its Python wrapper (dispatch and argument checks, ~2 us a call)
+_C_EINSUM: Any = np._core.multiarray.c_einsum if hasattr(np, "_core") else np.core.multiarray.c_einsum  # type: ignore[attr-defined]
 
 # --- convolution and pooling geometry ----------------------------------------------------------------------
 
@@ -442,7 +441,7 @@ def depthwise_conv2d_with_epilogue(node: Node) -> Callable[[list[Any], Epilogue 
             return _after(np.zeros(out_shape, _F16 if half else x.dtype), epilogue)
         if not win.nchw and m == 1 and not half:
             xp = _pad(x, pads, False)
-            if win.sw == 1 and x.dtype == w.dtype and (ow >= _ROWS_MIN_WIDTH or c < _ROWS_NARROW_CHANNELS):
+            if x.dtype == w.dtype and _on_rows(win, ow, c):
                 tile = _kept(tiled, w, ow, _row_tile)
                 return _depthwise_rows(np.ascontiguousarray(xp), tile, win, oh, ow, epilogue)
             if x.dtype == w.dtype and _on_parity_planes(win, n * oh * ow, kh, kw, c):
@@ -508,7 +507,7 @@ class _SmallDepthwise:
         oh, ow, pads = geometry(h, wd, kh, kw)
         if not (oh and ow and kh and kw) or n * oh * ow * c >= 2 * _CHUNK:
             return None
-        if win.sw == 1 and (ow >= _ROWS_MIN_WIDTH or c < _ROWS_NARROW_CHANNELS):
+        if _on_rows(win, ow, c):
             return _SmallDepthwise(x, win, kh, kw, oh, ow, pads, "rows")
         if c >= _STRIDED_EINSUM_CHANNELS:
             return _SmallDepthwise(x, win, kh, kw, oh, ow, pads, "patches")
@@ -579,6 +578,12 @@ _ROWS_MIN_WIDTH = 8
 _ROWS_NARROW_CHANNELS = 384
 
 
+def _on_rows(win: _Window, ow: int, c: int) -> bool:
+    """Whether a depthwise convolution (multiplier 1, NHWC) of ``ow`` output columns runs on flattened rows
+    (the rule above)."""
+    return win.sw == 1 and (ow >= _ROWS_MIN_WIDTH or c < _ROWS_NARROW_CHANNELS)
+
+
 def _depthwise_rows(xp: Any, tile: Any, win: _Window, oh: int, ow: int, epilogue: Epilogue | None) -> Any:
     """A depthwise convolution of channel multiplier 1 and unit column stride on padded NHWC input, as one
     einsum over the input's rows flattened: output row r is the sum over the taps (i, j) of input row
@@ -614,12 +619,12 @@ def _depthwise_rows(xp: Any, tile: Any, win: _Window, oh: int, ow: int, epilogue
     strides = (s1 * win.sh, s1 * win.dh, s2 * win.dw, s3)
     if y.size < 2 * _CHUNK:
         rows = _window_view(xp, (n, oh, kh, kw, q), (s0, *strides))
-        np.einsum("nrijq,ijq->nrq", rows, tile, out=y.reshape(n, oh, q))
+        _C_EINSUM("nrijq,ijq->nrq", rows, tile, out=y.reshape(n, oh, q))
         return _after(y, epilogue)
     for b, r0, r1 in _lines(n, oh, q):
         band = np.ndarray((r1 - r0, kh, kw, q), xp.dtype, xp, b * s0 + r0 * strides[0], strides)
         block = y[b, r0:r1]
-        np.einsum("rijq,ijq->rq", band, tile, out=block.reshape(r1 - r0, q))
+        _C_EINSUM("rijq,ijq->rq", band, tile, out=block.reshape(r1 - r0, q))
         if epilogue is not None:
             epilogue(block)
     return y
@@ -751,21 +756,21 @@ def _depthwise_nhwc(xp: Any, w: Any, win: _Window, oh: int, ow: int, epilogue: E
     if c >= _STRIDED_EINSUM_CHANNELS:
         # one pass over the strided view, no temporaries (in bands it lost: each einsum call parses its
         # subscripts again)
-        np.einsum("nhwijc,ijc->nhwc", patches, w.reshape(kh, kw, c), out=y)
+        _C_EINSUM("nhwijc,ijc->nhwc", patches, w.reshape(kh, kw, c), out=y)
         return _after(y, epilogue)
     taps = kh * kw
     w2 = w.reshape(taps, c)
     if values < 2 * _CHUNK:
         cols = np.empty((n, oh, ow, kh, kw, c), y.dtype)
         cols[...] = patches
-        np.einsum("ptc,tc->pc", cols.reshape(-1, taps, c), w2, out=y.reshape(-1, c))
+        _C_EINSUM("ptc,tc->pc", cols.reshape(-1, taps, c), w2, out=y.reshape(-1, c))
         return _after(y, epilogue)
     buf = np.empty((max(1, _CHUNK // (ow * c)), ow, kh, kw, c), y.dtype)
     for b, r0, r1 in _lines(n, oh, ow * c):
         block = y[b, r0:r1]
         band = buf[: r1 - r0]
         band[...] = patches[b, r0:r1]
-        np.einsum("ptc,tc->pc", band.reshape(-1, taps, c), w2, out=block.reshape(-1, c))
+        _C_EINSUM("ptc,tc->pc", band.reshape(-1, taps, c), w2, out=block.reshape(-1, c))
         if epilogue is not None:
             epilogue(block)
     return y
@@ -787,8 +792,8 @@ def _depthwise(xp: Any, w: Any, win: _Window, oh: int, ow: int) -> Any:
             xp, (n, oh, ow, kh, kw, c), (s0, s1 * win.sh, s2 * win.sw, s1 * win.dh, s2 * win.dw, s3)
         )
         if m == 1:
-            return np.einsum("nhwijc,ijc->nhwc", patches, w.reshape(kh, kw, c))
-        return np.einsum("nhwijc,ijcm->nhwcm", patches, w)
+            return _C_EINSUM("nhwijc,ijc->nhwc", patches, w.reshape(kh, kw, c))
+        return _C_EINSUM("nhwijc,ijcm->nhwcm", patches, w)
     if not win.nchw and m == 1 and win.sw == win.dw == 1:
         # Few channels: a tap's window is a run of ow * c contiguous values per output row, so each
         # multiply-add loops over whole rows, not over c values at a time (48x48x16: 0.37 ms against 0.53).
