@@ -2,6 +2,7 @@
 
 from poolserve.runtime.kernels import (  # noqa: F401
     array_ops,
+    bucket_ops,
     control_flow_ops,
     conv_ops,
     erf_ops,
@@ -15,6 +16,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     nn_ops,
     parsing_ops,
     slicing_ops,
+    space_ops,
     state_ops,
 )
 from poolserve.runtime.kernels.registry import (

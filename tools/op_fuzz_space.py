@@ -1,0 +1,86 @@
+"""op_fuzz families: block moves (SpaceToBatchND, BatchToSpaceND and their v1 forms, SpaceToDepth,
+DepthToSpace) and bucketing (Bucketize, Bincount, DenseBincount)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from op_fuzz import Case, values
+
+
+def _i(v: object, dtype: str = "int32") -> np.ndarray:
+    return np.array(v, dtype=dtype)
+
+
+def block_moves(rng: np.random.Generator, count: int) -> list[Case]:
+    cases = []
+    for _ in range(count * 3):
+        m = int(rng.integers(1, 4))
+        rest = tuple(int(d) for d in rng.integers(1, 4, size=int(rng.integers(0, 2))))
+        block = [int(b) for b in rng.integers(1, 4, size=m)]
+        pads = [[int(a), int(b)] for a, b in rng.integers(0, 3, size=(m, 2))]
+        spatial = []
+        for b, (p0, p1) in zip(block, pads, strict=True):
+            n = int(rng.integers(0, 3)) * b - p0 - p1
+            if n < 0 or rng.random() < 0.1:
+                n = int(rng.integers(0, 5))  # often not divisible: refused
+            spatial.append(max(n, 0))
+        batch = int(rng.integers(1, 3))
+        dtype = str(rng.choice(["float32", "int32", "float64", "int64", "bool", "uint8"]))
+        x = values(rng, (batch, *spatial, *rest), dtype)
+        cases.append(Case("SpaceToBatchND", {"input": x, "block_shape": _i(block), "paddings": _i(pads)}))
+        out_spatial = [int(rng.integers(0, 4)) for _ in range(m)]
+        bb = batch * int(np.prod(block)) if rng.random() < 0.85 else batch * int(np.prod(block)) + 1
+        crops = [[int(rng.integers(0, 3)), int(rng.integers(0, 3))] for _ in range(m)]
+        y = values(rng, (bb, *out_spatial, *rest), dtype)
+        idx = str(rng.choice(["int32", "int64"]))
+        cases.append(
+            Case("BatchToSpaceND", {"input": y, "block_shape": _i(block, idx), "crops": _i(crops, idx)})
+        )
+    for _ in range(count):
+        size = int(rng.integers(2, 4))
+        h, w = (int(rng.integers(0, 3)) * size for _ in range(2))
+        x = values(rng, (int(rng.integers(1, 3)), h, w, int(rng.integers(1, 3))), "float32")
+        pads = _i([[int(rng.integers(0, 2)) * size, 0], [0, int(rng.integers(0, 2)) * size]])
+        cases.append(Case("SpaceToBatch", {"input": x, "paddings": pads}, {"block_size": size}))
+        y = values(rng, (size * size * int(rng.integers(1, 3)), 2, 3, 2), "float32")
+        cases.append(Case("BatchToSpace", {"input": y, "crops": _i([[0, 1], [1, 0]])}, {"block_size": size}))
+        z = values(rng, (1, h + int(rng.random() < 0.2), w, 3), "float32")
+        cases.append(Case("SpaceToDepth", {"input": z}, {"block_size": size}))
+        d = values(rng, (2, 2, 3, size * size * int(rng.integers(1, 3)) + int(rng.random() < 0.2)), "int32")
+        cases.append(Case("DepthToSpace", {"input": d}, {"block_size": size}))
+    return cases
+
+
+def buckets(rng: np.random.Generator, count: int) -> list[Case]:
+    cases = []
+    for _ in range(count):
+        dtype = str(rng.choice(["float32", "float64", "int32", "int64"]))
+        x = values(rng, tuple(int(d) for d in rng.integers(0, 4, size=int(rng.integers(0, 3)))), dtype)
+        bounds = sorted(float(b) for b in rng.integers(-4, 5, size=int(rng.integers(0, 5))) / 2)
+        cases.append(Case("Bucketize", {"input": x}, {"boundaries": bounds}))
+    for _ in range(count * 2):
+        rank = int(rng.integers(1, 3))
+        dims = tuple(int(d) for d in rng.integers(0, 5, size=rank))
+        idx = str(rng.choice(["int32", "int64"]))
+        arr = rng.integers(-1 if rng.random() < 0.1 else 0, 8, size=dims).astype(idx)
+        wdt = str(rng.choice(["float32", "float64", "int32", "int64"]))
+        weights = values(rng, dims, wdt, edge=False) if rng.random() < 0.5 else np.zeros((0,), wdt)
+        size = _i(int(rng.integers(0, 9)), idx)
+        binary = bool(rng.random() < 0.4)
+        cases.append(
+            Case(
+                "DenseBincount",
+                {"input": arr, "size": size, "weights": weights},
+                {"binary_output": binary},
+            )
+        )
+        if rank == 1 and idx == "int32":
+            w1 = weights if weights.size else np.zeros((0,), wdt)
+            cases.append(Case("Bincount", {"arr": arr, "size": _i(int(size)), "weights": w1}))
+    return cases
+
+
+def families() -> dict[str, Callable[[np.random.Generator, int], list[Case]]]:
+    return {"block_moves": block_moves, "buckets": buckets}
