@@ -82,5 +82,41 @@ def buckets(rng: np.random.Generator, count: int) -> list[Case]:
     return cases
 
 
+def volumes(rng: np.random.Generator, count: int) -> list[Case]:
+    """Conv3D, its input gradients and the 3-D pools (NDHWC)."""
+    cases = []
+    for _ in range(count * 2):
+        dtype = str(rng.choice(["float32", "float32", "float64", "float16"]))
+        n = int(rng.integers(0 if rng.random() < 0.05 else 1, 3))
+        spatial = [int(d) for d in rng.integers(1, 7, size=3)]
+        c, o = (int(d) for d in rng.integers(1, 4, size=2))
+        k = [int(d) for d in rng.integers(1, 4, size=3)]
+        strides = [1, *(int(s) for s in rng.integers(1, 3, size=3)), 1]
+        dil = [1, *(int(s) for s in rng.integers(1, 3, size=3)), 1] if rng.random() < 0.4 else [1] * 5
+        padding = str(rng.choice(["SAME", "VALID"]))
+        x = values(rng, (n, *spatial, c), dtype, edge=False)
+        w = values(rng, (*k, c if rng.random() < 0.95 else c + 1, o), dtype, edge=False)
+        attrs = {"strides": strides, "padding": padding, "dilations": dil}
+        cases.append(Case("Conv3D", {"input": x, "filter": w}, attrs))
+        # the gradient of the same geometry: out_backprop of the forward output's shape
+        outs = []
+        for size, kk, s, d in zip(spatial, k, strides[1:4], dil[1:4], strict=True):
+            eff = (kk - 1) * d + 1
+            outs.append((size + s - 1) // s if padding == "SAME" else max((size - eff + s) // s, 0))
+        dy = values(rng, (n, *outs, o), dtype, edge=False)
+        wb = values(rng, (*k, c, o), dtype, edge=False)
+        sizes = _i([n, *spatial, c])
+        cases.append(
+            Case("Conv3DBackpropInputV2", {"input_sizes": sizes, "filter": wb, "out_backprop": dy}, attrs)
+        )
+        ksize = [1, *k, 1]
+        pool = {"ksize": ksize, "strides": strides, "padding": padding}
+        xp = values(rng, (n, *spatial, c), dtype, edge=rng.random() < 0.7)
+        xp[np.isnan(xp)] = 0  # NaN windows: see max_pool3d
+        cases.append(Case("MaxPool3D", {"input": xp}, pool))
+        cases.append(Case("AvgPool3D", {"input": x}, pool))
+    return cases
+
+
 def families() -> dict[str, Callable[[np.random.Generator, int], list[Case]]]:
-    return {"block_moves": block_moves, "buckets": buckets}
+    return {"block_moves": block_moves, "buckets": buckets, "volumes": volumes}

@@ -4,6 +4,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     array_ops,
     bucket_ops,
     control_flow_ops,
+    conv3d_ops,
     conv_ops,
     erf_ops,
     functional_ops,
