@@ -13,6 +13,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     image_ops,
     io_ops,
     list_ops,
+    lookup_ops,
     math_ops,
     nn_ops,
     parsing_ops,
