@@ -20,6 +20,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     slicing_ops,
     space_ops,
     state_ops,
+    string_ops,
 )
 from poolserve.runtime.kernels.registry import (
     KERNELS,
