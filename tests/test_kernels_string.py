@@ -81,3 +81,23 @@ def test_join_broadcasts_scalars_and_as_string_formats_like_printf():
     ]
     assert as_text(run_op("AsString", [np.array([3], np.int64)], {"width": 4, "fill": "0"})) == ["0003"]
     assert as_text(run_op("AsString", [np.array([True])])) == ["true"]
+
+
+def test_split_on_a_separator_or_on_whitespace_as_tensorflow_does():
+    x = strings("a b  c", "", " x y ", "a,,b", "  ")
+
+    def split(sep: str, maxsplit: int) -> tuple[list[list[int]], list[str], list[int]]:
+        indices, values, shape = run_op(
+            "StringSplitV2", [x, np.array(sep.encode(), dtype=object)], {"maxsplit": maxsplit}, num_outputs=3
+        )
+        return indices.tolist(), as_text(values), shape.tolist()
+
+    assert split("", -1) == (
+        [[0, 0], [0, 1], [0, 2], [2, 0], [2, 1], [3, 0]],
+        ["a", "b", "c", "x", "y", "a,,b"],
+        [5, 3],
+    )
+    # past maxsplit the rest is one more token, even an empty one
+    assert split("", 1)[1] == ["a", "b  c", "x", "y ", "a,,b", ""]
+    assert split(",", -1)[1] == ["a b  c", "", " x y ", "a", "", "b", "  "]
+    assert split(",", 0)[1] == ["a b  c", "", " x y ", "a,,b", "  "]

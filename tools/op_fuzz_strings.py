@@ -82,5 +82,64 @@ def strings(rng: np.random.Generator, count: int) -> list[Case]:
     return cases
 
 
+def splits(rng: np.random.Generator, count: int) -> list[Case]:
+    cases = []
+    for _ in range(count):
+        x = texts(rng, (int(rng.integers(0, 5)),))
+        sep = np.array(str(rng.choice(["", " ", ",", ";;", "a"])).encode(), dtype=object)
+        cases.append(
+            Case("StringSplitV2", {"input": x, "sep": sep}, {"maxsplit": int(rng.choice([-1, -1, 0, 1, 2]))})
+        )
+    return cases
+
+
+def _partition(rng: np.random.Generator, nrows: int, kind: str) -> tuple[np.ndarray, int]:
+    lengths = rng.integers(0, 4, size=nrows)
+    total = int(lengths.sum())
+    if kind == "ROW_SPLITS":
+        return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), total
+    return np.repeat(np.arange(nrows), lengths).astype(np.int64), total
+
+
+def ragged(rng: np.random.Generator, count: int) -> list[Case]:
+    cases = []
+    for _ in range(count * 2):
+        kind = str(rng.choice(["ROW_SPLITS", "VALUE_ROWIDS"]))
+        depth = int(rng.integers(1, 3))
+        nrows = int(rng.integers(0, 5))
+        parts, n = [], nrows
+        for _ in range(depth):
+            part, n = _partition(rng, n, kind)
+            parts.append(part)
+        inner = tuple(int(d) for d in rng.integers(1, 3, size=int(rng.integers(0, 2))))
+        dtype = str(rng.choice(["float32", "int64", "int32", "string"]))
+        vals = texts(rng, (n, *inner)) if dtype == "string" else values(rng, (n, *inner), dtype, edge=False)
+        default = texts(rng, ()) if dtype == "string" else values(rng, (), dtype, edge=False)
+        rank = 1 + depth + len(inner)
+        dims = [-1] * rank
+        for i in range(1 + depth):
+            if rng.random() < 0.4:
+                dims[i] = int(rng.integers(0, 5))
+        types = ["ROW_SPLITS"] * depth
+        tensors = parts
+        if kind == "VALUE_ROWIDS":
+            types = ["FIRST_DIM_SIZE"] + ["VALUE_ROWIDS"] * depth
+            tensors = [np.array(nrows, np.int64), *parts]
+        shape_t = np.array(dims, np.int64) if rng.random() < 0.8 else np.array(-1, np.int64)
+        cases.append(
+            Case(
+                "RaggedTensorToTensor",
+                {
+                    "shape": shape_t,
+                    "values": vals,
+                    "default_value": default,
+                    "row_partition_tensors": tensors,
+                },
+                {"row_partition_types": types},
+            )
+        )
+    return cases
+
+
 def families() -> dict[str, Callable[[np.random.Generator, int], list[Case]]]:
-    return {"strings": strings}
+    return {"strings": strings, "splits": splits, "ragged": ragged}

@@ -17,6 +17,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     math_ops,
     nn_ops,
     parsing_ops,
+    ragged_ops,
     slicing_ops,
     space_ops,
     state_ops,

@@ -239,3 +239,48 @@ def string_strip(node: Node) -> Compute:
         return (_each(inputs[0], lambda s: s.strip(b" \t\n\v\f\r")),)
 
     return compute
+
+
+def _split_whitespace(s: bytes, maxsplit: int) -> list[bytes]:
+    """TensorFlow's split on runs of ASCII whitespace: past ``maxsplit`` tokens the rest (perhaps empty)
+    is one more."""
+    if maxsplit < 0:
+        return s.split()
+    out: list[bytes] = []
+    text = s.lstrip()
+    while text:
+        token, *rest = text.split(None, 1)
+        out.append(token)
+        text = rest[0] if rest else b""
+        if len(out) == maxsplit:
+            out.append(text)
+            break
+    return out
+
+
+@kernel("StringSplitV2", outputs=3)
+def string_split_v2(node: Node) -> Compute:
+    maxsplit = node.attr_int("maxsplit", -1)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, sep_t = inputs
+        if x.ndim != 1:
+            raise InvalidArgumentError(f"input must be a vector, got shape: {list(x.shape)}")
+        if sep_t.ndim:
+            raise InvalidArgumentError(f"sep must be a scalar, got shape: {list(sep_t.shape)}")
+        sep = sep_t.item()
+        if maxsplit == 0:
+            pieces = [[s] for s in x.tolist()]
+        elif sep:
+            pieces = [s.split(sep, maxsplit) for s in x.tolist()]
+        else:
+            pieces = [_split_whitespace(s, maxsplit) for s in x.tolist()]
+        counts = np.array([len(p) for p in pieces], dtype=np.int64)
+        rows = np.repeat(np.arange(len(pieces), dtype=np.int64), counts)
+        starts = np.cumsum(counts) - counts
+        cols = np.arange(rows.size, dtype=np.int64) - np.repeat(starts, counts)
+        values = _strings([t for p in pieces for t in p], (rows.size,))
+        shape = np.array([len(pieces), int(counts.max()) if counts.size else 0], dtype=np.int64)
+        return np.stack([rows, cols], axis=1).reshape(rows.size, 2), values, shape
+
+    return compute
