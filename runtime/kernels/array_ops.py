@@ -16,11 +16,12 @@ import numpy as np
 
 from poolserve.runtime import dtypes
 from poolserve.runtime.errors import InvalidArgumentError
-from poolserve.runtime.kernels._common import _index_type, _scalar, _shape_str
+from poolserve.runtime.kernels._common import _dims, _index_type, _scalar, _shape_str
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
 _INT64_MAX = 2**63 - 1
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
 # --- sources and identities --------------------------------------------------------------------------------
@@ -126,9 +127,10 @@ def _check_range(start: Any, limit: Any, delta: Any, show: Callable[[Any], str])
     """TensorFlow's checks of Range's arguments (Python ints or numpy scalars), ``show`` writing a value."""
     if delta == 0:
         raise InvalidArgumentError(f"Requires delta != 0: {show(delta)}")
-    if delta > 0 and not start <= limit:
-        raise InvalidArgumentError(f"Requires start <= limit when delta > 0: {show(start)}/{show(limit)}")
-    if delta < 0 and not start >= limit:
+    if delta > 0:
+        if not start <= limit:
+            raise InvalidArgumentError(f"Requires start <= limit when delta > 0: {show(start)}/{show(limit)}")
+    elif not start >= limit:  # a NaN delta too, as in TensorFlow
         raise InvalidArgumentError(f"Requires start >= limit when delta < 0: {show(start)}/{show(limit)}")
 
 
@@ -361,14 +363,24 @@ def broadcast_args(node: Node) -> Compute:
         for i, s in enumerate(inputs):
             if s.ndim != 1:
                 raise InvalidArgumentError(f"In[{i}] must be a vector.{_shape_str(s.shape)}")
-        a, b = tuple(s0.tolist()), tuple(s1.tolist())
-        try:
-            joint = np.broadcast_shapes(a, b)
-        except ValueError:
-            raise InvalidArgumentError(f"Incompatible shapes: {_shape_str(a)} vs. {_shape_str(b)}") from None
-        return (np.array(joint, dtype=s0.dtype),)
+        return (np.array(_broadcast_dims(s0.tolist(), s1.tolist()), dtype=s0.dtype),)
 
     return compute
+
+
+def _broadcast_dims(a: list[int], b: list[int]) -> list[int]:
+    """TensorFlow's ``BCast`` of two shape vectors: dims are plain numbers (negative ones included), equal
+    or one of them 1."""
+    if a == b:
+        return a
+    n = max(len(a), len(b))
+    a2, b2 = [1] * (n - len(a)) + a, [1] * (n - len(b)) + b
+    out = []
+    for x, y in zip(a2, b2, strict=True):
+        if x != y and x != 1 and y != 1:
+            raise InvalidArgumentError(f"Incompatible shapes: {_dims(tuple(a))} vs. {_dims(tuple(b))}")
+        out.append(x if y == 1 else y)
+    return out
 
 
 # --- transposes --------------------------------------------------------------------------------------------
@@ -388,6 +400,10 @@ def transpose(node: Node) -> Compute:
             )
         for p in perm:
             if not 0 <= p < rank:
+                if perm_t.dtype != np.int32 and not all(
+                    _INT32_MIN <= q <= _INT32_MAX for q in perm_t.tolist()
+                ):
+                    return compute(ctx, [x, perm_t.astype(np.int32)])  # TensorFlow reads perm as int32
                 raise InvalidArgumentError(f"{p} is out of range [0 .. {rank})")
         if len(set(perm)) != rank:
             missing = min(set(range(rank)) - set(perm))

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from poolserve.proto import types_pb2
 from poolserve.runtime.errors import InvalidArgumentError
-from poolserve.runtime.kernels._common import _index_type, _scalar, _shape_str
+from poolserve.runtime.kernels._common import _bad_attr, _index_type, _scalar, _shape_str
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
@@ -197,15 +198,24 @@ def one_hot(node: Node) -> Compute:
 
 @kernel("TopKV2", outputs=2)
 def top_k_v2(node: Node) -> Compute:
-    # sorted=False leaves the order to the implementation; this one always sorts.
+    # sorted=False leaves the order to the implementation; this one always sorts. NaNs are the largest
+    # values here; TensorFlow's place for them follows its algorithm (k == 1: a vectorized max reduction,
+    # whose NaN handling depends on the row length and the CPU's vector width; otherwise sort or heap
+    # comparisons that take a NaN as equal to everything). Subnormals are not flushed (as TensorFlow's
+    # FTZ/DAZ threads do, making them ties of 0): that would cost a pass over every input for an order
+    # among values TensorFlow takes as equal.
     node.attr_bool("sorted", True)
-    index_type = _index_type(node, "index_type")
+    index_type = node.attr_dtype("index_type", types_pb2.DT_INT32)
+    if index_type not in (np.int16, np.int32, np.int64):
+        raise _bad_attr(node, "index_type", f"must be int16, int32 or int64, got {index_type}")
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         x, k_t = inputs
         if k_t.ndim != 0:
             raise InvalidArgumentError(f"k must be scalar, got shape {_shape_str(k_t.shape)}")
         k = _scalar(k_t)
+        if not -(2**31) <= k < 2**31:
+            k = int(k_t.astype(np.int32))  # TensorFlow reads k as an int32
         if k < 0:
             raise InvalidArgumentError(f"Need k >= 0, got {k}")
         if x.ndim < 1:
@@ -244,7 +254,17 @@ def unique(node: Node) -> Compute:
         if x.size == 0:
             return x, np.zeros(0, dtype=out_idx)
         # np.unique sorts; TensorFlow numbers values by first appearance (NaNs never equal each other).
-        _, first, inverse = np.unique(x, return_index=True, return_inverse=True, equal_nan=False)
+        # Subnormals stay values of their own (TensorFlow's FTZ/DAZ threads take them as 0), as everywhere in
+        # poolserve's kernels.
+        key = x
+        if x.dtype == np.float16:
+            # TensorFlow hashes halves by their bits: 0.0 and -0.0 are two values. Every NaN gets a key
+            # of its own.
+            key = x.view(np.uint16).astype(np.int64)
+            nan = np.isnan(x)
+            if nan.any():
+                key[nan] = (1 << 16) + np.flatnonzero(nan)
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True, equal_nan=False)
         order = np.argsort(first, kind="stable")
         rank_of = np.empty_like(order)
         rank_of[order] = np.arange(order.size)

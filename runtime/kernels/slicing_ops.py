@@ -182,6 +182,8 @@ def _concat(values: list[Any], axis_t: Any, axis_name: str) -> Any:
         raise InvalidArgumentError("ConcatOp : Can't concatenate scalars (use tf.stack instead)")
     a = axis + rank if axis < 0 else axis
     if not 0 <= a < rank:
+        a = (a + 2**31) % 2**32 - 2**31  # TensorFlow keeps the wrapped axis in an int32
+    if not 0 <= a < rank:
         raise InvalidArgumentError(
             f"ConcatOp : Expected concatenating dimensions in the range [{-rank}, {rank}), but got {axis}"
         )
