@@ -73,34 +73,48 @@ _SIMPLE_BINARY: dict[str, Fn] = {
 }
 
 
+def _complex_mul(x: Any, y: Any) -> Any:
+    # TF multiplies complex numbers by the textbook formula; numpy fuses a*c - b*d into an FMA, which
+    # differs once the products overflow (TF: inf - inf = NaN, numpy: -inf)
+    x, y = np.asarray(x), np.asarray(y)
+    a, b, c, d = x.real, x.imag, y.real, y.imag
+    out = np.empty(np.broadcast_shapes(x.shape, y.shape), np.result_type(x, y))
+    out.real = a * c - b * d
+    out.imag = a * d + b * c
+    return out
+
+
 @kernel(*_SIMPLE_BINARY)
 def simple_binary(node: Node) -> Compute:
+    if node.op == "Mul" and node.attr_dtype("T").kind == "c":
+        return _binary(_complex_mul)
     return _binary(_SIMPLE_BINARY[node.op])
 
 
-def _check_divisor(y: Any) -> None:
-    if not np.all(y):
+def _check_divisor(x: Any, y: Any) -> None:
+    # TF checks the divisors it uses: none when the result is empty
+    if not np.all(y) and math.prod(np.broadcast_shapes(np.shape(x), np.shape(y))):
         raise InvalidArgumentError("Integer division by zero")
 
 
 def _int_trunc_div(x: Any, y: Any) -> Any:
-    _check_divisor(y)
+    _check_divisor(x, y)
     # x - fmod(x, y) is an exact multiple of y and cannot overflow, so floor division is exact.
     return np.floor_divide(np.subtract(x, np.fmod(x, y)), y)
 
 
 def _int_floor_div(x: Any, y: Any) -> Any:
-    _check_divisor(y)
+    _check_divisor(x, y)
     return np.floor_divide(x, y)
 
 
 def _int_floor_mod(x: Any, y: Any) -> Any:
-    _check_divisor(y)
+    _check_divisor(x, y)
     return np.remainder(x, y)
 
 
 def _int_trunc_mod(x: Any, y: Any) -> Any:
-    _check_divisor(y)
+    _check_divisor(x, y)
     return np.fmod(x, y)
 
 
@@ -201,11 +215,20 @@ def add_n(node: Node) -> Compute:
                     f"Inputs to operation {name} of type AddN must have the same size and shape.  "
                     f"Input 0: {_shape_str(shape)} != input {i}: {_shape_str(np.shape(a))}"
                 )
-        if len(inputs) == 1:
+        n = len(inputs)
+        if n == 1:
             return (first,)
+        # TF's order, which rounding shows: the first n % 8 inputs (8 or 9 for 0 or 1) one after another,
+        # then each further 8 summed apart and added to the total
+        head = min(n, n % 8 + 8 if n % 8 < 2 else n % 8)
         out = np.asarray(np.add(first, inputs[1]))
-        for a in inputs[2:]:
+        for a in inputs[2:head]:
             np.add(out, a, out=out)
+        for start in range(head, n, 8):
+            group = np.asarray(np.add(inputs[start], inputs[start + 1]))
+            for a in inputs[start + 2 : start + 8]:
+                np.add(group, a, out=group)
+            np.add(out, group, out=out)
         return (out,)
 
     return compute
@@ -238,8 +261,14 @@ _SIMPLE_UNARY: dict[str, Fn] = {
 }
 
 
+def _complex_square(x: Any) -> Any:
+    return _complex_mul(x, x)
+
+
 @kernel(*_SIMPLE_UNARY)
 def simple_unary(node: Node) -> Compute:
+    if node.op == "Square" and node.attr_dtype("T").kind == "c":
+        return _unary(_complex_square)
     return _unary(_SIMPLE_UNARY[node.op])
 
 
@@ -349,7 +378,9 @@ def _cast_fn(src: np.dtype[Any], dst: np.dtype[Any], truncate: bool) -> Fn:
     if dst.kind == "b":
         steps.append(lambda x: np.not_equal(x, 0))
     elif kind == "f" and dst.kind in "iu" and (dst.itemsize < 4 or dst == np.uint32):
-        # Like C++ on x86: narrow integers go through int32 (uint32 through int64), then wrap.
+        # Like C++ on x86: narrow integers go through int32 (uint32 through int64), then wrap. A value out
+        # of range (NaN, infinities) is undefined in C++: TensorFlow's x86 build saturates the values its
+        # SIMD packets convert and wraps the rest, by their place in the tensor; not followed here
         via = np.dtype(np.int64 if dst == np.uint32 else np.int32)
         steps.append(lambda x: np.asarray(x).astype(via).astype(dst))
     else:
@@ -663,16 +694,22 @@ def reduction(node: Node) -> Compute:
     return compute
 
 
+_ARG_MAX_TYPES = (np.int16, np.uint16, np.int32, np.int64)
+_ARG_MIN_TYPES = (np.int32, np.int64)  # (sic: TF 2.21's ArgMin has no 16-bit outputs)
+
+
 @kernel("ArgMax", "ArgMin")
 def arg_reduction(node: Node) -> Compute:
     out_dtype = node.attr_dtype("output_type", 9)  # DT_INT64
-    if out_dtype not in (np.int32, np.int64):
+    is_max = node.op == "ArgMax"
+    allowed = _ARG_MAX_TYPES if is_max else _ARG_MIN_TYPES
+    if out_dtype not in allowed:
+        names = [str(np.dtype(t)) for t in allowed]
         raise InvalidArgumentError(
-            f"Node '{node.name}' (op '{node.op}'): attr 'output_type' must be int32 or int64, "
-            f"got {out_dtype}",
+            f"Node '{node.name}' (op '{node.op}'): attr 'output_type' must be "
+            f"{', '.join(names[:-1])} or {names[-1]}, got {out_dtype}",
             node.name,
         )
-    is_max = node.op == "ArgMax"
     arg = np.argmax if is_max else np.argmin
     # TF skips NaN (no comparison with it is true): it loses to every number, as -inf (+inf) does.
     nan_check = node.attr_dtype("T").kind == "f"
