@@ -948,7 +948,7 @@ def _pool_taps(xp: Any, kh: int, kw: int, oh: int, ow: int, win: _Window, fn: An
     return _reduce_taps(rows, hx + 1, kw, ow, win.sw, fn)
 
 
-def _max_pool(x: Any, kh: int, kw: int, kd: int, win: _Window) -> Any:
+def _max_pool(x: Any, kh: int, kw: int, kd: int, win: _Window, half_from_inf: bool = False) -> Any:
     if x.ndim != 4:
         raise InvalidArgumentError(f"input must be 4-dimensional: {_dims(x.shape)}")
     if kd != 1:
@@ -957,32 +957,46 @@ def _max_pool(x: Any, kh: int, kw: int, kd: int, win: _Window) -> Any:
             raise UnimplementedError(
                 "Depthwise max pooling requires the depth window to evenly divide the input depth"
             )
-        if win.nchw:
-            n, _, h, w = x.shape
-            return x.reshape(n, c // kd, kd, h, w).max(axis=2)
-        return x.reshape(*x.shape[:3], c // kd, kd).max(axis=4)
+        groups = (
+            x.reshape(x.shape[0], c // kd, kd, *x.shape[2:])
+            if win.nchw
+            else x.reshape(*x.shape[:3], c // kd, kd)
+        )
+        axis = 2 if win.nchw else 4
+        # TensorFlow keeps the first value of a group unless a later one is greater: NaN is kept only first
+        out = _along(groups, axis, slice(0, 1))
+        for t in range(1, kd):
+            value = _along(groups, axis, slice(t, t + 1))
+            out = np.where(out < value, value, out)
+        return out.reshape(out.shape[:axis] + out.shape[axis + 1 :])
     h, w = x.shape[2:] if win.nchw else x.shape[1:3]
     oh, ow, pads = _geometry(win, h, w, kh, kw)
     shape = (x.shape[0], x.shape[1], oh, ow) if win.nchw else (x.shape[0], oh, ow, x.shape[3])
     if oh == 0 or ow == 0:
         return np.empty(shape, x.dtype)
-    fn: Any
-    if x.dtype.kind == "f":
-        # TensorFlow starts from the lowest finite value and skips NaN: -inf and all-NaN windows give lowest.
-        lowest, fn = np.finfo(x.dtype).min, np.fmax
-    else:
-        lowest, fn = np.iinfo(x.dtype).min, np.maximum
+    fn = np.fmax if x.dtype.kind == "f" else np.maximum
+    lowest = -np.inf if half_from_inf and x.dtype == _F16 else _max_pool_start(x.dtype)
     hx = 2 if win.nchw else 1
-    rows = _max_taps(x, hx, kh, oh, win.sh, pads[0], fn, None)
-    return _max_taps(rows, hx + 1, kw, ow, win.sw, pads[2], fn, lowest)
+    rows = _max_taps(x, hx, kh, oh, win.sh, pads[0], fn, None, lowest)
+    return _max_taps(rows, hx + 1, kw, ow, win.sw, pads[2], fn, lowest, lowest)
 
 
-def _max_taps(x: Any, axis: int, k: int, count: int, step: int, before: int, fn: Any, lowest: Any) -> Any:
+def _max_pool_start(dtype: Any) -> Any:
+    """The value TensorFlow's max pool starts from (and skips NaN): the lowest finite value, the type's
+    minimum for integers. -inf and all-NaN windows give it. (MaxPool's half kernel for SAME and VALID
+    padding, oneDNN's, starts from -inf: ``_max_pool``'s ``half_from_inf``.)"""
+    return np.finfo(dtype).min if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _max_taps(
+    x: Any, axis: int, k: int, count: int, step: int, before: int, fn: Any, lowest: Any, fill: Any
+) -> Any:
     """The max pool's reduction along ``axis`` as ``_reduce_taps`` makes it over input padded with
     ``before`` values in front (and what the window needs behind), without the padded copy: each tap
     reduces into the outputs whose window holds it in the input (a padded value loses to any other).
     With ``lowest``, the result starts from it: TensorFlow's max starts from the lowest finite value, so
-    -inf and all-NaN windows give it (``fn`` skips NaN). A new array.
+    -inf and all-NaN windows give it (``fn`` skips NaN); outputs no tap reaches in every window start
+    from ``fill``. A new array.
 
     The padded copy of Xception's [1, 147, 147, 128] (3x3, stride 2, SAME) cost 1.9 ms, more than both
     passes (1.5 ms), and a last pass for the lowest value 0.35 ms more. The padded way and this one in
@@ -1011,7 +1025,7 @@ def _max_taps(x: Any, axis: int, k: int, count: int, step: int, before: int, fn:
     else:
         shape = list(x.shape)
         shape[axis] = count
-        out = np.full(shape, np.finfo(x.dtype).min if x.dtype.kind == "f" else np.iinfo(x.dtype).min, x.dtype)
+        out = np.full(shape, fill, x.dtype)
     for src in whole:
         fn(out, src, out=out)
     for lo, hi, src in partial:
@@ -1032,9 +1046,16 @@ def max_pool(node: Node) -> Compute:
     win = _window_attrs_pool(node, strides)
     with _attrs_of(node):
         kh, kw, _, _, kd = _pool_window(ksize, strides, win.nchw, "max")
+        for side, pad, k in zip(("Top", "Bottom", "Left", "Right"), win.pads, (kh, kh, kw, kw), strict=True):
+            if pad >= k:
+                raise InvalidArgumentError(
+                    f"{side} padding {pad} needs to be smaller than the window size {k}"
+                )
+
+    from_inf = win.padding != "EXPLICIT"
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        return (_max_pool(inputs[0], kh, kw, kd, win),)
+        return (_max_pool(inputs[0], kh, kw, kd, win, from_inf),)
 
     return compute
 

@@ -82,7 +82,7 @@ def batch_matmul(node: Node) -> Compute:
             y = _adjoint(y)
         if x.dtype == _F16:
             return (np.matmul(x, y, dtype=_F32).astype(_F16),)
-        if y.ndim == 2 and x.ndim > 2 and x.flags.c_contiguous:
+        if y.ndim == 2 and x.ndim > 2 and x.flags.c_contiguous and x.size:
             # [..., m, k] @ [k, n] as one product of all rows (Tensordot's, EinsumDense's): numpy would
             # call BLAS once per leading index
             return (_matmul(x.reshape(-1, x.shape[-1]), y).reshape(*x.shape[:-1], y.shape[-1]),)
@@ -168,7 +168,7 @@ def _einsum_sizes(ops: list[list[str]], shapes: list[tuple[int, ...]]) -> dict[s
                 raise InvalidArgumentError(
                     f"Invalid broadcasting dimensions: {' vs. '.join(_dims(s) for s in shapes)}"
                 )
-            sizes[label] = max(known, dim)
+            sizes[label] = dim if known == 1 else known  # 1 broadcasts against 0 too
     return sizes
 
 
@@ -271,15 +271,14 @@ def einsum(node: Node) -> Compute:
             )
         ins = [_parse_subscripts(equation, s) for s in subs]
         out = _parse_subscripts(equation, rhs)
-        for i, label in enumerate(out):
-            if label in out[:i]:
-                raise InvalidArgumentError(
-                    f"Output subscript '{label}' appears more than once in '{equation}'"
-                )
+        for label in out:
             if not any(label in labels for labels in ins):
                 raise InvalidArgumentError(
                     f"Output subscript '{label}' does not appear in the inputs of '{equation}'"
                 )
+    # A label repeated in the output ('i->ii') puts the result on that diagonal, zeros elsewhere.
+    diagonal = out if len(set(out)) != len(out) else None
+    out = list(dict.fromkeys(out))
     plans: dict[tuple[tuple[int, ...], ...], tuple[list[list[str]], list[str], _EinsumPlan | None]] = {}
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
@@ -297,9 +296,25 @@ def einsum(node: Node) -> Compute:
             r = np.einsum(xs[0], [ids[x] for x in ops[0]], [ids[x] for x in out_labels])
         else:
             r = _run_einsum_plan(plan, xs[0], xs[1])
+        if diagonal is not None:
+            r = _on_diagonal(r, out_labels, diagonal)
         return (r.astype(_F16) if half else np.asarray(r),)
 
     return compute
+
+
+def _on_diagonal(r: Any, labels: list[str], wanted: list[str]) -> Any:
+    """``r``, whose axes are ``labels``, written on the diagonals of a zero array whose axes are ``wanted``
+    (labels repeated; "." for the ellipsis's dims, the digit labels of ``labels``)."""
+    full: list[str] = []
+    for label in wanted:
+        full.extend([x for x in labels if x.isdigit()] if label == "." else [label])
+    size = dict(zip(labels, r.shape, strict=True))
+    out = np.zeros([size[x] for x in full], r.dtype)
+    if out.size:
+        strides = [sum(s for x, s in zip(full, out.strides, strict=True) if x == label) for label in labels]
+        np.ndarray(r.shape, r.dtype, out, 0, strides)[...] = r
+    return out
 
 
 # --- bias and activations ----------------------------------------------------------------------------------
@@ -390,14 +405,20 @@ kernel("Softsign")(_activation(_softsign))
 @kernel("LeakyRelu")
 def leaky_relu(node: Node) -> Compute:
     alpha = node.attr_float("alpha", 0.2)
-    # For 0 < alpha <= 1, max(x, alpha * x) equals the select (x > 0 ? x : alpha * x), NaN included
-    # (alpha = 0 is excluded: 0 * inf is NaN).
-    use_max = 0.0 < alpha <= 1.0
+    # alpha in each float type, as TensorFlow's kernel holds it, and whether max(x, alpha * x) equals
+    # the select (x > 0 ? x : alpha * x), NaN included: for 0 < alpha <= 1 in that type (an alpha that
+    # rounds to 0, 1e-8 in half, is excluded: 0 * inf is NaN).
+    typed = {}
+    with np.errstate(over="ignore"):  # an alpha past the type's range is infinite there, as in TF
+        for t in (np.float16, np.float32, np.float64):
+            a = t(alpha)
+            typed[np.dtype(t)] = (a, bool(0.0 < a <= 1.0))
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         x = inputs[0]
-        y = x * x.dtype.type(alpha)
-        if use_max:
+        a, use_max = typed.get(x.dtype) or (x.dtype.type(alpha), False)
+        y = np.multiply(x, a)
+        if use_max and x.ndim:  # (a 0-d x gives a numpy scalar, which takes no out=)
             return (np.maximum(x, y, out=y),)
         return (np.where(x > 0, x, y),)
 
@@ -469,8 +490,8 @@ def _fused_batch_norm(node: Node) -> Compute:
             # TensorFlow reports NaN batch statistics for an empty batch.
             mean = variance = np.full(c, np.nan, factor.dtype)
         outs = [y, mean, variance, mean, variance]
-        if v3:
-            outs.append(np.zeros((), factor.dtype))
+        if v3:  # reserve_space_3: TensorFlow's CPU kernels give [0] for 4-D input (oneDNN's), 0 for 5-D
+            outs.append(np.zeros((0,) if x.ndim == 4 else (), factor.dtype))
         return outs
 
     return compute
