@@ -268,3 +268,42 @@ def test_resize_to_an_impossible_size_fails_before_allocating(op: str) -> None:
         ResourceExhaustedError, match=r"OOM when allocating tensor with shape\[1,2147483647,2147483647,1\]"
     ):
         resize(op, IMG, [2**31 - 1, 2**31 - 1])
+
+
+# --- bicubic and area: values TensorFlow 2.21 gave (tf.raw_ops on the same image) ---------------------------
+
+RAMP = (np.arange(12).reshape(1, 3, 4, 1) ** 1.5).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    ("half_pixel", "align", "want"),
+    [
+        (True, False, [-0.5276006, 0.9926836, 3.9509904, 2.3230274, 4.9818864, 8.773168, 8.324143, 12.898453,
+                       18.122778, 18.263784, 24.023735, 30.29888, 24.189499, 30.518213, 37.327896]),
+        (False, False, [0.0, 1.5547347, 4.553023, 3.3132856, 6.4505086, 10.568186, 11.345628, 16.33356,
+                        21.87608, 20.24249, 26.069494, 32.404312, 24.206661, 30.423534, 37.121758]),
+        (False, True, [0.0, 1.7859893, 5.1961522, 2.6286798, 5.7958627, 10.1742115, 8.0, 12.878358,
+                       18.52026, 16.063707, 22.11193, 28.750702, 22.627417, 29.265682, 36.482872]),
+    ],
+)  # fmt: skip
+def test_resize_bicubic_keys_or_legacy_cubic(half_pixel, align, want):
+    attrs = {"half_pixel_centers": half_pixel, "align_corners": align}
+    out = run_op("ResizeBicubic", [RAMP, np.array([5, 3], np.int32)], attrs)
+    assert out.dtype == np.float32 and out.shape == (1, 5, 3, 1)
+    np.testing.assert_allclose(out.ravel(), want, rtol=2e-6, atol=2e-6)
+
+
+def test_resize_area_averages_the_cells_each_pixel_covers():
+    size = np.array([2, 3], np.int32)
+    out = run_op("ResizeArea", [RAMP, size], {"align_corners": False})
+    np.testing.assert_allclose(
+        out.ravel(), [3.0983617, 5.5890226, 8.92429, 18.745403, 23.853806, 29.366707], rtol=2e-6
+    )
+    out = run_op("ResizeArea", [RAMP, size], {"align_corners": True})
+    np.testing.assert_allclose(
+        out.ravel(), [4.6967235, 7.8718452, 11.858207, 24.084946, 30.081852, 36.482872], rtol=2e-6
+    )
+    # one pixel stretched by align_corners: that pixel
+    col = np.arange(1, 11, dtype=np.float32).reshape(1, 5, 1, 2)
+    out = run_op("ResizeArea", [col, np.array([5, 3], np.int32)], {"align_corners": True})
+    np.testing.assert_array_equal(out[0, :, 1], col[0, :, 0])

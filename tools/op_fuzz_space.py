@@ -118,5 +118,31 @@ def volumes(rng: np.random.Generator, count: int) -> list[Case]:
     return cases
 
 
+def resizes(rng: np.random.Generator, count: int) -> list[Case]:
+    """ResizeBicubic and ResizeArea, up and down, every corner/center setting."""
+    cases = []
+    for _ in range(count * 2):
+        dtype = str(rng.choice(["float32", "float64", "uint8", "int32", "float16"]))
+        dims = (
+            int(rng.integers(1, 3)),
+            int(rng.integers(1, 9)),
+            int(rng.integers(1, 9)),
+            int(rng.integers(1, 4)),
+        )
+        x = values(rng, dims, dtype, edge=False)
+        size = _i([int(rng.integers(1, 13)), int(rng.integers(1, 13))])
+        align = bool(rng.random() < 0.3)
+        half = bool(rng.random() < 0.5) and not align
+        cases.append(
+            Case(
+                "ResizeBicubic",
+                {"images": x, "size": size},
+                {"align_corners": align, "half_pixel_centers": half},
+            )
+        )
+        cases.append(Case("ResizeArea", {"images": x, "size": size}, {"align_corners": align}))
+    return cases
+
+
 def families() -> dict[str, Callable[[np.random.Generator, int], list[Case]]]:
-    return {"block_moves": block_moves, "buckets": buckets, "volumes": volumes}
+    return {"block_moves": block_moves, "buckets": buckets, "volumes": volumes, "resizes": resizes}

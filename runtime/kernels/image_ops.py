@@ -207,3 +207,88 @@ def resize_bilinear(node: Node) -> Compute:
 def resize_nearest_neighbor(node: Node) -> Compute:
     """Output has the input's type."""
     return _resize_factory(node, _nearest_axis, _nearest, None)
+
+
+# --- bicubic and area: a weight matrix per axis ----------------------------------------------------------
+#
+# Each output pixel is a weighted sum of input pixels, separable by axis: the weights of an axis are a
+# matrix [out, in] (four taps a row for bicubic, the covered cells for area), made once per geometry, and
+# the image is multiplied by the width's matrix, then by the height's, in float32, as TensorFlow sums the
+# columns of each row first.
+
+_CUBIC_TABLE_SIZE = 1024
+
+
+def _cubic_table(a: float) -> Any:
+    """TensorFlow's table of Keys' cubic weights (``a`` = -0.5 with half-pixel centers, else -0.75): entry
+    2i is the weight at distance i / 1024 from the tap, 2i + 1 at 1 + i / 1024."""
+    x = (np.arange(_CUBIC_TABLE_SIZE + 1) / _CUBIC_TABLE_SIZE).astype(np.float32).astype(np.float64)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    x1 = (x.astype(np.float32) + np.float32(1)).astype(np.float64)
+    far = ((a * x1 - 5 * a) * x1 + 8 * a) * x1 - 4 * a
+    table = np.empty(2 * (_CUBIC_TABLE_SIZE + 1), np.float32)
+    table[0::2], table[1::2] = near, far
+    return table
+
+
+_CUBIC_TABLES = {True: _cubic_table(-0.5), False: _cubic_table(-0.75)}
+
+
+def _bicubic_axis(in_size: int, out_size: int, align_corners: bool, half_pixel: bool) -> Any:
+    scale = _scale(in_size, out_size, align_corners)
+    i = _positions(out_size)
+    x = (i + _HALF) * scale - _HALF if half_pixel else i * scale
+    loc = np.floor(x).astype(np.int64)
+    delta = (x - loc.astype(np.float32)).astype(np.float32)
+    offset = np.rint(delta * np.float32(_CUBIC_TABLE_SIZE)).astype(np.int64)  # lrintf: halves to even
+    table = _CUBIC_TABLES[half_pixel]
+    far = _CUBIC_TABLE_SIZE - offset
+    weights = np.stack([table[offset * 2 + 1], table[offset * 2], table[far * 2], table[far * 2 + 1]], axis=1)
+    taps = loc[:, None] + np.arange(-1, 3)
+    bounded = np.clip(taps, 0, in_size - 1)
+    if half_pixel:
+        # Keys' kernel: taps outside the image weigh 0 and the others are renormalized to sum to 1
+        weights = np.where(bounded == taps, weights, np.float32(0))
+        total = weights.sum(axis=1, dtype=np.float32)
+        ok = np.abs(total) >= 1000 * np.finfo(np.float32).tiny
+        weights = np.where(ok[:, None], weights * (np.float32(1) / np.where(ok, total, 1))[:, None], weights)
+    matrix = np.zeros((out_size, in_size), np.float32)
+    np.add.at(matrix, (np.repeat(np.arange(out_size), 4), bounded.ravel()), weights.ravel())
+    return matrix
+
+
+def _area_axis(in_size: int, out_size: int, align_corners: bool, half_pixel: bool) -> Any:
+    scale = _scale(in_size, out_size, align_corners)
+    matrix = np.zeros((out_size, in_size), np.float32)
+    if scale == 0:  # one pixel stretched by align_corners: TensorFlow answers that pixel
+        matrix[:, 0] = 1
+        return matrix
+    for o in range(out_size):
+        start = np.float32(o) * scale
+        end = np.float32(o + 1) * scale
+        for i in range(int(np.floor(start)), int(np.ceil(end))):
+            if i < start:
+                part = scale if i + 1 > end else np.float32(i + 1) - start
+            else:
+                part = end - np.float32(i) if i + 1 > end else np.float32(1)
+            matrix[o, min(max(i, 0), in_size - 1)] += part
+    return matrix * (np.float32(1) / scale)
+
+
+def _by_matrices(images: Any, rows: Any, cols: Any, out: Any) -> None:
+    n, h = images.shape[:2]
+    across = np.matmul(cols, images.astype(np.float32, copy=False))  # [n, h, out_w, c]: each row's columns
+    down = np.matmul(rows, across.reshape(n, h, -1))  # [n, out_h, out_w * c]
+    out[...] = down.reshape(out.shape)
+
+
+@kernel("ResizeBicubic", expensive=True)
+def resize_bicubic(node: Node) -> Compute:
+    """Output is float32 whatever the input type."""
+    return _resize_factory(node, _bicubic_axis, _by_matrices, np.dtype(np.float32))
+
+
+@kernel("ResizeArea", expensive=True)
+def resize_area(node: Node) -> Compute:
+    """Output is float32 whatever the input type; each output pixel averages the input cells it covers."""
+    return _resize_factory(node, _area_axis, _by_matrices, np.dtype(np.float32))
