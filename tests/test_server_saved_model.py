@@ -98,7 +98,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     config = tmp / "server.toml"
     config.write_text(
         f'[[models]]\nname = "mlp"\npath = "{FIXTURES / "tf2_mlp"}"\n\n'
-        f'[[models]]\nname = "linear"\npath = "{FIXTURES / "tf1_linear"}"\n'
+        f'[[models]]\nname = "linear"\npath = "{FIXTURES / "tf1_linear"}"\n\n'
+        f'[[models]]\nname = "lookup"\npath = "{FIXTURES / "tf2_lookup"}"\n'
     )
     s = ServerProcess(config, tmp / "server.log")
     yield s
@@ -162,3 +163,37 @@ def test_tfserving_metadata_lists_every_signature(server: ServerProcess) -> None
     assert sigs["hidden"]["inputs"]["x"]["name"] == "hidden_x:0"
     status = httpx.get(f"{server.url}/v1/models/linear", timeout=10).json()
     assert [s["version"] for s in status["model_version_status"]] == ["2"]
+
+
+def test_string_lookups_over_tf_serving_and_kserve(server: ServerProcess) -> None:
+    """Keras' StringLookup and IntegerLookup (tables filled by the init op, one from an asset file): string
+    inputs in JSON, TensorFlow's answers out."""
+    with np.load(FIXTURES / "tf2_lookup.npz") as data:
+        words = [[w.decode() for w in row] for row in data["in:words"].tolist()]
+        ids = data["in:ids"].tolist()
+        want = {k.split(":", 1)[1]: data[k].tolist() for k in data.files if k.startswith("out:")}
+    instances = [{"words": w, "ids": i} for w, i in zip(words, ids, strict=True)]
+    r = httpx.post(f"{server.url}/v1/models/lookup:predict", json={"instances": instances}, timeout=10)
+    assert r.status_code == 200, r.text
+    for key, rows in want.items():
+        assert [p[key] for p in r.json()["predictions"]] == rows, key
+    body = {
+        "inputs": [
+            {
+                "name": "words",
+                "shape": [2, 3],
+                "datatype": "BYTES",
+                "data": [w for row in words for w in row],
+            },
+            {"name": "ids", "shape": [2, 2], "datatype": "INT64", "data": [i for row in ids for i in row]},
+        ]
+    }
+    r = httpx.post(f"{server.url}/v2/models/lookup/infer", json=body, timeout=10)
+    assert r.status_code == 200, r.text
+    outputs = {o["name"]: o for o in r.json()["outputs"]}
+    for key, rows in want.items():
+        assert np.reshape(outputs[key]["data"], outputs[key]["shape"]).tolist() == rows, key
+    bad = httpx.post(
+        f"{server.url}/v1/models/lookup:predict", json={"instances": [{"words": [1, 2, 3], "ids": [3, 5]}]}
+    )
+    assert bad.status_code == 400 and "input 'words'" in bad.json()["error"]
