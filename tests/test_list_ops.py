@@ -140,6 +140,29 @@ def test_unset_elements_read_as_zeros_of_the_element_shape() -> None:
         np.testing.assert_array_equal(sess.run(item, {**feeds, "i:0": np.int32(1)}), [1.0, 2.0])
 
 
+def test_a_list_of_strings_yields_string_tensors() -> None:
+    """A vector's elements are 0-d tensors: strings too, which a kernel like DecodeImage reads as arrays
+    (tf.map_fn over encoded images lowers to this)."""
+    string = np.dtype(object)
+    b = GraphBuilder()
+    x = b.placeholder("x", string, (None,))
+    lst = b.op(
+        "TensorListFromTensor",
+        [x, b.constant(np.asarray([], np.int32))],
+        {"element_dtype": string, "shape_type": np.int32},
+    )
+    item = b.op(
+        "TensorListGetItem",
+        [lst, b.constant(np.int32(1)), b.constant(np.asarray([], np.int32))],
+        {"element_dtype": string},
+    )
+    length = b.op("StringLength", [item], {"unit": "BYTE"})
+    words = np.array([b"a", b"bcd"], dtype=object)
+    with Session(b.graph_def) as sess:
+        got, n = sess.run([item, length], {"x:0": words})
+    assert isinstance(got, np.ndarray) and got.shape == () and got.item() == b"bcd" and n == 3
+
+
 def test_reading_out_of_range_names_the_node() -> None:
     b = GraphBuilder()
     i = b.placeholder("i", np.int32, ())

@@ -250,7 +250,8 @@ def tensor_list_from_tensor(node: Node) -> Compute:
                 f"a tensor with shape {_shape_str(tensor.shape[1:])}",
                 node.name,
             )
-        return (_wrap(TensorList(list(tensor), dtype, shape)),)
+        # tensor[i, ...]: a 0-d array for a vector's elements (list() would give scalars, bytes for strings)
+        return (_wrap(TensorList([tensor[i, ...] for i in range(tensor.shape[0])], dtype, shape)),)
 
     return compute
 
@@ -551,7 +552,7 @@ def _scatter(node: Node, lst: TensorList, tensor: Any, indices: list[int]) -> Te
                 "non-negative.",
                 node.name,
             )
-        item = tensor[row]
+        item = tensor[row, ...]
         _check_item(node, lst, item)
         if i >= len(elements):
             elements.extend([None] * (i + 1 - len(elements)))
