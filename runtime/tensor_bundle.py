@@ -10,6 +10,12 @@ one-byte compression type and a masked crc32c. A block is a run of entries ``sha
 value_length`` (varints), the key's new suffix and the value; keys share a prefix with the entry before,
 except at restart points, whose offsets (uint32) and count end the block. The index block maps the last
 key of each data block to that block's handle. TensorFlow writes bundle indexes uncompressed.
+
+A partitioned variable (TF1's ``partitioner=``) is saved as slices of one logical tensor: its entry under
+the tensor's name lists the slices (``TensorSliceProto``s) and holds no data; each slice's data is the entry
+under a key that encodes the name and the slice (TensorFlow's ``EncodeTensorNameSlice``, in OrderedCode:
+the number 0, the name, the rank, then each dimension's start and length, -1 for a whole dimension).
+``read(name, slice)`` assembles any slice of such a tensor (or of a whole one) from what is stored.
 """
 
 from __future__ import annotations
@@ -183,10 +189,53 @@ class BundleReader:
     def shard_path(self, shard: int) -> Path:
         return Path(f"{self.prefix}.data-{shard:05d}-of-{self.num_shards:05d}")
 
-    def read(self, name: str) -> np.ndarray[Any, Any]:
+    def read(self, name: str, region: Slice | None = None) -> np.ndarray[Any, Any]:
+        """The tensor ``name``, or its part ``region`` (a (start, length) per dimension)."""
         entry = self.entry(name)
-        if entry.slices:
-            raise UnimplementedError(f"'{name}' in {self.prefix} is a partitioned (sliced) variable")
+        if not entry.slices:
+            whole = self._read_entry(name, entry)
+            if region is None:
+                return whole
+            _check_region(name, whole.shape, region)
+            return whole[tuple(slice(a, a + n) for a, n in region)]
+        full = shape_from_proto(entry.shape)
+        if full is None or any(d < 0 for d in full):
+            raise DataLossError(f"'{name}' in {self.index_path} has no fully defined shape")
+        want = region if region is not None else tuple((0, d) for d in full)
+        _check_region(name, full, want)
+        out = np.empty([n for _, n in want], dtype=dtypes.as_numpy_dtype(entry.dtype))
+        covered = 0
+        for proto in entry.slices:
+            stored = tuple(
+                (e.start, e.length if e.HasField("length") else d)
+                for e, d in zip(proto.extent, full, strict=True)
+            )
+            overlap = [(max(a, b), min(a + n, b + m)) for (a, n), (b, m) in zip(want, stored, strict=True)]
+            if any(lo >= hi for lo, hi in overlap):
+                continue
+            key = _slice_key(name, proto, len(full))
+            part = self._read_entry(f"{name} (slice {list(stored)})", self.entry_raw(key, name))
+            src = tuple(slice(lo - b, hi - b) for (lo, hi), (b, _) in zip(overlap, stored, strict=True))
+            dst = tuple(slice(lo - a, hi - a) for (lo, hi), (a, _) in zip(overlap, want, strict=True))
+            out[dst] = part[src]
+            covered += int(np.prod([hi - lo for lo, hi in overlap]))
+        if covered < out.size:
+            raise DataLossError(f"the slices of '{name}' in {self.prefix} do not cover the part asked for")
+        out.flags.writeable = False
+        return out
+
+    def entry_raw(self, key: bytes, name: str) -> tensor_bundle_pb2.BundleEntryProto:
+        raw = self._entries.get(key)
+        if raw is None:
+            raise DataLossError(f"a slice of '{name}' listed in {self.index_path} is missing from it")
+        entry = tensor_bundle_pb2.BundleEntryProto()
+        try:
+            entry.ParseFromString(raw)
+        except message.DecodeError as e:
+            raise DataLossError(f"{self.index_path}: corrupt entry for a slice of '{name}': {e}") from None
+        return entry
+
+    def _read_entry(self, name: str, entry: tensor_bundle_pb2.BundleEntryProto) -> np.ndarray[Any, Any]:
         shape = shape_from_proto(entry.shape)
         if shape is None or any(d < 0 for d in shape):
             raise DataLossError(f"'{name}' in {self.index_path} has no fully defined shape")
@@ -208,6 +257,74 @@ class BundleReader:
         if checked and mask_crc(crc32c(raw)) != entry.crc32c:
             raise DataLossError(f"{path}: checksum mismatch for '{name}'")
         return _decode(name, path, entry.dtype, shape, raw)
+
+
+Slice = tuple[tuple[int, int], ...]
+
+
+def parse_slice_spec(spec: str) -> tuple[tuple[int, ...], Slice | None]:
+    """A ``shape_and_slices`` entry of RestoreV2, "<full shape> <slice>" with the slice ``start,length``
+    or ``-`` (all of it) per dimension, ":"-separated: the full shape and the (start, length) of each
+    dimension; ("", None) for an empty spec (the whole tensor)."""
+    parts = spec.split()
+    if not parts:
+        return (), None
+    try:
+        full = tuple(int(d) for d in parts[:-1])
+        dims = parts[-1].split(":")
+        if len(dims) != len(full):
+            raise ValueError
+        region = []
+        for d, text in zip(full, dims, strict=True):
+            if text == "-":
+                region.append((0, d))
+            else:
+                start, length = (int(v) for v in text.split(","))
+                region.append((start, d - start if length == -1 else length))
+    except ValueError:
+        raise InvalidArgumentError(
+            f"invalid slice spec '{spec}': want '<full shape> <start,length:...>'"
+        ) from None
+    return full, tuple(region)
+
+
+def _check_region(name: str, full: tuple[int, ...], region: Slice) -> None:
+    if len(region) != len(full) or any(
+        a < 0 or n < 0 or a + n > d for (a, n), d in zip(region, full, strict=True)
+    ):
+        raise InvalidArgumentError(f"slice {list(region)} is outside '{name}' of shape {list(full)}")
+
+
+def _ordered_number(n: int) -> bytes:
+    """OrderedCode's WriteNumIncreasing: the byte count, then the number's bytes, big-endian."""
+    body = n.to_bytes((n.bit_length() + 7) // 8, "big") if n else b""
+    return bytes([len(body)]) + body
+
+
+# OrderedCode's header bits of a signed number of 1..10 bytes
+_SIGNED_HEADERS = ((0, 0), (0x80, 0), (0xC0, 0), (0xE0, 0), (0xF0, 0), (0xF8, 0), (0xFC, 0), (0xFE, 0),
+                   (0xFF, 0), (0xFF, 0x80), (0xFF, 0xC0))  # fmt: skip
+
+
+def _ordered_signed(value: int) -> bytes:
+    """OrderedCode's WriteSignedNumIncreasing: the length in leading header bits, then the bits."""
+    x = ~value if value < 0 else value
+    length = next(n for n in range(1, 11) if x < 1 << (7 * n - 1))
+    raw = bytearray((value % (1 << (8 * length))).to_bytes(length, "big"))
+    h0, h1 = _SIGNED_HEADERS[length]
+    raw[0] ^= h0
+    if length > 1:
+        raw[1] ^= h1
+    return bytes(raw)
+
+
+def _slice_key(name: str, proto: Any, rank: int) -> bytes:
+    """TensorFlow's EncodeTensorNameSlice: where a slice of a partitioned tensor is stored."""
+    text = name.encode().replace(b"\xff", b"\xff\x00").replace(b"\x00", b"\x00\xff")
+    key = _ordered_number(0) + text + b"\x00\x01" + _ordered_number(rank)
+    for e in proto.extent:
+        key += _ordered_signed(e.start) + _ordered_signed(e.length if e.HasField("length") else -1)
+    return key
 
 
 def _decode(name: str, path: Path, dtype: int, shape: tuple[int, ...], raw: bytes) -> np.ndarray[Any, Any]:
@@ -235,4 +352,4 @@ def _decode(name: str, path: Path, dtype: int, shape: tuple[int, ...], raw: byte
     return arr
 
 
-__all__ = ["CRC_CHECK_MAX_BYTES", "BundleReader", "crc32c", "mask_crc", "read_table"]
+__all__ = ["CRC_CHECK_MAX_BYTES", "BundleReader", "crc32c", "mask_crc", "parse_slice_spec", "read_table"]

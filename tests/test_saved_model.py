@@ -16,7 +16,6 @@ from poolserve.runtime.errors import (
     InvalidArgumentError,
     NotFoundError,
     OpError,
-    UnimplementedError,
 )
 from poolserve.runtime.saved_model import (
     SavedModel,
@@ -192,14 +191,14 @@ def test_unknown_op_names_the_node_and_the_model(tmp_path: Path) -> None:
         load_saved_model(path)
 
 
-def test_sliced_restore_is_unimplemented(tmp_path: Path) -> None:
+def test_a_slice_spec_that_disagrees_with_the_checkpoint_is_an_error(tmp_path: Path) -> None:
     path = copy(TF1 / "1", tmp_path)
     proto = saved_model_pb2.SavedModel.FromString((path / "saved_model.pb").read_bytes())
     for node in proto.meta_graphs[0].graph_def.node:
         if node.name == "save/RestoreV2/shape_and_slices":
-            node.attr["value"].tensor.string_val[0] = b"2 0,2"
+            node.attr["value"].tensor.string_val[0] = b"7 0,2"
     (path / "saved_model.pb").write_bytes(proto.SerializeToString())
-    with pytest.raises(UnimplementedError, match="restoring a slice"):
+    with pytest.raises(InvalidArgumentError, match=r"the slice spec '7 0,2' says \[7\]"):
         load_saved_model(path)
 
 
@@ -230,5 +229,21 @@ def test_tf1_main_op_runs_after_restore_with_asset_paths_fed(tmp_path: Path) -> 
         inputs, _ = recorded("tf1_linear_v1")["serving_default"]
         w = model.session.run("w:0")
         np.testing.assert_allclose(model.run(inputs)["y"], np.tanh(inputs["x"] @ w), atol=1e-6)
+    finally:
+        model.close()
+
+
+def test_tf1_partitioned_variables_restore_by_slice_and_match() -> None:
+    """TF1 partitioned variables (an embedding in 3 row parts, a weight in 2 column parts) restored from
+    their checkpoint slices; lookups by both partition strategies (DynamicPartition, ResourceGather,
+    DynamicStitch) give TensorFlow's numbers."""
+    model = load_saved_model(FIXTURES / "tf1_partitioned")
+    try:
+        check_matches(model, "tf1_partitioned")
+        ops = {n.op for n in model.session.graph.nodes.values()}
+        assert {"DynamicPartition", "ResourceGather"} <= ops and ops & {
+            "DynamicStitch",
+            "ParallelDynamicStitch",
+        }
     finally:
         model.close()

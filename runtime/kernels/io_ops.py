@@ -1,7 +1,7 @@
 """Checkpoint reading: ``RestoreV2``, which a SavedModel's restore op runs to give variables their values.
 
-Reads tensors from a tensor bundle (``runtime.tensor_bundle``). Only whole tensors are restored: a non-empty
-``shape_and_slices`` entry (a partitioned variable) is UNIMPLEMENTED.
+Reads tensors from a tensor bundle (``runtime.tensor_bundle``): whole, or the slice a ``shape_and_slices``
+entry names (each part of a TF1 partitioned variable restores its slice of the saved tensor).
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from poolserve.runtime import dtypes
-from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
-from poolserve.runtime.tensor_bundle import BundleReader
+from poolserve.runtime.tensor_bundle import BundleReader, parse_slice_spec
 
 
 def _text(value: Any) -> str:
@@ -42,16 +42,22 @@ def restore_v2(node: Node) -> Compute:
         out = []
         for name, spec, dtype in zip(names, slices, want, strict=True):
             name = _text(name)
-            if _text(spec):
-                raise UnimplementedError(f"restoring a slice ('{_text(spec)}') of '{name}' is not supported")
-            stored = reader.entry(name).dtype
+            full, region = parse_slice_spec(_text(spec))
+            entry = reader.entry(name)
+            stored = entry.dtype
+            if region is not None and tuple(d.size for d in entry.shape.dim) != full:
+                raise InvalidArgumentError(
+                    f"tensor '{name}' in {reader.prefix} has shape {[d.size for d in entry.shape.dim]}, "
+                    f"the slice spec '{_text(spec)}' says {list(full)}",
+                    node.name,
+                )
             if stored != dtype:
                 raise InvalidArgumentError(
                     f"tensor '{name}' in {reader.prefix} is {dtypes.name(stored)}, but {node.name} expects "
                     f"{dtypes.name(dtype)}",
                     node.name,
                 )
-            out.append(reader.read(name))
+            out.append(reader.read(name, region))
         return tuple(out)
 
     return compute

@@ -344,3 +344,36 @@ def var_is_initialized_op(node: Node) -> Compute:
         return (yes if h.key in ctx.resources.values else no,)
 
     return compute
+
+
+@kernel("ResourceGather", stateful=True)
+def resource_gather(node: Node) -> Compute:
+    """GatherV2 on a resource variable's value, along its first axis after ``batch_dims`` (what
+    ``tf.nn.embedding_lookup`` writes for a resource variable)."""
+    from poolserve.runtime.kernels.gather_ops import _gather
+
+    dtype = node.attr_dtype("dtype")
+    batch_dims = node.attr_int("batch_dims", 0)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        h = _handle(node, inputs[0])
+        value = ctx.resources.values.get(h.key)
+        if value is None:
+            raise FailedPreconditionError(
+                f"Could not find variable {h.name}. This could mean that the variable has been deleted. "
+                f"In TF1, it can also mean the variable is uninitialized. Debug info: "
+                f"container={h.container or 'localhost'}, status error message={_not_found(h)}"
+            )
+        if value.dtype != dtype:
+            raise InvalidArgumentError(
+                f"Trying to read variable with wrong dtype. Expected {_type_name(dtype)} "
+                f"got {_type_name(value.dtype)}"
+            )
+        indices = inputs[1]
+        if value.ndim <= batch_dims:
+            raise InvalidArgumentError(
+                f"params must be at least {batch_dims + 1} dimensional, got {value.ndim}"
+            )
+        return (_gather(value, indices, batch_dims, batch_dims),)
+
+    return compute
