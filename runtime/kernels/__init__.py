@@ -20,6 +20,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     math_ops,
     nn_ops,
     parsing_ops,
+    partition_ops,
     quant_ops,
     ragged_ops,
     segment_ops,
@@ -28,6 +29,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     sparse_ops,
     state_ops,
     string_ops,
+    tensor_array_ops,
 )
 from poolserve.runtime.kernels.registry import (
     KERNELS,
