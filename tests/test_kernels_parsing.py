@@ -8,8 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support import run_op
 
 from poolserve.proto import example_pb2
+from poolserve.runtime.builder import shape
 from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.saved_model import SavedModel, load_saved_model
 
@@ -158,3 +160,63 @@ def test_a_sparse_or_ragged_feature_of_the_wrong_kind_names_it(
             [o.tensor for o in sig.outputs], {sig.inputs[0].tensor: strings(sparse_example(features))}
         )
     assert message in info.value.message
+
+
+# --- TF1's ParseExample and ParseSingleExample (keys as inputs or attrs; tools/op_fuzz_parsing.py compares
+# them with TensorFlow) -------------------------------------------------------------------------------------
+
+
+def _v1_examples() -> np.ndarray:
+    first = example_pb2.Example()
+    first.features.feature["age"].int64_list.value.append(30)
+    first.features.feature["tags"].bytes_list.value.extend([b"a", b"bc"])
+    second = example_pb2.Example()
+    second.features.feature["tags"].bytes_list.value.append(b"d")
+    return strings(first.SerializeToString(), second.SerializeToString())
+
+
+def test_v1_parse_example_takes_keys_as_scalar_inputs() -> None:
+    key = lambda k: np.array(k.encode(), dtype=object)  # noqa: E731
+    out = run_op(
+        "ParseExample",
+        [_v1_examples(), np.zeros(0, dtype=object), key("tags"), key("age"), np.array([-1], np.int64)],
+        {
+            "Nsparse": 1,
+            "Ndense": 1,
+            "sparse_types": [np.dtype(object)],
+            "Tdense": [np.int64],
+            "dense_shapes": [shape([1])],
+        },
+        num_outputs=4,
+    )
+    indices, values, dense_shape, age = out
+    np.testing.assert_array_equal(indices, [[0, 0], [0, 1], [1, 0]])
+    assert values.tolist() == [b"a", b"bc", b"d"]
+    np.testing.assert_array_equal(dense_shape, [2, 2])
+    np.testing.assert_array_equal(age, [[30], [-1]])  # the second example takes the default
+
+
+def test_v1_parse_single_example_takes_keys_as_attrs() -> None:
+    one = np.array(_v1_examples()[0], dtype=object)
+    indices, values, dense_shape, age = run_op(
+        "ParseSingleExample",
+        [one, np.zeros(0, np.int64)],
+        {
+            "num_sparse": 1,
+            "sparse_keys": ["tags"],
+            "dense_keys": ["age"],
+            "sparse_types": [np.dtype(object)],
+            "Tdense": [np.int64],
+            "dense_shapes": [shape([1])],
+        },
+        num_outputs=4,
+    )
+    np.testing.assert_array_equal(indices, [[0], [1]])
+    assert values.tolist() == [b"a", b"bc"] and dense_shape.tolist() == [2] and age.tolist() == [30]
+    with pytest.raises(InvalidArgumentError, match="Expected serialized to be a scalar"):
+        run_op(
+            "ParseSingleExample",
+            [_v1_examples(), np.zeros(0, np.int64)],
+            {"num_sparse": 0, "dense_keys": ["age"], "Tdense": [np.int64], "dense_shapes": [shape([1])]},
+            num_outputs=1,
+        )

@@ -240,7 +240,14 @@ def run_tf(case: Case) -> dict[str, Any]:
             return {"status": "build_error", "error": f"{type(e).__name__}: {e}"[:300]}
         if isinstance(out, tf.Operation):
             return {"status": "build_error", "error": "no outputs"}
-        outs = list(out) if isinstance(out, (list, tuple)) else [out]
+        outs: list[Any] = []
+        pending = [out]
+        while pending:  # ops with list outputs (ParseExample's) give nested lists: flattened in order
+            item = pending.pop(0)
+            if isinstance(item, (list, tuple)):
+                pending[:0] = list(item)
+            else:
+                outs.append(item)
         fetches = [t.name for t in outs]
     result: dict[str, Any] = {"graph": graph.as_graph_def().SerializeToString(), "feeds": feeds}
     result["fetches"] = fetches

@@ -1,5 +1,7 @@
 """tf.Example parsing: ``ParseExampleV2``, what a classify or regress signature (and TF Serving's Classify,
-Regress and MultiInference) feeds its serialized Examples through.
+Regress and MultiInference) feeds its serialized Examples through, and TF1's ``ParseExample`` (each key a
+scalar input: TF 1.x serving_input_receiver_fns) and ``ParseSingleExample`` (keys as attrs), which parse the
+same way.
 
 - Dense features (``tf.io.FixedLenFeature`` of a fully defined shape): a missing feature takes its default
   or is an error when it has none; a feature of the wrong size is an error naming the key and the example.
@@ -94,8 +96,12 @@ def _concat(rows: list[np.ndarray], code: int) -> np.ndarray:
     return np.concatenate(rows) if rows else np.zeros(0, dtype=dtypes.as_numpy_dtype(code))
 
 
-@kernel("ParseExampleV2", outputs=_outputs, expensive=True)
-def parse_example_v2(node: Node) -> Compute:
+Parse = Any  # (serialized, sparse keys, dense keys, ragged keys, dense defaults) -> outputs
+
+
+def _parser(node: Node, num_sparse: int, ragged: bool) -> Parse:
+    """The parse of one ParseExample node, its attrs read and checked once: a function of the serialized
+    Examples and the keys and defaults (inputs in ParseExampleV2, inputs or attrs in the v1 ops)."""
     types = node.attr_types("Tdense", [])
     shapes = _dense_shapes(node)
     if len(shapes) != len(types):
@@ -103,9 +109,8 @@ def parse_example_v2(node: Node) -> Compute:
             f"Node '{node.name}': {len(types)} Tdense but {len(shapes)} dense_shapes", node.name
         )
     sparse_types = node.attr_types("sparse_types", [])
-    num_sparse = node.attr_int("num_sparse", 0)
-    ragged_types = node.attr_types("ragged_value_types", [])
-    split_types = node.attr_types("ragged_split_types", [])
+    ragged_types = node.attr_types("ragged_value_types", []) if ragged else []
+    split_types = node.attr_types("ragged_split_types", []) if ragged else []
     if len(sparse_types) != num_sparse or len(split_types) != len(ragged_types):
         raise InvalidArgumentError(
             f"Node '{node.name}': {num_sparse} num_sparse but {len(sparse_types)} sparse_types, "
@@ -129,17 +134,19 @@ def parse_example_v2(node: Node) -> Compute:
             )
         return got
 
-    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        serialized = np.asarray(inputs[0])
+    def parse(
+        serialized: Any, sparse_in: Any, dense_in: Any, ragged_in: Any, defaults: list[Any]
+    ) -> tuple[Any, ...]:
+        serialized = np.asarray(serialized)
         if serialized.ndim > 1:
             raise InvalidArgumentError(
                 f"Expected serialized to be a scalar or vector, got shape: {list(serialized.shape)}",
                 node.name,
             )
-        sparse_keys = keys(inputs[2], num_sparse, "sparse_keys")
-        dense_keys = keys(inputs[3], len(types), "dense_keys")
-        ragged_keys = keys(inputs[4], len(ragged_types), "ragged_keys")
-        defaults = [np.asarray(d) for d in inputs[5 : 5 + len(types)]]
+        sparse_keys = keys(sparse_in, num_sparse, "sparse_keys")
+        dense_keys = keys(dense_in, len(types), "dense_keys")
+        ragged_keys = keys(ragged_in, len(ragged_types), "ragged_keys")
+        defaults = [np.asarray(d) for d in defaults]
         flat = serialized.ravel().tolist()
         examples = []
         for i, data in enumerate(flat):
@@ -206,5 +213,68 @@ def parse_example_v2(node: Node) -> Compute:
             row_splits = _EMPTY if scalar else np.concatenate([_EMPTY[:0], [0], ends])
             splits.append(row_splits.astype(dtypes.as_numpy_dtype(split)))
         return (*indices, *sparse_values, *sparse_shapes, *out, *ragged_values, *splits)
+
+    return parse
+
+
+@kernel("ParseExampleV2", outputs=_outputs, expensive=True)
+def parse_example_v2(node: Node) -> Compute:
+    n_dense = len(node.attr_types("Tdense", []))
+    parse = _parser(node, node.attr_int("num_sparse", 0), ragged=True)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        return tuple(parse(inputs[0], inputs[2], inputs[3], inputs[4], inputs[5 : 5 + n_dense]))
+
+    return compute
+
+
+def _v1_outputs(node: Node) -> int:
+    return 3 * node.attr_int("Nsparse", node.attr_int("num_sparse", 0)) + len(node.attr_types("Tdense", []))
+
+
+@kernel("ParseExample", outputs=_v1_outputs, expensive=True)
+def parse_example(node: Node) -> Compute:
+    """TF1's op: sparse and dense keys as one scalar input each (TF 1.x serving_input_receiver_fns)."""
+    n_sparse = node.attr_int("Nsparse", 0)
+    n_dense = node.attr_int("Ndense", 0)
+    parse = _parser(node, n_sparse, ragged=False)
+    no_keys = np.zeros(0, dtype=object)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        sparse_keys = inputs[2 : 2 + n_sparse]
+        dense_keys = inputs[2 + n_sparse : 2 + n_sparse + n_dense]
+        defaults = inputs[2 + n_sparse + n_dense :]
+        flat = [np.asarray(k).item() for k in sparse_keys], [np.asarray(k).item() for k in dense_keys]
+        return tuple(
+            parse(
+                inputs[0],
+                np.array(flat[0] or [], dtype=object),
+                np.array(flat[1] or [], dtype=object),
+                no_keys,
+                defaults,
+            )
+        )
+
+    return compute
+
+
+@kernel("ParseSingleExample", outputs=_v1_outputs, expensive=True)
+def parse_single_example(node: Node) -> Compute:
+    """One serialized Example (a scalar), the keys as attrs."""
+    sparse_keys = np.array(
+        [k.encode() if isinstance(k, str) else k for k in node.attr("sparse_keys", [])], dtype=object
+    )
+    dense_keys = np.array(
+        [k.encode() if isinstance(k, str) else k for k in node.attr("dense_keys", [])], dtype=object
+    )
+    parse = _parser(node, node.attr_int("num_sparse", 0), ragged=False)
+    no_keys = np.zeros(0, dtype=object)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        if np.asarray(inputs[0]).ndim != 0:
+            raise InvalidArgumentError(
+                f"Expected serialized to be a scalar, got shape: {list(np.shape(inputs[0]))}"
+            )
+        return tuple(parse(inputs[0], sparse_keys, dense_keys, no_keys, inputs[1:]))
 
     return compute
