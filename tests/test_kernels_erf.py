@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import assert_close
+from support import assert_close, run_op
 from test_kernels_math import arr, assert_same, f16, f32, f64, i32, op
 
 from poolserve.runtime.errors import InvalidArgumentError
@@ -127,3 +127,13 @@ def test_erf_large_tensor_spans_blocks():
 def test_erf_needs_float():
     with pytest.raises(InvalidArgumentError, match="floating-point"):
         op("Erf", arr([1], i32))
+
+
+# Erfinv and Ndtri: TensorFlow 2.21's values
+def test_erfinv_and_ndtri():
+    y = np.array([0.0, 0.5, -0.9, 0.999, 1.0, -1.0, 1.5], np.float32)
+    want = [0.0, 0.47693631052970886, -1.1630871295928955, 2.326768159866333, np.inf, -np.inf, np.nan]
+    np.testing.assert_allclose(run_op("Erfinv", [y]), np.array(want, np.float32), rtol=2e-6)
+    p = np.array([0.5, 0.975, 0.01, 0.0, 1.0])
+    want = [0.0, 1.959963984540054, -2.3263478740408408, -np.inf, np.inf]
+    np.testing.assert_allclose(run_op("Ndtri", [p]), want, rtol=1e-12)

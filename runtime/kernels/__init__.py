@@ -8,6 +8,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     conv_ops,
     detection_ops,
     erf_ops,
+    fft_ops,
     functional_ops,
     fused_ops,
     gather_ops,

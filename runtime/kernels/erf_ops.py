@@ -11,7 +11,7 @@ blocks: their many temporaries would otherwise cost more than the arithmetic.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -289,3 +289,55 @@ def erf(node: Node) -> Compute:
 @kernel("Erfc")
 def erfc(node: Node) -> Compute:
     return _unary(erfc_fn(_float_dtype(node)))
+
+
+# --- the inverses: Erfinv and Ndtri (Keras' ops.erfinv, quantile transforms) ------------------------------
+
+# Giles' single-precision approximation of erfinv ("Approximating the erfinv function", 2010): the start
+# of the Newton steps below, within ~4e-7 of the answer
+_GILES_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                  -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)  # fmt: skip
+_GILES_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+               -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)  # fmt: skip
+_TWO_OVER_SQRT_PI = 1.1283791670955126
+
+
+def _erfinv64(y: Any) -> Any:
+    """erfinv in float64: Giles' approximation, then Newton steps on erf (exact to a few ulp); +-inf at
+    +-1, NaN outside [-1, 1]."""
+    y = np.asarray(y, np.float64)
+    with np.errstate(all="ignore"):
+        w = -np.log((1.0 - y) * (1.0 + y))
+        central = w < 5.0
+        p = np.where(
+            central,
+            _poly(np.where(central, w - 2.5, 0.0), _GILES_CENTRAL[::-1]),
+            _poly(np.where(central, 0.0, np.sqrt(w) - 3.0), _GILES_TAIL[::-1]),
+        )
+        x = p * y
+        for _ in range(3):
+            x = x - (_erf64(x) - y) / (_TWO_OVER_SQRT_PI * np.exp(-x * x))
+    x = np.where(np.abs(y) == 1.0, np.copysign(np.inf, y), x)
+    return np.where(np.abs(y) > 1.0, np.nan, x)
+
+
+def _inverse_fn(fn: Callable[[Any], Any], via_ndtri: bool = False) -> Callable[[Node], Compute]:
+    def factory(node: Node) -> Compute:
+        dtype = _float_dtype(node)
+
+        def apply(x: Any) -> Any:
+            if via_ndtri:
+                # TensorFlow's erfinv is ndtri((x + 1) / 2) / sqrt(2), the sum rounded in the input's type:
+                # near +-1 that rounding is most of its answer
+                half = np.asarray((x.astype(dtype) + dtype.type(1)), np.float64) * 0.5
+                return fn(2.0 * half - 1.0)
+            return fn(x)
+
+        return _unary(_blockwise(apply, np.float64))  # computed in float64, written in the input's type
+
+    return factory
+
+
+kernel("Erfinv")(_inverse_fn(_erfinv64, via_ndtri=True))
+# ndtri(p) = sqrt(2) * erfinv(2p - 1): the standard normal's quantile
+kernel("Ndtri")(_inverse_fn(lambda p: np.sqrt(2.0) * _erfinv64(2.0 * np.asarray(p, np.float64) - 1.0)))
