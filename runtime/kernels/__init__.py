@@ -7,6 +7,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     conv3d_ops,
     conv_ops,
     detection_ops,
+    diag_ops,
     erf_ops,
     fft_ops,
     functional_ops,

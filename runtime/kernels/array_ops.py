@@ -1,5 +1,6 @@
-"""Sources, identities, shapes and checks: Const, Placeholder, Fill, Range, Shape, Reshape, Squeeze,
-ExpandDims, BroadcastTo, Transpose, CheckNumerics, MatrixBandPart, ...
+"""Sources, identities, shapes and checks: Const, Placeholder, Fill, Range, LinSpace, Empty, Bitcast, Shape,
+Reshape, Squeeze, ExpandDims, BroadcastTo, Transpose, CheckNumerics(V2), the debugging pass-throughs (Assert,
+Print, PrintV2), MatrixBandPart and the diagonal ops (Diag, DiagPart, MatrixDiag/DiagPart/SetDiag V1-V3), ...
 
 Shape-like arguments (dims, sizes, perm, ...) are input tensors, read per call. Results are numpy views of the
 input wherever TensorFlow's result is a re-indexing of it (Reshape, Squeeze, ExpandDims, Transpose,
@@ -9,6 +10,8 @@ BroadcastTo, ...): kernels never write into their inputs, so sharing is safe.
 from __future__ import annotations
 
 import math
+import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -459,5 +462,234 @@ def matrix_band_part(node: Node) -> Compute:
         if up >= 0:
             keep &= -diff <= up
         return (np.where(keep, x, np.zeros((), x.dtype)),)
+
+    return compute
+
+
+@kernel("CheckNumericsV2")
+def check_numerics_v2(node: Node) -> Compute:
+    """CheckNumerics that tells -Inf from +Inf (``tf.debugging.enable_check_numerics``)."""
+    message = node.attr_str("message", "")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x = inputs[0]
+        if x.dtype.kind == "f" and x.size and not np.isfinite(np.sum(x)):
+            found = [
+                name
+                for name, bad in (
+                    ("-Inf", np.isneginf(x).any()),
+                    ("+Inf", np.isposinf(x).any()),
+                    ("NaN", np.isnan(x).any()),
+                )
+                if bad
+            ]
+            if found:
+                what = f"{found[0]}, {found[1]}, and {found[2]}" if len(found) == 3 else " and ".join(found)
+                raise InvalidArgumentError(f"{message} : Tensor had {what} values")
+        return (x,)
+
+    return compute
+
+
+# --- debugging pass-throughs -------------------------------------------------------------------------------
+
+
+def _element_str(v: Any, dtype: np.dtype[Any]) -> str:
+    """One element as TensorFlow's ``SummarizeValue`` writes it (FloatToBuffer's shortest of %.6g/%.9g,
+    DoubleToBuffer's of %.15g/%.17g, booleans as 1/0, strings as they are)."""
+    if dtype.kind == "O":
+        return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+    if dtype.kind == "b":
+        return "1" if v else "0"
+    if dtype.kind in "iu":
+        return str(int(v))
+    if dtype == np.float64:
+        s = f"{float(v):.15g}"
+        return s if math.isnan(v) or float(s) == v else f"{float(v):.17g}"
+    f = np.float32(v)
+    s = f"{float(f):.6g}"
+    return s if math.isnan(f) or np.float32(float(s)) == f else f"{float(f):.9g}"
+
+
+def _summarize(x: Any, limit: int) -> str:
+    """TensorFlow's ``Tensor::SummarizeValue(limit)`` (v1 form): the first ``limit`` elements (all when
+    negative), one bracket per dim of a tensor of rank 2 and more, ``...`` where elements were left out."""
+    n = x.size
+    limit = n if limit < 0 else min(limit, n)
+    if x.dtype.kind == "c":  # TensorFlow prints no complex values
+        return " ".join("?" * limit) + ("..." if limit < n else "")
+    flat = x.reshape(-1)[:limit].tolist()
+    words = [_element_str(v, x.dtype) for v in flat]
+    if x.ndim == 0:
+        return " ".join(words)
+    out: list[str] = []
+    taken = 0
+
+    def one_dim(dim: int) -> None:
+        nonlocal taken
+        if taken >= limit:
+            return
+        if dim == x.ndim - 1:
+            for i in range(x.shape[dim]):
+                if taken >= limit:
+                    if dim:
+                        out.append("...")
+                    return
+                if i:
+                    out.append(" ")
+                out.append(words[taken])
+                taken += 1
+            return
+        for _ in range(x.shape[dim]):
+            opened = taken < limit
+            if opened:
+                out.append("[")
+            one_dim(dim + 1)
+            if taken < limit or opened:
+                out.append("]")
+
+    one_dim(0)
+    return "".join(out) + ("..." if n > limit else "")
+
+
+@kernel("Assert", stateful=True, outputs=0)
+def assert_(node: Node) -> Compute:
+    summarize = node.attr_int("summarize", 3)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        cond = inputs[0]
+        if cond.ndim != 0:
+            raise InvalidArgumentError(f"In[0] should be a scalar: {_shape_str(cond.shape)}")
+        if not cond.item():
+            data = " ".join(f"[{_summarize(t, summarize)}]" for t in inputs[1:])
+            raise InvalidArgumentError(f"assertion failed: {data}", node.name)
+        return ()
+
+    return compute
+
+
+@kernel("Print", stateful=True)
+def print_(node: Node) -> Compute:
+    """Passes its first input on; writes the message and a summary of the data to stderr (its first
+    ``first_n`` runs only, when that is not negative), as TensorFlow's CPU kernel does."""
+    message = node.attr_str("message", "")
+    first_n = node.attr_int("first_n", -1)
+    summarize = node.attr_int("summarize", 3)
+    runs = [0]
+    lock = threading.Lock()
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        if first_n >= 0:
+            with lock:
+                if runs[0] >= first_n:
+                    return (inputs[0],)
+                runs[0] += 1
+        text = message + "".join(f"[{_summarize(t, summarize)}]" for t in inputs[1:])
+        print(text, file=sys.stderr, flush=True)
+        return (inputs[0],)
+
+    return compute
+
+
+_PRINT_STREAMS = ("stdout", "stderr", "log(info)", "log(warning)", "log(error)")
+
+
+@kernel("PrintV2", stateful=True, outputs=0)
+def print_v2(node: Node) -> Compute:
+    """``tf.print``: writes its string (StringFormat's) and ``end`` to stdout, or stderr for every other
+    stream. A ``file://`` stream goes to stderr too: a served graph writes no files on the server."""
+    stream = node.attr_str("output_stream", "stderr")
+    end = node.attr_str("end", "\n")
+    if stream not in _PRINT_STREAMS and not stream.startswith("file://"):
+        raise InvalidArgumentError(
+            f"Unknown output stream: {stream}, Valid streams are: {' '.join(_PRINT_STREAMS)}", node.name
+        )
+    out = sys.stdout if stream == "stdout" else sys.stderr
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x = inputs[0]
+        if x.ndim != 0:
+            raise InvalidArgumentError(f"Input is expected to be scalar, but got {_shape_str(x.shape)}")
+        value = x.item()
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        print(text, end=end, file=out, flush=True)
+        return ()
+
+    return compute
+
+
+# --- sequences and raw memory ------------------------------------------------------------------------------
+
+
+@kernel("LinSpace")
+def lin_space(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        for name, t in zip(("start", "stop", "num"), inputs, strict=True):
+            if t.ndim != 0:
+                raise InvalidArgumentError(f"{name} must be a scalar, not shape {_shape_str(t.shape)}")
+        start, stop, num_t = inputs
+        num = int(num_t)
+        if num <= 0:
+            raise InvalidArgumentError(f"Requires num > 0: {num}")
+        dtype = start.dtype
+        if num == 1:
+            return (start.reshape(1).copy(),)
+        # start + step * i in the input's precision, the last value exactly stop (TensorFlow's LinSpaceOp)
+        with np.errstate(all="ignore"):
+            step = (stop - start) / dtype.type(num - 1)
+            out = start + step * np.arange(num - 1).astype(dtype)
+        return (np.concatenate([out, stop.reshape(1)]).astype(dtype, copy=False),)
+
+    return compute
+
+
+@kernel("Empty", stateful=True)
+def empty(node: Node) -> Compute:
+    """A new tensor of ``shape``: zeros (empty strings) whether ``init`` is set or not; TensorFlow leaves
+    it uninitialized without ``init``, and its contents then are whatever the memory held."""
+    dtype = node.attr_dtype("dtype")
+    node.attr_bool("init", False)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        shape_t = inputs[0]
+        if shape_t.ndim != 1:
+            raise InvalidArgumentError(
+                f"shape must be a vector of int32, got shape {_shape_str(shape_t.shape)}"
+            )
+        dims = shape_t.tolist()
+        for d in dims:
+            if d < 0:
+                raise InvalidArgumentError(f"Dimension {d} must be >= 0")
+        if dtype.kind == "O":
+            return (np.full(dims, b"", dtype=object),)
+        return (np.zeros(dims, dtype),)
+
+    return compute
+
+
+@kernel("Bitcast")
+def bitcast(node: Node) -> Compute:
+    src_type, dst_type = node.attr_type("T"), node.attr_type("type")
+    dst = node.attr_dtype("type")
+    src = node.attr_dtype("T")
+    if src.kind in "bO" or dst.kind in "bO":
+        raise InvalidArgumentError(
+            f"Node '{node.name}' (op 'Bitcast'): cannot bitcast from {dtypes.name(src_type)} to "
+            f"{dtypes.name(dst_type)}",
+            node.name,
+        )
+    refused = f"Cannot bitcast from {src_type} to {dst_type}"  # TensorFlow prints the DataType numbers
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x = inputs[0]
+        a, b = x.dtype.itemsize, dst.itemsize
+        if a == b:
+            return (x.view(dst),)
+        c = np.ascontiguousarray(x)
+        if a > b:
+            return (c.reshape(*x.shape, 1).view(dst).reshape(*x.shape, a // b),)
+        if x.ndim == 0 or x.shape[-1] != b // a:
+            raise InvalidArgumentError(refused)
+        return (c.view(dst).reshape(x.shape[:-1]),)
 
     return compute

@@ -1,4 +1,5 @@
-"""Indexing by value: Gather, GatherV2, GatherNd, OneHot, TopKV2, Where, Unique."""
+"""Indexing by value: Gather, GatherV2, GatherNd, OneHot, TopKV2, InTopK(V2), Where, Unique (V2, WithCounts),
+ListDiff, and the sorted searches LowerBound and UpperBound (``tf.searchsorted``)."""
 
 from __future__ import annotations
 
@@ -269,5 +270,185 @@ def unique(node: Node) -> Compute:
         rank_of = np.empty_like(order)
         rank_of[order] = np.arange(order.size)
         return x[first[order]], rank_of[inverse].astype(out_idx, copy=False)
+
+    return compute
+
+
+def _element_ids(x: Any) -> Any:
+    """An int64 id per element of a flat array, equal exactly where TensorFlow's hash tables take two
+    elements as one: by value (0.0 and -0.0 alike), halves by their bits, NaNs never."""
+    if x.dtype == np.float16:
+        ids = x.view(np.uint16).astype(np.int64)
+    else:
+        key = x + x.dtype.type(0) if x.dtype.kind == "f" else x  # -0.0 + 0.0 is 0.0
+        _, ids = np.unique(key, return_inverse=True)
+        ids = ids.reshape(-1).astype(np.int64)
+    if x.dtype.kind == "f":
+        nan = np.isnan(x)
+        if nan.any():
+            ids[nan] = (1 << 32) + np.flatnonzero(nan)
+    return ids
+
+
+def _unique_rows(rows: Any) -> tuple[Any, Any, Any]:
+    """(first row of each group, group of each row, group sizes) of an [n, k] id matrix, groups numbered by
+    first appearance (TensorFlow's order)."""
+    n = rows.shape[0]
+    if n == 0:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    if rows.shape[1] == 0:  # empty slices are all equal
+        return np.zeros(1, np.int64), np.zeros(n, np.int64), np.array([n])
+    key = rows[:, 0] if rows.shape[1] == 1 else rows
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True, axis=0)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(first, kind="stable")
+    rank_of = np.empty_like(order)
+    rank_of[order] = np.arange(order.size)
+    group = rank_of[inverse]
+    return first[order], group, np.bincount(group, minlength=order.size)
+
+
+def _unique_axis(x: Any, axis_t: Any | None) -> tuple[Any, Any, Any]:
+    """UniqueV2 and UniqueWithCounts(V2): unique slices of ``x`` along the axis (1-D ``x`` without one)."""
+    if axis_t is not None:
+        if axis_t.ndim != 1:
+            raise InvalidArgumentError("axis expects a 1D vector.")
+        if axis_t.size > 1:
+            raise InvalidArgumentError("axis does not support input tensors larger than 1 elements")
+    if axis_t is None or axis_t.size == 0:
+        if x.ndim != 1:
+            raise InvalidArgumentError("unique expects a 1D vector.")
+        axis = 0
+    else:
+        axis = int(axis_t[0])
+        if axis < 0:
+            axis += x.ndim
+        if not 0 <= axis < x.ndim:
+            raise InvalidArgumentError(f"axis has to be between [0, {x.ndim})")
+    moved = np.moveaxis(x, axis, 0)
+    ids = _element_ids(moved.reshape(-1)).reshape(moved.shape[0], math.prod(moved.shape[1:]))
+    first, group, counts = _unique_rows(ids)
+    return np.take(x, first, axis=axis), group, counts
+
+
+@kernel("UniqueV2", outputs=2)
+def unique_v2(node: Node) -> Compute:
+    out_idx = _index_type(node, "out_idx")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, axis_t = inputs
+        y, idx, _ = _unique_axis(x, axis_t)
+        return y, idx.astype(out_idx)
+
+    return compute
+
+
+@kernel("UniqueWithCounts", "UniqueWithCountsV2", outputs=3)
+def unique_with_counts(node: Node) -> Compute:
+    out_idx = _index_type(node, "out_idx")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        y, idx, counts = _unique_axis(inputs[0], inputs[1] if len(inputs) > 1 else None)
+        return y, idx.astype(out_idx), counts.astype(out_idx)
+
+    return compute
+
+
+@kernel("ListDiff", outputs=2)
+def list_diff(node: Node) -> Compute:
+    """The values of ``x`` not in ``y``, in ``x``'s order, and their positions (``setdiff1d``)."""
+    out_idx = _index_type(node, "out_idx")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, y = inputs
+        if x.ndim != 1:
+            raise InvalidArgumentError("x should be a 1D vector.")
+        if y.ndim != 1:
+            raise InvalidArgumentError("y should be a 1D vector.")
+        ids = _element_ids(np.concatenate([x, y]))
+        keep = np.flatnonzero(~np.isin(ids[: x.size], ids[x.size :]))
+        return x[keep], keep.astype(out_idx)
+
+    return compute
+
+
+def _search_sorted(node: Node, upper: bool) -> Compute:
+    out_type = _index_type(node, "out_type")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        sorted_t, values_t = inputs
+        if sorted_t.ndim != 2 or values_t.ndim != 2:
+            raise InvalidArgumentError(
+                f"sorted input argument must be a matrix, got shapes {_shape_str(sorted_t.shape)} and "
+                f"{_shape_str(values_t.shape)}"
+            )
+        if sorted_t.shape[0] != values_t.shape[0]:
+            raise InvalidArgumentError("Leading dim_size of both tensors must match.")
+        return (_bounds(sorted_t, values_t, upper).astype(out_type),)
+
+    return compute
+
+
+def _bounds(sorted_t: Any, values_t: Any, upper: bool) -> Any:
+    """libstdc++'s ``std::lower_bound`` / ``std::upper_bound`` of each value in its row, the binary search
+    run for all values at once: the same probes, so NaNs (which compare false both ways) land where
+    TensorFlow's land."""
+    batch, n = sorted_t.shape
+    first = np.zeros(values_t.shape, np.int64)
+    length = np.full(values_t.shape, n, np.int64)
+    rows = np.arange(batch)[:, None]
+    while True:
+        live = length > 0
+        if not live.any():
+            return first
+        half = length >> 1
+        middle = first + half
+        probe = sorted_t[rows, np.where(live, middle, 0)]
+        # upper_bound goes left when value < probe; lower_bound goes right when probe < value
+        right = ~(values_t < probe) if upper else probe < values_t
+        first = np.where(live & right, middle + 1, first)
+        length = np.where(live, np.where(right, length - half - 1, half), 0)
+
+
+@kernel("LowerBound")
+def lower_bound(node: Node) -> Compute:
+    return _search_sorted(node, upper=False)
+
+
+@kernel("UpperBound")
+def upper_bound(node: Node) -> Compute:
+    return _search_sorted(node, upper=True)
+
+
+@kernel("InTopK", "InTopKV2")
+def in_top_k(node: Node) -> Compute:
+    """Whether each target's prediction is among the ``k`` largest of its row: fewer than ``k`` classes
+    predicted strictly higher. An out-of-range target, or a row with a non-finite prediction, is false."""
+    k_attr = node.attr_int("k") if node.op == "InTopK" else None
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        predictions, targets = inputs[0], inputs[1]
+        if k_attr is None:
+            k_t = inputs[2]
+            if k_t.ndim != 0:
+                raise InvalidArgumentError(f"k must be 0-D, got shape {_shape_str(k_t.shape)}")
+            k = int(k_t)
+        else:
+            k = k_attr
+        if predictions.ndim != 2:
+            raise InvalidArgumentError("predictions must be 2-dimensional")
+        if targets.ndim != 1:
+            raise InvalidArgumentError("targets must be 1-dimensional")
+        batch, classes = predictions.shape
+        if batch != targets.shape[0]:
+            raise InvalidArgumentError(
+                f"First dimension of predictions {batch} must match length of targets {targets.shape[0]}"
+            )
+        valid = (targets >= 0) & (targets < classes)
+        picked = predictions[np.arange(batch), np.where(valid, targets, 0)] if classes else np.zeros(batch)
+        higher = (predictions > picked[:, None]).sum(axis=1)
+        finite = np.isfinite(predictions).all(axis=1)
+        return (valid & finite & (higher < k),)
 
     return compute

@@ -501,3 +501,86 @@ def tile(node: Node) -> Compute:
         return (np.tile(x, multiples),)
 
     return compute
+
+
+@kernel("Roll")
+def roll(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, shift_t, axis_t = inputs
+        if x.ndim < 1:
+            raise InvalidArgumentError("input must be 1-D or higher")
+        if shift_t.ndim > 1:
+            raise InvalidArgumentError(
+                f"shift must be a scalar or a 1-D vector. Found: {_shape_str(shift_t.shape)}"
+            )
+        if axis_t.ndim > 1:
+            raise InvalidArgumentError(
+                f"axis must be a scalar or a 1-D vector. Found: {_shape_str(axis_t.shape)}"
+            )
+        if shift_t.shape != axis_t.shape:
+            raise InvalidArgumentError("shift and axis must have the same size")
+        rank = x.ndim
+        shifts = [0] * rank
+        # TensorFlow adds the shifts of each axis up as int32s, each kept in [0, dim)
+        for a, s in zip(
+            axis_t.reshape(-1).tolist(), shift_t.reshape(-1).astype(np.int32).tolist(), strict=True
+        ):
+            if a < 0:
+                a += rank
+            if not 0 <= a < rank:
+                raise InvalidArgumentError(f"axis {a} is out of range")
+            shifts[a] = (shifts[a] + s) % max(x.shape[a], 1)
+        if x.size == 0 or not any(shifts):
+            return (x,)
+        return (np.roll(x, shifts, axis=tuple(range(rank))),)
+
+    return compute
+
+
+@kernel("ReverseSequence")
+def reverse_sequence(node: Node) -> Compute:
+    """Reverses the first ``seq_lengths[b]`` entries along ``seq_dim`` of each batch entry ``b`` (along
+    ``batch_dim``): Keras' Bidirectional RNNs over sequences with lengths."""
+    seq_dim = node.attr_int("seq_dim")
+    batch_dim = node.attr_int("batch_dim", 0)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, lengths_t = inputs
+        if lengths_t.ndim != 1:
+            raise InvalidArgumentError(f"seq_lengths must be 1-dim, not {lengths_t.ndim}")
+        rank = x.ndim
+        if batch_dim == seq_dim:
+            raise InvalidArgumentError(f"batch_dim == seq_dim == {seq_dim}")
+        if seq_dim >= rank:
+            raise InvalidArgumentError(f"seq_dim must be < input rank ( {seq_dim} vs. {rank})")
+        if batch_dim >= rank:
+            raise InvalidArgumentError(f"batch_dim must be < input rank ( {batch_dim} vs. {rank})")
+        if seq_dim < 0 or batch_dim < 0:
+            raise InvalidArgumentError(f"Invalid {'seq_dim' if seq_dim < 0 else 'batch_dim'}")
+        if lengths_t.shape[0] != x.shape[batch_dim]:
+            raise InvalidArgumentError(
+                f"Length of seq_lengths != input.dims({batch_dim}), ({lengths_t.shape[0]} vs. "
+                f"{x.shape[batch_dim]})"
+            )
+        lengths = lengths_t.astype(np.int64)
+        bad = np.flatnonzero((lengths < 0) | (lengths > x.shape[seq_dim]))
+        if bad.size:
+            d = int(bad[0])
+            if lengths[d] < 0:
+                raise InvalidArgumentError(f"seq_lens({d}) < 0")
+            raise InvalidArgumentError(f"seq_lens({d}) > input.dims({seq_dim})")
+        if not 2 <= rank <= 5:
+            raise InvalidArgumentError(f"ReverseSequenceOp : Unhandled input dimensions: {rank}")
+        if x.size == 0:
+            return (x,)
+        # source position along seq_dim of each (batch entry, position): len - 1 - s inside the prefix
+        s = np.arange(x.shape[seq_dim])[None, :]
+        src = np.where(s < lengths[:, None], lengths[:, None] - 1 - s, s)
+        shape = [1] * rank
+        shape[batch_dim], shape[seq_dim] = src.shape
+        if batch_dim > seq_dim:  # laid out in the input's dim order
+            src = src.T
+        index = np.broadcast_to(src.reshape(shape), x.shape)
+        return (np.take_along_axis(x, index, axis=seq_dim),)
+
+    return compute
