@@ -29,6 +29,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     slicing_ops,
     space_ops,
     sparse_ops,
+    special_ops,
     state_ops,
     string_ops,
     tensor_array_ops,

@@ -60,7 +60,7 @@ def _unary(fn: Fn) -> Compute:
     return compute
 
 
-# --- binary arithmetic -----------------------------------------------------------------------------------
+# --- binary arithmetic --------------------------------------------------------------------------------------
 
 _SIMPLE_BINARY: dict[str, Fn] = {
     "Add": np.add,
@@ -234,7 +234,7 @@ def add_n(node: Node) -> Compute:
     return compute
 
 
-# --- unary -----------------------------------------------------------------------------------------------
+# --- unary --------------------------------------------------------------------------------------------------
 
 _SIMPLE_UNARY: dict[str, Fn] = {
     "Neg": np.negative,
@@ -343,7 +343,7 @@ def sigmoid(node: Node) -> Compute:
     return _unary(_in_float32(_sigmoid) if dtype == np.float16 else _sigmoid)
 
 
-# --- cast ------------------------------------------------------------------------------------------------
+# --- cast ---------------------------------------------------------------------------------------------------
 
 _MANTISSA_BITS = {2: 10, 4: 23, 8: 52}  # by float itemsize
 
@@ -413,7 +413,7 @@ def cast(node: Node) -> Compute:
     return _unary(_cast_fn(src, dst, truncate))
 
 
-# --- comparisons, logic, select --------------------------------------------------------------------------
+# --- comparisons, logic, select -----------------------------------------------------------------------------
 
 _COMPARISONS: dict[str, Fn] = {
     "Less": np.less,
@@ -537,7 +537,7 @@ def clip_by_value(node: Node) -> Compute:
     return compute
 
 
-# --- reductions ------------------------------------------------------------------------------------------
+# --- reductions ---------------------------------------------------------------------------------------------
 
 
 def _reduction_axes(axis: Any, rank: int) -> tuple[int, ...]:
