@@ -9,10 +9,16 @@ StringToHashBucketFast is TensorFlow's ``Fingerprint64`` (FarmHash) modulo the b
 pyfarmhash, which computes the same fingerprint. Regexes are RE2's in TensorFlow and Python's ``re`` here:
 the two agree on the character classes, alternations and repetitions such layers use; a pattern ``re``
 cannot compile is an InvalidArgumentError naming it.
+
+Also here: base64 (web-safe), Substr, ReduceJoin, StringFormat (``tf.print``'s summaries), StringToNumber,
+and the other hash buckets: StringToHashBucketStrong is SipHash-2-4 under the node's key, and the legacy
+StringToHashBucket TensorFlow's own Hash64 (a MurmurHash64A), both computed here in numpy over all strings
+at once.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable
 from typing import Any
@@ -20,8 +26,9 @@ from typing import Any
 import farmhash
 import numpy as np
 
-from poolserve.runtime.errors import InvalidArgumentError
-from poolserve.runtime.kernels._common import _bad_attr
+from poolserve.proto import types_pb2
+from poolserve.runtime.errors import InvalidArgumentError, OutOfRangeError, UnimplementedError
+from poolserve.runtime.kernels._common import _bad_attr, _dims
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
@@ -282,5 +289,424 @@ def string_split_v2(node: Node) -> Compute:
         values = _strings([t for p in pieces for t in p], (rows.size,))
         shape = np.array([len(pieces), int(counts.max()) if counts.size else 0], dtype=np.int64)
         return np.stack([rows, cols], axis=1).reshape(rows.size, 2), values, shape
+
+    return compute
+
+
+# --- base64, substrings, joins, formatting, numbers, keyed hashes -------------------------------------------
+
+_B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_B64_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
+
+
+def _b64decode(s: bytes) -> bytes:
+    """TensorFlow's Base64Decode (web-safe alphabet): the padding of the last group is optional and the
+    unused low bits of a short group are ignored; a group of one character is refused."""
+    if not s:
+        return b""
+    full = (len(s) - 1) // 4 * 4  # the groups decoded before the last one, which may be short or padded
+    head, tail = s[:full], s[full:]
+    if head.translate(None, _B64_ALPHABET):
+        raise InvalidArgumentError("Invalid character found in base64.")
+    remain = len(tail)
+    if remain == 4 and tail[3:] == b"=":
+        remain = 2 if tail[2:3] == b"=" else 3
+    if remain == 1:
+        raise InvalidArgumentError("Base64 string length cannot be 1 modulo 4.")
+    last = tail[:remain]
+    if last.translate(None, _B64_ALPHABET):
+        raise InvalidArgumentError("Invalid character found in base64.")
+    decoded = base64.b64decode((head + last + b"A" * (4 - remain)).translate(_B64_TO_STANDARD))
+    return decoded[: len(decoded) - 4 + remain]
+
+
+@kernel("DecodeBase64")
+def decode_base64(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        return (_each(inputs[0], _b64decode),)
+
+    return compute
+
+
+@kernel("EncodeBase64")
+def encode_base64(node: Node) -> Compute:
+    pad = node.attr_bool("pad", False)
+
+    def encode(s: bytes) -> bytes:
+        out = base64.urlsafe_b64encode(s)
+        return out if pad else out.rstrip(b"=")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        return (_each(inputs[0], encode),)
+
+    return compute
+
+
+def _char_bounds(s: bytes) -> list[int]:
+    """Byte offsets where TensorFlow's UTF-8 characters start (0, then every byte that is not a
+    continuation byte), and the end: malformed bytes count as characters as TensorFlow counts them."""
+    return [0, *(i for i in range(1, len(s)) if s[i] & 0xC0 != 0x80), len(s)] if s else [0]
+
+
+def _utf8_span(s: bytes, pos: int, length: int) -> tuple[int, int] | None:
+    """String_util's ForwardNUTF8CharPositions / BackNUTF8CharPositions: (start, end) in bytes, or None
+    when ``pos`` is out of range."""
+    bounds = _char_bounds(s)
+    chars = len(bounds) - 1
+    if pos >= 0:
+        if pos > chars:
+            return None
+        return bounds[pos], bounds[min(chars, pos + max(length, 0))]
+    skip = max(-pos - length, 0)  # characters between the substring's end and the string's end
+    back = -pos - skip
+    if skip > chars or back < 0 or back > chars - skip:
+        return None
+    return bounds[chars - skip - back], bounds[chars - skip]
+
+
+@kernel("Substr")
+def substr(node: Node) -> Compute:
+    utf8 = node.attr_str("unit", "BYTE", choices=("BYTE", "UTF8_CHAR")) == "UTF8_CHAR"
+
+    def cut(s: bytes, pos: int, length: int, where: str) -> bytes:
+        if utf8:
+            span = _utf8_span(s, pos, length)
+            if span is None:
+                raise InvalidArgumentError(f"pos {pos} out of range for string at index {where}")
+            return s[span[0] : span[1]]
+        start = len(s) + pos if pos < 0 else pos
+        if not 0 <= start <= len(s):
+            text = s.decode("utf-8", "backslashreplace")
+            raise InvalidArgumentError(f"pos {pos} out of range for string b'{text}' at index {where}")
+        return s[start:] if length < 0 else s[start : start + length]
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, pos, length = inputs
+        if pos.shape != length.shape:
+            raise InvalidArgumentError(
+                f"pos and len should have the same shape, got: {_dims(pos.shape)} vs. {_dims(length.shape)}"
+            )
+        if pos.ndim == 0 or pos.shape == x.shape:
+            p = np.broadcast_to(pos, x.shape).ravel().tolist()
+            n = np.broadcast_to(length, x.shape).ravel().tolist()
+            out = [
+                cut(s, a, b, str(i)) for i, (s, a, b) in enumerate(zip(x.ravel().tolist(), p, n, strict=True))
+            ]
+            return (_strings(out, x.shape),)
+        try:
+            shape = np.broadcast_shapes(x.shape, pos.shape)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"Incompatible shapes: {_dims(x.shape)} vs. {_dims(pos.shape)}"
+            ) from None
+        if len(shape) not in (1, 2):
+            raise UnimplementedError(f"Substr broadcast not implemented for {len(shape)} dimensions")
+        xs, ps, ns = (np.broadcast_to(a, shape).ravel().tolist() for a in (x, pos, length))
+        cols = shape[-1]
+
+        def where(i: int) -> str:
+            # a byte error of a 2-D broadcast names (row, column); a UTF-8 one names the row only
+            if len(shape) == 1:
+                return str(i)
+            return str(i // cols) if utf8 else f"({i // cols}, {i % cols})"
+
+        out = [cut(s, a, b, where(i)) for i, (s, a, b) in enumerate(zip(xs, ps, ns, strict=True))]
+        return (_strings(out, shape),)
+
+    return compute
+
+
+@kernel("ReduceJoin")
+def reduce_join(node: Node) -> Compute:
+    keep_dims = node.attr_bool("keep_dims", False)
+    separator = node.attr_str("separator", "").encode()
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, axes_t = inputs
+        axes: list[int] = []
+        for a in axes_t.ravel().tolist():
+            if not -x.ndim <= a < x.ndim:
+                raise OutOfRangeError(f"Invalid reduction dimension {a} for input with {x.ndim} dimension(s)")
+            a %= x.ndim
+            if a in axes:
+                raise InvalidArgumentError(f"Duplicate reduction dimension {a}")
+            axes.append(a)
+        kept = [d for d in range(x.ndim) if d not in axes]
+        # the first axis listed varies fastest in each joined string
+        y = x.transpose(kept + axes[::-1])
+        out_shape = tuple(x.shape[d] for d in kept)
+        rows = (
+            y.reshape(int(np.prod(out_shape)), -1)
+            if y.size
+            else np.empty((int(np.prod(out_shape)), 0), object)
+        )
+        joined = _strings([separator.join(r) for r in rows.tolist()], out_shape)
+        if keep_dims:
+            joined = joined.reshape(tuple(1 if d in axes else x.shape[d] for d in range(x.ndim)))
+        return (joined,)
+
+    return compute
+
+
+def _float_text(v: Any) -> str:
+    """TensorFlow's FloatToBuffer / DoubleToBuffer: %g with 6 (15) digits if that reads back as the same
+    value, else 9 (17)."""
+    if np.isnan(v):
+        return "nan"
+    single = v.dtype != np.float64
+    short = f"{float(v):.{6 if single else 15}g}"
+    if (np.float32(short) if single else float(short)) == v:
+        return short
+    return f"{float(v):.{9 if single else 17}g}"
+
+
+_C_ESCAPES = {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t", ord('"'): '\\"', ord("'"): "\\'"}
+_C_ESCAPES[ord("\\")] = "\\\\"
+
+
+def _c_escape(s: bytes) -> str:
+    """absl::CEscape: C escapes, other control bytes in octal, bytes past ASCII as they are (held as
+    surrogate escapes until the output is encoded)."""
+    return "".join(
+        _C_ESCAPES.get(b) or (chr(b) if 0x20 <= b < 0x7F else chr(0xDC00 + b) if b >= 0x80 else f"\\{b:03o}")
+        for b in s
+    )
+
+
+def _element_text(x: Any) -> Callable[[Any], str]:
+    kind = x.dtype.kind
+    if kind == "f":
+        return lambda v: _float_text(v)
+    if kind == "b":
+        return lambda v: "1" if v else "0"
+    if kind in "iu":
+        return lambda v: str(int(v))
+    if kind == "O":
+        return lambda v: f'"{_c_escape(v)}"'
+    return lambda v: "?"
+
+
+def _summarize(x: Any, summarize: int) -> str:
+    """Tensor::SummarizeValue(summarize, print_v2=true), what tf.print and tf.strings.format show:
+    ``summarize`` values at each end of every dimension, ``...`` between."""
+    limit = x.size if summarize < 0 else min(summarize, x.size)
+    if x.dtype.kind not in "fbiuO":  # complex and the rest: TensorFlow prints '?' for each value
+        body = " ".join("?" for _ in range(limit)) + ("..." if limit < x.size else "")
+        return f"[{body}]" if x.ndim else body
+    if x.dtype.kind == "b" and not limit:  # TensorFlow 2.21 prints no bool values as nothing at all
+        return ""
+    text = _element_text(x)
+    if x.ndim == 0:
+        return text(x[()]) if limit else "..."
+    flat = x.ravel()
+    out: list[str] = []
+
+    def spacing(dim: int) -> None:
+        out.append(" " if dim == x.ndim - 1 else "\n" * (x.ndim - dim - 1) + " " * (dim + 1))
+
+    def one_dim(dim: int, index: int) -> None:
+        if dim == x.ndim:
+            out.append(text(flat[index]))
+            return
+        out.append("[")
+        count = x.shape[dim]
+        step = int(np.prod(x.shape[dim + 1 :]))
+        for i in range(min(limit, count)):
+            if i:
+                spacing(dim)
+            one_dim(dim + 1, index + step * i)
+        if count > 2 * limit:
+            spacing(dim)
+            out.append("...")
+        for i in range(max(limit, count - limit), count):
+            spacing(dim)
+            one_dim(dim + 1, index + step * i)
+        out.append("]")
+
+    one_dim(0, 0)
+    return "".join(out)
+
+
+@kernel("StringFormat")
+def string_format(node: Node) -> Compute:
+    template = node.attr_str("template", "%s")
+    placeholder = node.attr_str("placeholder", "%s")
+    summarize = node.attr_int("summarize", 3)
+    pieces = template.split(placeholder) if placeholder else [template]
+    count = len(node.attr_types("T", []))
+    if len(pieces) - 1 != count:
+        raise _bad_attr(
+            node,
+            "template",
+            f"num placeholders in template and num inputs must match: {len(pieces) - 1} vs. {count}",
+        )
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        parts = [pieces[0]]
+        for x, piece in zip(inputs, pieces[1:], strict=True):
+            parts += [_summarize(x, summarize), piece]
+        return (_strings(["".join(parts).encode("utf-8", "surrogateescape")], ()),)
+
+    return compute
+
+
+_SPACE = b" \t\n\v\f\r"
+_DECIMAL = re.compile(rb"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|inf|infinity|nan)", re.I)
+_HEX = re.compile(rb"[+-]?0x(?:[0-9a-f]+\.?[0-9a-f]*|\.[0-9a-f]+)(?:p[+-]?\d+)?", re.I)
+_SIGNED = re.compile(rb"[+-]?\d+")
+_UNSIGNED = re.compile(rb"\+?\d+")
+
+
+@kernel("StringToNumber")
+def string_to_number(node: Node) -> Compute:
+    dtype = node.attr_dtype("out_type", types_pb2.DT_FLOAT)
+    if dtype.kind not in "fiu" or dtype == np.float16:
+        raise _bad_attr(
+            node, "out_type", f"must be float, double, int32, int64, uint32 or uint64, got {dtype}"
+        )
+    info = np.iinfo(dtype) if dtype.kind != "f" else None
+    integer = _UNSIGNED if dtype.kind == "u" else _SIGNED
+
+    def parse(s: bytes) -> Any:
+        text = s.strip(_SPACE)
+        if info is not None:
+            if integer.fullmatch(text) and info.min <= int(text) <= info.max:
+                return int(text)
+        elif _DECIMAL.fullmatch(text):
+            return float(text)
+        elif _HEX.fullmatch(text):
+            return float.fromhex(text.decode())
+        raise InvalidArgumentError(
+            f"StringToNumberOp could not correctly convert string: {s.decode('utf-8', 'backslashreplace')}"
+        )
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        (x,) = inputs
+        values = [parse(s) for s in x.ravel().tolist()]
+        with np.errstate(over="ignore"):  # a float32 past its range is an infinity, as strtof gives
+            return (
+                np.array(values, dtype=np.float64 if info is None else dtype).astype(dtype).reshape(x.shape),
+            )
+
+    return compute
+
+
+_U64 = np.uint64
+_SIP_ROTATIONS = (_U64(13), _U64(32), _U64(16), _U64(21), _U64(17))
+
+
+def _words(items: list[bytes], suffix: Callable[[bytes], bytes]) -> tuple[Any, Any]:
+    """Each string and its ``suffix`` as little-endian 64-bit words, all strings in one array: (words,
+    index of each string's first word)."""
+    padded = [s + suffix(s) for s in items]
+    words = np.frombuffer(b"".join(padded), dtype="<u8").astype(_U64)
+    counts = np.array([len(p) // 8 for p in padded], dtype=np.int64)
+    return words, np.cumsum(counts) - counts
+
+
+def _rotl(x: Any, r: Any) -> Any:
+    return (x << r) | (x >> (_U64(64) - r))
+
+
+def _sip_rounds(v: list[Any], k: int, n: int) -> None:
+    """``n`` SipRounds on the first ``k`` lanes of the state ``v`` (four uint64 arrays), in place."""
+    v0, v1, v2, v3 = (a[:k] for a in v)
+    r13, r32, r16, r21, r17 = _SIP_ROTATIONS
+    for _ in range(n):
+        v0 += v1
+        v1[:] = _rotl(v1, r13) ^ v0
+        v0[:] = _rotl(v0, r32)
+        v2 += v3
+        v3[:] = _rotl(v3, r16) ^ v2
+        v0 += v3
+        v3[:] = _rotl(v3, r21) ^ v0
+        v2 += v1
+        v1[:] = _rotl(v1, r17) ^ v2
+        v2[:] = _rotl(v2, r32)
+
+
+def siphash24(items: list[bytes], k0: int, k1: int) -> Any:
+    """SipHash-2-4 of each string under the key (k0, k1), as uint64: TensorFlow's StrongKeyedHash
+    (highwayhash::SipHash). Vectorized over the strings: block j of every string long enough at once."""
+    # the last block holds the message's tail and its length modulo 256 in the top byte
+    words, first = _words(items, lambda s: bytes(7 - len(s) % 8) + bytes([len(s) & 0xFF]))
+    blocks = np.array([len(s) // 8 + 1 for s in items], dtype=np.int64)
+    order = np.argsort(
+        -blocks, kind="stable"
+    )  # the strings with more blocks first: active lanes are a prefix
+    first, blocks = first[order], blocks[order]
+    n = len(items)
+    init = (0x736F6D6570736575, 0x646F72616E646F6D, 0x6C7967656E657261, 0x7465646279746573)
+    v = [np.full(n, c ^ key, dtype=_U64) for c, key in zip(init, (k0, k1, k0, k1), strict=True)]
+    with np.errstate(over="ignore"):
+        for j in range(int(blocks[0]) if n else 0):
+            k = int(np.searchsorted(-blocks, -j, side="left"))
+            m = words[first[:k] + j]
+            v[3][:k] ^= m
+            _sip_rounds(v, k, 2)
+            v[0][:k] ^= m
+        v[2] ^= _U64(0xFF)
+        _sip_rounds(v, n, 4)
+    out = np.empty(n, dtype=_U64)
+    out[order] = v[0] ^ v[1] ^ v[2] ^ v[3]
+    return out
+
+
+def hash64(items: list[bytes], seed: int = 0xDECAFCAFFE) -> Any:
+    """TensorFlow's Hash64 (a MurmurHash64A) of each string, as uint64, vectorized like ``siphash24``."""
+    m, r = _U64(0xC6A4A7935BD1E995), _U64(47)
+    words, first = _words(items, lambda s: bytes(-len(s) % 8))
+    sizes = np.array([len(s) for s in items], dtype=np.uint64)
+    full = (sizes // _U64(8)).astype(np.int64)
+    order = np.argsort(-full, kind="stable")
+    first, full, sizes = first[order], full[order], sizes[order]
+    with np.errstate(over="ignore"):
+        h = _U64(seed) ^ (sizes * m)
+        for j in range(int(full[0]) if len(items) else 0):
+            lanes = int(np.searchsorted(-full, -j, side="left"))
+            k = words[first[:lanes] + j] * m
+            k ^= k >> r
+            h[:lanes] ^= k * m
+            h[:lanes] *= m
+        tail = np.nonzero(sizes % _U64(8))[0]
+        h[tail] ^= words[first[tail] + full[tail]]
+        h[tail] *= m
+        h ^= h >> r
+        h *= m
+        h ^= h >> r
+    out = np.empty(len(items), dtype=_U64)
+    out[order] = h
+    return out
+
+
+def _buckets(node: Node) -> int:
+    buckets = node.attr_int("num_buckets")
+    if buckets < 1:
+        raise _bad_attr(node, "num_buckets", f"must be at least 1, got {buckets}")
+    return buckets
+
+
+@kernel("StringToHashBucketStrong")
+def string_to_hash_bucket_strong(node: Node) -> Compute:
+    buckets = _U64(_buckets(node))
+    key = node.attr_ints("key")
+    if len(key) != 2:
+        raise _bad_attr(node, "key", "Key must have 2 elements")
+    k0, k1 = (k & 0xFFFFFFFFFFFFFFFF for k in key)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        (x,) = inputs
+        return ((siphash24(x.ravel().tolist(), k0, k1) % buckets).astype(np.int64).reshape(x.shape),)
+
+    return compute
+
+
+@kernel("StringToHashBucket")
+def string_to_hash_bucket(node: Node) -> Compute:
+    buckets = _U64(_buckets(node))
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        (x,) = inputs
+        return ((hash64(x.ravel().tolist()) % buckets).astype(np.int64).reshape(x.shape),)
 
     return compute
