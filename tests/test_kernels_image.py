@@ -307,3 +307,29 @@ def test_resize_area_averages_the_cells_each_pixel_covers():
     col = np.arange(1, 11, dtype=np.float32).reshape(1, 5, 1, 2)
     out = run_op("ResizeArea", [col, np.array([5, 3], np.int32)], {"align_corners": True})
     np.testing.assert_array_equal(out[0, :, 1], col[0, :, 0])
+
+
+# --- color: values TensorFlow 2.21 gave ---------------------------------------------------------------------
+
+COLORS = np.array([[0.2, 0.4, 0.6], [0.5, 0.5, 0.5], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]], np.float32)
+
+
+def test_rgb_hsv_conversions():
+    hsv = run_op("RGBToHSV", [COLORS])
+    want = [[0.58333337, 0.6666667, 0.6], [0.0, 0.0, 0.5], [0.0, 1.0, 1.0], [0.0, 0.0, 0.0]]
+    np.testing.assert_allclose(hsv, want, rtol=1e-6)
+    rgb = run_op("HSVToRGB", [np.array([[0.9, 0.5, 0.8]], np.float32)])
+    np.testing.assert_allclose(rgb, [[0.8, 0.4, 0.64000016]], rtol=1e-6)
+    with pytest.raises(InvalidArgumentError, match="3 channels"):
+        run_op("RGBToHSV", [np.zeros((2, 4), np.float32)])
+
+
+def test_contrast_and_saturation():
+    img = COLORS.reshape(1, 2, 2, 3)
+    contrast = run_op("AdjustContrastv2", [img, np.float32(2.0)])
+    want = [-0.025, 0.575, 0.925, 0.575, 0.775, 0.725, 1.575, -0.225, -0.275, -0.425, -0.225, -0.275]
+    np.testing.assert_allclose(contrast.ravel(), want, rtol=1e-5, atol=1e-6)
+    saturation = run_op("AdjustSaturation", [img, np.float32(0.5)])
+    np.testing.assert_allclose(
+        saturation.ravel(), [0.4, 0.5, 0.6, 0.5, 0.5, 0.5, 1.0, 0.5, 0.5, 0, 0, 0], atol=1e-6
+    )

@@ -144,5 +144,31 @@ def resizes(rng: np.random.Generator, count: int) -> list[Case]:
     return cases
 
 
+def colors(rng: np.random.Generator, count: int) -> list[Case]:
+    """RGB/HSV conversions and the contrast and saturation adjustments."""
+    cases = []
+    for _ in range(count):
+        dtype = str(rng.choice(["float32", "float64"]))
+        dims = (*(int(d) for d in rng.integers(1, 5, size=int(rng.integers(1, 3)))), 3)
+        x = rng.uniform(0, 1, dims).astype(dtype)
+        if rng.random() < 0.3:  # grays, pure hues, blacks: the branches of the conversion
+            flat = x.reshape(-1, 3)
+            flat[0] = flat[0, :1]
+            flat[-1] = [1.0, 0.0, 0.0][: flat.shape[1]]
+        cases.append(Case("RGBToHSV", {"images": x}))
+        cases.append(Case("HSVToRGB", {"images": x}))
+        img = rng.uniform(0, 1, (int(rng.integers(1, 3)), 4, 5, 3)).astype(np.float32)
+        factor = np.array(rng.uniform(0, 3), np.float32)
+        cases.append(Case("AdjustContrastv2", {"images": img, "contrast_factor": factor}))
+        cases.append(Case("AdjustSaturation", {"images": img, "scale": factor}))
+    return cases
+
+
 def families() -> dict[str, Callable[[np.random.Generator, int], list[Case]]]:
-    return {"block_moves": block_moves, "buckets": buckets, "volumes": volumes, "resizes": resizes}
+    return {
+        "block_moves": block_moves,
+        "buckets": buckets,
+        "volumes": volumes,
+        "resizes": resizes,
+        "colors": colors,
+    }

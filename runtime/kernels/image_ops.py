@@ -292,3 +292,114 @@ def resize_bicubic(node: Node) -> Compute:
 def resize_area(node: Node) -> Compute:
     """Output is float32 whatever the input type; each output pixel averages the input cells it covers."""
     return _resize_factory(node, _area_axis, _by_matrices, np.dtype(np.float32))
+
+
+# --- color: HSV conversions and adjustments -------------------------------------------------------------
+
+
+def _rgb_to_hsv(rgb: Any) -> tuple[Any, Any, Any]:
+    """TensorFlow's RGB-to-HSV (colorspace_op.h), in the input's float type, over the last axis."""
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    one = rgb.dtype.type(1)
+    v = np.maximum(np.maximum(r, g), b)
+    spread = v - np.minimum(np.minimum(r, g), b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(v > 0, spread / v, rgb.dtype.type(0))
+        norm = one / spread * (one / rgb.dtype.type(6))
+        h = np.where(
+            r == v,
+            norm * (g - b),
+            np.where(g == v, norm * (b - r) + rgb.dtype.type(2) / 6, norm * (r - g) + rgb.dtype.type(4) / 6),
+        )
+    h = np.where(spread > 0, h, rgb.dtype.type(0))
+    h = np.where(h < 0, h + one, h)
+    return h.astype(rgb.dtype), s.astype(rgb.dtype), v
+
+
+def _hsv_to_rgb(h: Any, s: Any, v: Any) -> Any:
+    """TensorFlow's HSV-to-RGB (colorspace_op.h)."""
+    t = h.dtype.type
+    dh = h * t(6)
+    dr = np.clip(np.abs(dh - t(3)) - t(1), t(0), t(1))
+    dg = np.clip(-np.abs(dh - t(2)) + t(2), t(0), t(1))
+    db = np.clip(-np.abs(dh - t(4)) + t(2), t(0), t(1))
+    one_s = -s + t(1)
+    return np.stack([(one_s + s * dr) * v, (one_s + s * dg) * v, (one_s + s * db) * v], axis=-1)
+
+
+def _check_rgb(images: Any, op: str) -> None:
+    if images.ndim < 1 or images.shape[-1] != 3:
+        have = images.shape[-1] if images.ndim else 0
+        raise InvalidArgumentError(f"input must have 3 channels but input only has {have} channels.")
+
+
+@kernel("RGBToHSV")
+def rgb_to_hsv(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        (images,) = inputs
+        _check_rgb(images, node.op)
+        return (np.stack(_rgb_to_hsv(images), axis=-1),)
+
+    return compute
+
+
+@kernel("HSVToRGB")
+def hsv_to_rgb(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        (images,) = inputs
+        _check_rgb(images, node.op)
+        return (_hsv_to_rgb(images[..., 0], images[..., 1], images[..., 2]),)
+
+    return compute
+
+
+@kernel("AdjustContrastv2")
+def adjust_contrast_v2(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        images, factor = inputs
+        if images.ndim < 3:
+            raise InvalidArgumentError(f"input must be at least 3-D, got shape{_shape_str(images.shape)}")
+        if factor.ndim != 0:
+            raise InvalidArgumentError(f"contrast_factor must be scalar: {factor.ndim}")
+        x = images.astype(np.float32, copy=False)
+        mean = x.mean(axis=(-3, -2), keepdims=True, dtype=np.float32)
+        return (((x - mean) * factor.astype(np.float32) + mean).astype(images.dtype, copy=False),)
+
+    return compute
+
+
+def _hsv_to_rgb_sectors(h: Any, s: Any, v: Any) -> Any:
+    """adjust_saturation_op.cc's per-pixel HSV-to-RGB (by the hue's sector), in float32."""
+    f = np.float32
+    c = s * v
+    m = v - c
+    dh = h * f(6)
+    sector = dh.astype(np.int32)
+    # fmod(dh, 2) into (0, 2): dh is in [0, 6]
+    wrapped = np.where(dh <= 0, dh + f(2), dh)
+    wrapped = wrapped - f(2) * np.floor(wrapped / f(2))
+    x = c * (f(1) - np.abs(wrapped - f(1)))
+    zero = np.zeros_like(c)
+    choices = [(c, x, zero), (x, c, zero), (zero, c, x), (zero, x, c), (x, zero, c), (c, zero, x)]
+    out = []
+    for channel in range(3):
+        value = zero
+        for k, parts in enumerate(choices):
+            value = np.where(sector == k, parts[channel], value)
+        out.append(value + m)
+    return np.stack(out, axis=-1)
+
+
+@kernel("AdjustSaturation")
+def adjust_saturation(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        images, scale = inputs
+        _check_rgb(images, node.op)
+        if scale.ndim != 0:
+            raise InvalidArgumentError(f"scale must be scalar: {_shape_str(scale.shape)}")
+        x = images.astype(np.float32, copy=False)
+        h, s, v = _rgb_to_hsv(x)
+        s = np.clip(s * scale.astype(np.float32), np.float32(0), np.float32(1))
+        return (_hsv_to_rgb_sectors(h, s, v).astype(images.dtype, copy=False),)
+
+    return compute
