@@ -333,3 +333,43 @@ def test_contrast_and_saturation():
     np.testing.assert_allclose(
         saturation.ravel(), [0.4, 0.5, 0.6, 0.5, 0.5, 0.5, 1.0, 0.5, 0.5, 0, 0, 0], atol=1e-6
     )
+
+
+# --- projective transforms: values TensorFlow 2.21 gave ------------------------------------------------------
+
+
+def _shift(t: float, mode: str) -> float:
+    """The pixel a translation by t picks from [0, 1, 2, 3] (nearest), by fill mode."""
+    img = np.arange(4, dtype=np.float32).reshape(1, 1, 4, 1)
+    tr = np.array([[1, 0, t, 0, 1, 0, 0, 0]], np.float32)
+    attrs = {"interpolation": "NEAREST", "fill_mode": mode}
+    out = run_op("ImageProjectiveTransformV3", [img, tr, np.array([1, 1], np.int32), np.float32(-1)], attrs)
+    return float(out.ravel()[0])
+
+
+def test_projective_transform_fill_modes():
+    shifts = [-9.0, -3.0, -2.5, -1.5, -0.5, 0.5, 3.5, 5.5, 6.0, 8.5]
+    wrap = [3, 3, 2, 3, 3, 1, 0, 2, 0, 1]  # TensorFlow's WRAP, its len - 1 period included
+    reflect = [0, 2, 2, 1, 0, 1, 3, 2, 1, 1]
+    assert [_shift(t, "WRAP") for t in shifts] == wrap
+    assert [_shift(t, "REFLECT") for t in shifts] == reflect
+    assert [_shift(t, "CONSTANT") for t in (-1.0, 3.6)] == [-1.0, -1.0]
+    assert [_shift(t, "NEAREST") for t in (-7.0, 9.0)] == [0.0, 3.0]
+
+
+def test_projective_transform_bilinear():
+    img = np.arange(12, dtype=np.float32).reshape(1, 3, 4, 1)
+    tr = np.array([[0.9, 0.2, 0.7, -0.1, 1.1, -0.4, 0.02, 0.01]], np.float32)
+    args = [img, tr, np.array([2, 3], np.int32), np.float32(-1)]
+    constant = run_op(
+        "ImageProjectiveTransformV3", args, {"interpolation": "BILINEAR", "fill_mode": "CONSTANT"}
+    )
+    np.testing.assert_allclose(
+        constant.ravel(), [0.02, 0.30949625, 0.44008863, 3.6633663, 4.0776701, 4.4761906], rtol=1e-5
+    )
+    nearest = run_op(
+        "ImageProjectiveTransformV3", args, {"interpolation": "BILINEAR", "fill_mode": "NEAREST"}
+    )
+    np.testing.assert_allclose(
+        nearest.ravel(), [0.7, 1.5686274, 2.4038463, 3.6633663, 4.0776701, 4.4761906], rtol=1e-5
+    )

@@ -164,6 +164,43 @@ def colors(rng: np.random.Generator, count: int) -> list[Case]:
     return cases
 
 
+def projective(rng: np.random.Generator, count: int) -> list[Case]:
+    """ImageProjectiveTransformV3: every interpolation and fill mode, affine and projective transforms."""
+    cases = []
+    for _ in range(count * 2):
+        dtype = str(rng.choice(["float32", "float64", "uint8", "int32"]))
+        n = int(rng.integers(1, 3))
+        x = values(
+            rng,
+            (n, int(rng.integers(1, 7)), int(rng.integers(1, 7)), int(rng.integers(1, 3))),
+            dtype,
+            edge=False,
+        )
+        t = rng.normal(size=(1 if rng.random() < 0.5 else n, 8)).astype(np.float32)
+        t[:, 0] += 1
+        t[:, 4] += 1
+        t[:, 2] *= 3
+        t[:, 5] *= 3
+        if rng.random() < 0.6:
+            t[:, 6:] = 0  # affine
+        else:
+            t[:, 6:] *= 0.1
+        size = _i([int(rng.integers(1, 8)), int(rng.integers(1, 8))])
+        attrs = {
+            "interpolation": str(rng.choice(["NEAREST", "BILINEAR"])),
+            "fill_mode": str(rng.choice(["REFLECT", "WRAP", "CONSTANT", "NEAREST"])),
+        }
+        fill = np.array(float(rng.choice([0.0, 2.0, -1.5])), np.float32)
+        cases.append(
+            Case(
+                "ImageProjectiveTransformV3",
+                {"images": x, "transforms": t, "output_shape": size, "fill_value": fill},
+                attrs,
+            )
+        )
+    return cases
+
+
 def families() -> dict[str, Callable[[np.random.Generator, int], list[Case]]]:
     return {
         "block_moves": block_moves,
@@ -171,4 +208,5 @@ def families() -> dict[str, Callable[[np.random.Generator, int], list[Case]]]:
         "volumes": volumes,
         "resizes": resizes,
         "colors": colors,
+        "projective": projective,
     }

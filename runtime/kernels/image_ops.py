@@ -403,3 +403,111 @@ def adjust_saturation(node: Node) -> Compute:
         return (_hsv_to_rgb_sectors(h, s, v).astype(images.dtype, copy=False),)
 
     return compute
+
+
+# --- projective transforms: ImageProjectiveTransformV2/V3 (Keras' ops.image.affine_transform) ------------
+
+
+def _map_coordinate(c: Any, size: int, mode: str) -> Any:
+    """Where an output's source coordinate lands by ``fill_mode`` (image_ops.h's MapCoordinate), float32."""
+    f = np.float32
+    if mode == "CONSTANT":
+        return c
+    if mode != "NEAREST" and size > 1:
+        c = c.copy()
+        low, high = c < 0, c > size - 1  # one branch each, as TensorFlow's if / else if
+        lo, hi = c[low], c[high]
+        if mode == "REFLECT":
+            sz2 = 2 * size
+            lo = np.where(lo < sz2, f(sz2) * np.trunc(-lo / f(sz2)).astype(f) + lo, lo).astype(f)
+            c[low] = np.where(lo < -size, lo + f(sz2), -lo - f(1))
+            hi = (hi - f(sz2) * np.trunc(hi / f(sz2)).astype(f)).astype(f)
+            c[high] = np.where(hi >= size, f(sz2) - hi - f(1), hi)
+        else:  # WRAP
+            sz = size - 1
+            c[low] = lo + f(size) * (np.trunc(-lo / f(sz)) + f(1)).astype(f)
+            c[high] = hi - f(size) * np.trunc(hi / f(sz)).astype(f)
+    elif mode != "NEAREST":
+        c = np.where((c < 0) | (c > size - 1), f(0), c)
+    return np.clip(c, f(0), f(size - 1))
+
+
+def _projective(
+    images: Any, transforms: Any, out_h: int, out_w: int, fill: Any, nearest: bool, mode: str
+) -> Any:
+    n, h, w, channels = images.shape
+    f = np.float32
+    ox = np.arange(out_w, dtype=np.int64).astype(f)[None, :]
+    oy = np.arange(out_h, dtype=np.int64).astype(f)[:, None]
+    out = np.empty((n, out_h, out_w, channels), images.dtype)
+    for b in range(n):
+        t = transforms[0 if transforms.shape[0] == 1 else b].astype(f)
+        projection = t[6] * ox + t[7] * oy + f(1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = (t[0] * ox + t[1] * oy + t[2]) / projection
+            y = (t[3] * ox + t[4] * oy + t[5]) / projection
+        x = _map_coordinate(np.broadcast_to(x, (out_h, out_w)).astype(f), w, mode)
+        y = _map_coordinate(np.broadcast_to(y, (out_h, out_w)).astype(f), h, mode)
+        # (a point outside the input reads the fill value, corner by corner for bilinear)
+        outside = np.broadcast_to(projection == 0, (out_h, out_w))
+        x = np.where(outside | ~np.isfinite(x), f(-2), x)
+        y = np.where(outside | ~np.isfinite(y), f(-2), y)
+
+        def read(yi: Any, xi: Any, image: Any = images[b]) -> Any:
+            inside = (yi >= 0) & (yi < h) & (xi >= 0) & (xi < w)
+            values = image[np.clip(yi, 0, h - 1), np.clip(xi, 0, w - 1)]
+            return np.where(inside[..., None], values, fill)
+
+        if nearest:
+            # std::round: halves away from zero (coordinates are >= 0 here)
+            value = read(np.floor(y + f(0.5)).astype(np.int64), np.floor(x + f(0.5)).astype(np.int64))
+        else:
+            y0, x0 = np.floor(y), np.floor(x)
+            y1, x1 = y0 + f(1), x0 + f(1)
+            yi0, xi0, yi1, xi1 = (v.astype(np.int64) for v in (y0, x0, y1, x1))
+            wx0, wx1 = (x1 - x)[..., None], (x - x0)[..., None]
+            top = wx0 * read(yi0, xi0).astype(f) + wx1 * read(yi0, xi1).astype(f)
+            bottom = wx0 * read(yi1, xi0).astype(f) + wx1 * read(yi1, xi1).astype(f)
+            value = (y1 - y)[..., None] * top + (y - y0)[..., None] * bottom
+            if images.dtype.kind in "iu":
+                value = np.trunc(value)
+        out[b] = np.where(outside[..., None], fill, value)
+    return out
+
+
+def _projective_factory(node: Node, has_fill: bool) -> Compute:
+    interpolation = node.attr_str("interpolation", choices=("NEAREST", "BILINEAR"))
+    mode = node.attr_str("fill_mode", "CONSTANT", choices=("REFLECT", "WRAP", "CONSTANT", "NEAREST"))
+    nearest = interpolation == "NEAREST"
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        images, transforms, shape = inputs[0], inputs[1], inputs[2]
+        fill = images.dtype.type(inputs[3]) if has_fill else images.dtype.type(0)
+        if images.ndim != 4:
+            raise InvalidArgumentError(f"Input images must have rank 4, got shape{_shape_str(images.shape)}")
+        if (
+            transforms.ndim != 2
+            or transforms.shape[1] != 8
+            or transforms.shape[0] not in (1, images.shape[0])
+        ):
+            raise InvalidArgumentError(
+                f"Input transform should be num_images x 8 or 1 x 8, got shape{_shape_str(transforms.shape)}"
+            )
+        if shape.shape != (2,):
+            raise InvalidArgumentError("output shape must be 1-dimensional and have 2 elements")
+        out_h, out_w = (int(v) for v in shape.tolist())
+        if out_h <= 0 or out_w <= 0:
+            raise InvalidArgumentError("output dimensions must be positive")
+        return (_projective(images, transforms, out_h, out_w, fill, nearest, mode),)
+
+    return compute
+
+
+@kernel("ImageProjectiveTransformV3", expensive=True)
+def image_projective_transform_v3(node: Node) -> Compute:
+    return _projective_factory(node, has_fill=True)
+
+
+@kernel("ImageProjectiveTransformV2", expensive=True)
+def image_projective_transform_v2(node: Node) -> Compute:
+    return _projective_factory(node, has_fill=False)
