@@ -212,22 +212,58 @@ def _layers() -> dict[str, tuple[list[tuple[tuple[int, ...], str]], Callable[...
     sig = [((64,), "float32")]
     add("ops_stft", sig, lambda k, x: k.ops.stft(x[0], 16, 8, 16)[0])
     add("ops_rfft_irfft", sig, lambda k, x: k.ops.irfft(k.ops.rfft(x[0])))
-    add("ops_fft_abs", sig, lambda k, x: k.ops.sqrt(k.ops.square(k.ops.rfft(x[0])[0]) + k.ops.square(k.ops.rfft(x[0])[1])))
+    add(
+        "ops_fft_abs",
+        sig,
+        lambda k, x: k.ops.sqrt(k.ops.square(k.ops.rfft(x[0])[0]) + k.ops.square(k.ops.rfft(x[0])[1])),
+    )
     add("ops_rgb_to_grayscale", img, lambda k, x: k.ops.image.rgb_to_grayscale(x[0]))
     add("ops_rgb_to_hsv", img, lambda k, x: k.ops.image.rgb_to_hsv(k.ops.sigmoid(x[0])))
-    add("ops_affine_transform", img, lambda k, x: k.ops.image.affine_transform(x[0], k.ops.convert_to_tensor([[1.0, 0.1, 0.5, 0.0, 1.0, -0.5, 0.0, 0.0]] * 2)))
+    add(
+        "ops_affine_transform",
+        img,
+        lambda k, x: k.ops.image.affine_transform(
+            x[0], k.ops.convert_to_tensor([[1.0, 0.1, 0.5, 0.0, 1.0, -0.5, 0.0, 0.0]] * 2)
+        ),
+    )
     add("ops_extract_patches", img, lambda k, x: k.ops.image.extract_patches(x[0], 3))
-    add("ops_segment_sum", seq, lambda k, x: k.ops.segment_sum(x[0][0], k.ops.convert_to_tensor([0, 0, 1, 1, 1, 2, 2, 3, 3, 3]), num_segments=4))
+    add(
+        "ops_segment_sum",
+        seq,
+        lambda k, x: k.ops.segment_sum(
+            x[0][0], k.ops.convert_to_tensor([0, 0, 1, 1, 1, 2, 2, 3, 3, 3]), num_segments=4
+        ),
+    )
     add("ops_logsumexp_erfinv", seq, lambda k, x: k.ops.erfinv(k.ops.tanh(x[0]) * 0.9))
-    add("ops_cholesky_inv", [((4, 4), "float32")], lambda k, x: k.ops.linalg.inv(k.ops.matmul(x[0], k.ops.transpose(x[0], (0, 2, 1))) + k.ops.eye(4)))
-    add("ops_argsort_searchsorted", seq, lambda k, x: k.ops.cast(k.ops.searchsorted(k.ops.sort(x[0][0, 0]), x[0][0, 1]), "float32"))
+    add(
+        "ops_cholesky_inv",
+        [((4, 4), "float32")],
+        lambda k, x: k.ops.linalg.inv(k.ops.matmul(x[0], k.ops.transpose(x[0], (0, 2, 1))) + k.ops.eye(4)),
+    )
+    add(
+        "ops_argsort_searchsorted",
+        seq,
+        lambda k, x: k.ops.cast(k.ops.searchsorted(k.ops.sort(x[0][0, 0]), x[0][0, 1]), "float32"),
+    )
     add("ops_unique_bincount", ids, lambda k, x: k.ops.bincount(k.ops.reshape(x[0], (-1,)), minlength=30))
     add("ops_roll_flip", seq, lambda k, x: k.ops.roll(k.ops.flip(x[0], 1), 2, axis=1))
-    add("ops_tril_triu_diag", [((5, 5), "float32")], lambda k, x: k.ops.tril(x[0]) + k.ops.triu(x[0], 1) * 2 + k.ops.diag(k.ops.diagonal(x[0][0])))
+    add(
+        "ops_tril_triu_diag",
+        [((5, 5), "float32")],
+        lambda k, x: k.ops.tril(x[0]) + k.ops.triu(x[0], 1) * 2 + k.ops.diag(k.ops.diagonal(x[0][0])),
+    )
     add("ops_linspace_meshgrid", seq, lambda k, x: x[0] * k.ops.linspace(0.0, 1.0, 6))
-    add("ops_nms", [((10, 4), "float32")], lambda k, x: k.ops.cast(k.ops.image.crop_images(x[0][..., None], 0, 0, 5, 2), "float32"))
+    add(
+        "ops_nms",
+        [((10, 4), "float32")],
+        lambda k, x: k.ops.cast(k.ops.image.crop_images(x[0][..., None], 0, 0, 5, 2), "float32"),
+    )
     add("ops_quantile", seq, lambda k, x: k.ops.quantile(x[0], 0.3, axis=1))
-    add("ops_histogram_digitize", seq, lambda k, x: k.ops.cast(k.ops.digitize(x[0], [-1.0, 0.0, 1.0]), "float32"))
+    add(
+        "ops_histogram_digitize",
+        seq,
+        lambda k, x: k.ops.cast(k.ops.digitize(x[0], [-1.0, 0.0, 1.0]), "float32"),
+    )
     add("ops_ctc_decode_like", seq, lambda k, x: k.ops.log_softmax(x[0], axis=-1))
     return L
 

@@ -27,9 +27,9 @@ FOLDER = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "images
 def main() -> None:
     cases: dict[str, Any] = {}
 
-    def run(key: str, fn: Any) -> None:
+    def run(key: str, fn: Any, *args: Any, **kwargs: Any) -> None:
         try:
-            cases[key] = fn().numpy()
+            cases[key] = fn(*args, **kwargs).numpy()
         except tf.errors.OpError as e:
             cases[key + "!error"] = np.array(e.message.split("\n")[0][-200:])
 
@@ -41,41 +41,50 @@ def main() -> None:
                 for ratio in (1, 2, 8):
                     run(
                         f"{name}|DecodeJpeg|channels={ch},ratio={ratio}",
-                        lambda: tf.io.decode_jpeg(data, channels=ch, ratio=ratio),
+                        tf.io.decode_jpeg,
+                        data,
+                        channels=ch,
+                        ratio=ratio,
                     )
-            run(
-                f"{name}|DecodeJpeg|fancy_upscaling=0", lambda: tf.io.decode_jpeg(data, fancy_upscaling=False)
-            )
+            run(f"{name}|DecodeJpeg|fancy_upscaling=0", tf.io.decode_jpeg, data, fancy_upscaling=False)
             run(
                 f"{name}|DecodeJpeg|dct_method=INTEGER_ACCURATE",
-                lambda: tf.io.decode_jpeg(data, dct_method="INTEGER_ACCURATE"),
+                tf.io.decode_jpeg,
+                data,
+                dct_method="INTEGER_ACCURATE",
             )
         elif name.endswith(".png"):
             for ch in (0, 1, 3, 4):
                 for dt in ("uint8", "uint16"):
                     run(
                         f"{name}|DecodePng|channels={ch},dtype={dt}",
-                        lambda: tf.io.decode_png(data, channels=ch, dtype=dt),
+                        tf.io.decode_png,
+                        data,
+                        channels=ch,
+                        dtype=dt,
                     )
         elif name.endswith(".gif"):
-            run(f"{name}|DecodeGif|", lambda: tf.io.decode_gif(data))
+            run(f"{name}|DecodeGif|", tf.io.decode_gif, data)
         elif name.endswith(".bmp"):
             for ch in (0, 3, 4):
-                run(f"{name}|DecodeBmp|channels={ch}", lambda: tf.io.decode_bmp(data, channels=ch))
+                run(f"{name}|DecodeBmp|channels={ch}", tf.io.decode_bmp, data, channels=ch)
         else:
             continue
         for ch in (0, 3):
             for dt in ("uint8", "uint16", "float32"):
                 run(
                     f"{name}|DecodeImage|channels={ch},dtype={dt},expand_animations=0",
-                    lambda: tf.io.decode_image(data, channels=ch, dtype=dt, expand_animations=False),
+                    tf.io.decode_image,
+                    data,
+                    channels=ch,
+                    dtype=dt,
+                    expand_animations=False,
                 )
-        run(
-            f"{name}|DecodeImage|channels=0,dtype=uint8,expand_animations=1", lambda: tf.io.decode_image(data)
-        )
+        run(f"{name}|DecodeImage|channels=0,dtype=uint8,expand_animations=1", tf.io.decode_image, data)
     run(
         "garbage|DecodeImage|channels=0,dtype=uint8,expand_animations=1",
-        lambda: tf.io.decode_image(b"not an image"),
+        tf.io.decode_image,
+        b"not an image",
     )
     np.savez_compressed(FOLDER / "tf_decoded.npz", **cases)
     print(len(cases), "cases")
