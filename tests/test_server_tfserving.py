@@ -56,6 +56,10 @@ outputs = {{ scaled = "scaled:0", total = "total:0" }}
 name = "multi_ragged"
 path = "multi.pb"
 outputs = {{ scaled = "scaled:0", doubled = "doubled:0" }}
+
+[[models]]
+name = "decode"
+path = "decode.pb"
 """
 
 
@@ -75,6 +79,17 @@ def write_multi(path: Path) -> None:
     path.write_bytes(b.graph_def.SerializeToString())
 
 
+def write_decode(path: Path) -> None:
+    """A JPEG's bytes in (a scalar string), its channels' means out: a graph that decodes what it serves."""
+    b = GraphBuilder()
+    image = b.placeholder("image", object, ())
+    pixels = b.op("DecodeJpeg", [image], {"channels": 3}, name="decoded")
+    floats = b.op("Cast", [pixels], {"SrcT": np.uint8, "DstT": np.float32}, name="floats")
+    axes = b.constant(np.asarray([0, 1], np.int32))
+    b.op("Mean", [floats, axes], {"T": np.float32, "Tidx": np.int32, "keep_dims": False}, name="mean")
+    path.write_bytes(b.graph_def.SerializeToString())
+
+
 @pytest.fixture(scope="module")
 def anyio_backend():
     return "asyncio"
@@ -84,6 +99,7 @@ def anyio_backend():
 def app(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tfserving")
     write_multi(folder / "multi.pb")
+    write_decode(folder / "decode.pb")
     (folder / "poolserve.toml").write_text(CONFIG)
     return create_app(load_config(folder / "poolserve.toml"))
 
@@ -495,3 +511,20 @@ async def test_large_request_and_response(client, monkeypatch):
     # the adapter's, through server.adapter.serve: alone in the server, the body over ALONE_BYTES leaves the
     # loop, the answer's arrays (under it) do not
     assert offloaded == ["decode"]
+
+
+@pytest.mark.anyio
+async def test_an_encoded_image_in_base64_is_decoded_in_the_graph(client):
+    """TF Serving's way to send images: {"b64": ...} to a string input the graph decodes (DecodeJpeg);
+    the pixels are TensorFlow's (tests/fixtures/images, decoded by TensorFlow 2.21)."""
+    images = Path(__file__).parent / "fixtures" / "images"
+    with np.load(images / "tf_decoded.npz") as data:
+        pixels = data["c420.jpg|DecodeJpeg|channels=3,ratio=1"]
+    jpeg = base64.b64encode((images / "c420.jpg").read_bytes()).decode()
+    r = await predict(client, "/v1/models/decode:predict", {"inputs": {"image": {"b64": jpeg}}})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(r.json()["outputs"], pixels.astype(np.float32).mean(axis=(0, 1)), rtol=1e-6)
+    bad = await predict(
+        client, "/v1/models/decode:predict", {"inputs": {"image": {"b64": "bm90IGEganBlZw=="}}}
+    )
+    assert bad.status_code == 400 and "Invalid JPEG data" in bad.json()["error"]
