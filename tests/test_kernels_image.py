@@ -373,3 +373,28 @@ def test_projective_transform_bilinear():
     np.testing.assert_allclose(
         nearest.ravel(), [0.7, 1.5686274, 2.4038463, 3.6633663, 4.0776701, 4.4761906], rtol=1e-5
     )
+
+
+# --- ScaleAndTranslate: values TensorFlow 2.21 gave ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "antialias", "want"),
+    [
+        ("lanczos3", True, [0.219285, 1.074951, 2.167933, 3.188725, 4.597682, 6.113276, 6.686151, 9.604118,
+                            11.347954, 13.143626, 14.586651, 16.510046, 18.495865, 19.233227, 29.567476,
+                            31.850792, 34.146034, 35.94632, 38.31068, 40.721363, 41.611221]),
+        ("mitchellcubic", False, [0.315926, 1.076818, 2.069965, 3.217472, 4.481328, 5.865671, 6.36805,
+                                  11.207424, 12.888046, 14.585947, 16.324078, 18.114906, 19.986334, 20.6616,
+                                  28.98385, 31.062229, 33.132088, 35.224049, 37.354729, 39.558441, 40.352596]),
+    ],
+)  # fmt: skip
+def test_scale_and_translate(kind, antialias, want):
+    img = (np.arange(20).reshape(1, 4, 5, 1) ** 1.3).astype(np.float32)
+    scale, shift = np.array([0.75, 1.4], np.float32), np.array([0.2, -0.5], np.float32)
+    attrs = {"kernel_type": kind, "antialias": antialias}
+    out = run_op("ScaleAndTranslate", [img, np.array([3, 7], np.int32), scale, shift], attrs)
+    assert out.shape == (1, 3, 7, 1) and out.dtype == np.float32
+    np.testing.assert_allclose(out.ravel(), want, rtol=2e-6, atol=2e-6)
+    with pytest.raises(InvalidArgumentError, match="Scale must be greater than zero"):
+        run_op("ScaleAndTranslate", [img, np.array([3, 7], np.int32), -scale, shift], attrs)

@@ -201,6 +201,36 @@ def projective(rng: np.random.Generator, count: int) -> list[Case]:
     return cases
 
 
+def scale_translate(rng: np.random.Generator, count: int) -> list[Case]:
+    """ScaleAndTranslate with every sampling kernel, up and down, translated, with and without antialias."""
+    cases = []
+    kinds = ["lanczos1", "lanczos3", "lanczos5", "gaussian", "box", "triangle", "keyscubic", "mitchellcubic"]
+    for _ in range(count):
+        for kind in kinds:
+            dtype = str(rng.choice(["float32", "float64", "uint8", "int32"]))
+            dims = (
+                int(rng.integers(1, 3)),
+                int(rng.integers(1, 9)),
+                int(rng.integers(1, 9)),
+                int(rng.integers(1, 3)),
+            )
+            x = values(rng, dims, dtype, edge=False)
+            out = [int(rng.integers(1, 13)), int(rng.integers(1, 13))]
+            scale = np.array([out[0] / dims[1], out[1] / dims[2]], np.float32) * np.float32(
+                rng.choice([1.0, 1.0, 0.7, 1.3])
+            )
+            translation = np.array(rng.normal(size=2) * float(rng.choice([0.0, 1.0])), np.float32)
+            attrs = {"kernel_type": kind, "antialias": bool(rng.random() < 0.6)}
+            cases.append(
+                Case(
+                    "ScaleAndTranslate",
+                    {"images": x, "size": _i(out), "scale": scale, "translation": translation},
+                    attrs,
+                )
+            )
+    return cases
+
+
 def families() -> dict[str, Callable[[np.random.Generator, int], list[Case]]]:
     return {
         "block_moves": block_moves,
@@ -209,4 +239,5 @@ def families() -> dict[str, Callable[[np.random.Generator, int], list[Case]]]:
         "resizes": resizes,
         "colors": colors,
         "projective": projective,
+        "scale_translate": scale_translate,
     }

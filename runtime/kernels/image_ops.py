@@ -511,3 +511,126 @@ def image_projective_transform_v3(node: Node) -> Compute:
 @kernel("ImageProjectiveTransformV2", expensive=True)
 def image_projective_transform_v2(node: Node) -> Compute:
     return _projective_factory(node, has_fill=False)
+
+
+# --- ScaleAndTranslate: resampling kernels (tf.image.resize's lanczos3/5, gaussian, mitchellcubic, ...) ---
+
+
+def _lanczos(radius: float) -> Callable[[Any], Any]:
+    pi = np.float32(3.14159265359)
+
+    def weight(x: Any) -> Any:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w = np.float32(radius) * np.sin(pi * x) * np.sin(pi * x / np.float32(radius)) / (pi * pi * x * x)
+        w = np.where(x <= np.float32(1e-3), np.float32(1), w)
+        return np.where(x > radius, np.float32(0), w).astype(np.float32)
+
+    return weight
+
+
+def _gaussian(x: Any) -> Any:
+    sigma = 1.5 / 3.0
+    return np.where(x >= 1.5, 0.0, np.exp(-(x.astype(np.float64) ** 2) / (2.0 * sigma * sigma))).astype(
+        np.float32
+    )
+
+
+def _box(x: Any) -> Any:
+    return np.where(x < 0.5, np.float32(1), np.where(x == 0.5, np.float32(0.5), np.float32(0)))
+
+
+def _triangle(x: Any) -> Any:
+    return np.where(x < 1, np.float32(1) - x, np.float32(0)).astype(np.float32)
+
+
+def _keys_cubic(x: Any) -> Any:
+    f = np.float32
+    far = ((f(-0.5) * x + f(2.5)) * x - f(4.0)) * x + f(2.0)
+    near = ((f(1.5) * x - f(2.5)) * x) * x + f(1.0)
+    return np.where(x >= 2, f(0), np.where(x >= 1, far, near)).astype(f)
+
+
+def _mitchell_cubic(x: Any) -> Any:
+    f = np.float32
+    far = (((f(-7.0 / 18.0)) * x + f(2.0)) * x - f(10.0 / 3.0)) * x + f(16.0 / 9.0)
+    near = (((f(7.0 / 6.0)) * x - f(2.0)) * x) * x + f(8.0 / 9.0)
+    return np.where(x >= 2, f(0), np.where(x >= 1, far, near)).astype(f)
+
+
+# kernel type -> (weight of |distance|, radius), as sampling_kernels.h defines them
+_SAMPLING: dict[str, tuple[Callable[[Any], Any], float]] = {
+    "lanczos1": (_lanczos(1.0), 1.0),
+    "lanczos3": (_lanczos(3.0), 3.0),
+    "lanczos5": (_lanczos(5.0), 5.0),
+    "gaussian": (_gaussian, 1.5),
+    "box": (_box, 1.0),
+    "triangle": (_triangle, 1.0),
+    "keyscubic": (_keys_cubic, 2.0),
+    "mitchellcubic": (_mitchell_cubic, 2.0),
+}
+
+
+def _span_matrix(
+    out_size: int, in_size: int, scale: float, translate: float, kind: str, antialias: bool
+) -> Any:
+    """The [out, in] weights of one axis: each output samples the input pixels within the kernel's radius
+    of its source point (scaled up when downsampling with ``antialias``), normalized to sum to 1; a source
+    point outside the input gives no weights (the output is 0)."""
+    f = np.float32
+    weight, radius = _SAMPLING[kind]
+    inv_scale = f(1.0) / f(scale)
+    inv_translate = -inv_scale * f(translate)
+    kernel_scale = max(inv_scale, f(1)) if antialias else f(1)
+    reach = f(radius) * kernel_scale
+    matrix = np.zeros((out_size, in_size), np.float32)
+    for x in range(out_size):
+        sample = (f(x) + f(0.5)) * inv_scale + inv_translate
+        if sample < 0 or sample > in_size:
+            continue
+        start = min(max(int(np.ceil(sample - reach - f(0.5))), 0), in_size - 1)
+        end = min(max(int(np.floor(sample + reach - f(0.5))), 0), in_size - 1) + 1
+        source = np.arange(start, end, dtype=np.float32)
+        w = weight(np.abs((source + f(0.5) - sample) * (f(1) / kernel_scale)))
+        total = w.sum(dtype=np.float32)
+        if abs(total) >= 1000 * np.finfo(np.float32).tiny:
+            matrix[x, start:end] = w * (f(1) / total)
+    return matrix
+
+
+@kernel("ScaleAndTranslate", expensive=True)
+def scale_and_translate(node: Node) -> Compute:
+    kind = node.attr_str("kernel_type", "lanczos3")
+    if kind not in _SAMPLING:
+        raise InvalidArgumentError(f"Unrecognized kernel type: {kind}")
+    antialias = node.attr_bool("antialias", True)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        images, size, scale, translation = inputs
+        if images.ndim != 4:
+            raise InvalidArgumentError(f"input must be 4-dimensional{_shape_str(images.shape)}")
+        for name, t in (("output_shape_t", size), ("t", scale), ("t", translation)):
+            if t.ndim != 1:
+                raise InvalidArgumentError(f"{name} must be 1-dimensional{_shape_str(t.shape)}")
+            if t.size != 2:
+                raise InvalidArgumentError(f"{name} must have two elements{_shape_str(t.shape)}")
+        out_h, out_w = (int(v) for v in size.tolist())
+        n, in_h, in_w, channels = images.shape
+        if out_h <= 0 or out_w <= 0:
+            raise InvalidArgumentError("output dimensions must be positive")
+        if channels <= 0:
+            raise InvalidArgumentError("image must have at least one channel")
+        if in_h <= 0 or in_w <= 0:
+            raise InvalidArgumentError("input image must be of non-zero size")
+        row_scale, col_scale = (float(v) for v in scale.astype(np.float32).tolist())
+        if not (row_scale > 0 and col_scale > 0):
+            raise InvalidArgumentError("Scale must be greater than zero.")
+        row_t, col_t = (float(v) for v in translation.astype(np.float32).tolist())
+        rows = _span_matrix(out_h, in_h, row_scale, row_t, kind, antialias)
+        cols = _span_matrix(out_w, in_w, col_scale, col_t, kind, antialias)
+        out = np.empty((n, out_h, out_w, channels), np.float32)
+        # rows first, then columns, as TensorFlow's two passes
+        down = np.matmul(rows, images.astype(np.float32, copy=False).reshape(n, in_h, -1))
+        out[...] = np.matmul(cols, down.reshape(n, out_h, in_w, channels))
+        return (out,)
+
+    return compute
