@@ -25,6 +25,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     partition_ops,
     quant_ops,
     ragged_ops,
+    random_ops,
     segment_ops,
     slicing_ops,
     space_ops,

@@ -1,0 +1,262 @@
+"""Random numbers as TensorFlow draws them: Philox4x32-10 and its distributions, so a seeded op gives
+TensorFlow's numbers.
+
+- Stateless ops (``tf.random.stateless_*``, Keras 3's seeded ``keras.random``): StatelessRandomUniform,
+  StatelessRandomNormal, StatelessRandomUniformInt, their V2 forms on a key and counter, and
+  StatelessRandomGetKeyCounter. The seed is scrambled into a key and counter by one Philox round, as
+  TensorFlow's ``GenerateKey`` does.
+- Stateful ops with a seed (``tf.compat.v1.random_*(seed=...)``): RandomUniform, RandomStandardNormal,
+  RandomUniformInt. Each node keeps its generator in the session, as TensorFlow's kernel does: the first
+  run draws TensorFlow's first numbers, later runs continue from where it reserved up to (multiples of 256
+  samples). With both seeds 0 the op is seeded at random, as in TensorFlow.
+
+Output element ``i`` comes from Philox call ``i // k`` after the op's counter (``k`` values per call: 4 for
+32-bit and half types, 2 for 64-bit ones), as TensorFlow's CPU fill lays them out. Uniform floats take a
+random mantissa in [1, 2) less 1; normals are Box-Muller pairs.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.kernels._common import _shape_str
+from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
+from poolserve.runtime.node import Node
+
+_M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+_W0, _W1 = 0x9E3779B9, 0xBB67AE85
+_MASK32 = np.uint64(0xFFFFFFFF)
+_PHILOX = 1  # RNG_ALG_PHILOX; 0 (auto) is Philox on CPU
+
+
+def philox(counter: tuple[int, int, int, int], key: tuple[int, int], calls: int) -> np.ndarray:
+    """``calls`` Philox4x32-10 outputs [calls, 4] (uint32) for counters ``counter``, ``counter + 1``, ..."""
+    index = np.arange(calls, dtype=np.uint64)
+    low = np.uint64(counter[0] | counter[1] << 32) + index  # the 128-bit counter plus the call's index
+    carry = (low < index).astype(np.uint64)
+    high = np.uint64(counter[2] | counter[3] << 32) + carry
+    c0, c1 = low & _MASK32, low >> np.uint64(32)
+    c2, c3 = high & _MASK32, high >> np.uint64(32)
+    k0, k1 = key
+    for round_ in range(10):
+        p0, p1 = _M0 * c0, _M1 * c2
+        hi0, lo0 = p0 >> np.uint64(32), p0 & _MASK32
+        hi1, lo1 = p1 >> np.uint64(32), p1 & _MASK32
+        c0, c1, c2, c3 = hi1 ^ c1 ^ np.uint64(k0), lo1, hi0 ^ c3 ^ np.uint64(k1), lo0
+        if round_ < 9:
+            k0, k1 = (k0 + _W0) & 0xFFFFFFFF, (k1 + _W1) & 0xFFFFFFFF
+    return np.stack([c0, c1, c2, c3], axis=1).astype(np.uint32)
+
+
+def seed_key_counter(seed0: int, seed1: int) -> tuple[tuple[int, int, int, int], tuple[int, int]]:
+    """TensorFlow's GenerateKey: the two seeds scrambled by one Philox call into a key and counter."""
+    s0, s1 = seed0 & 0xFFFFFFFFFFFFFFFF, seed1 & 0xFFFFFFFFFFFFFFFF
+    counter = (s0 & 0xFFFFFFFF, s0 >> 32, s1 & 0xFFFFFFFF, s1 >> 32)
+    mix = [int(v) for v in philox(counter, (0x3EC8F720, 0x02461E29), 1)[0]]
+    return (0, 0, mix[2], mix[3]), (mix[0], mix[1])
+
+
+def _per_call(dtype: np.dtype[Any]) -> int:
+    return 2 if dtype.itemsize == 8 else 4
+
+
+def _uniform_float(bits: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """[n, 4] Philox outputs as uniform values in [0, 1) of ``dtype``, TensorFlow's mantissa trick."""
+    if dtype == np.float32:
+        return ((bits & np.uint32(0x7FFFFF)) | np.uint32(127 << 23)).view(np.float32).ravel() - np.float32(1)
+    if dtype == np.float16:
+        half = (bits & np.uint32(0x3FF)).astype(np.uint16) | np.uint16(15 << 10)
+        return half.view(np.float16).ravel() - np.float16(1)
+    pairs = bits.reshape(-1, 2).astype(np.uint64)
+    mantissa = ((pairs[:, 0] & np.uint64(0xFFFFF)) << np.uint64(32)) | pairs[:, 1]
+    return (mantissa | np.uint64(1023 << 52)).view(np.float64) - 1.0
+
+
+def _normal(bits: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """Box-Muller pairs, as TensorFlow's NormalDistribution: float32 (and half, through float32) from two
+    uint32 a value pair, float64 from four."""
+    if dtype == np.float64:
+        u = _uniform_float(bits, np.dtype(np.float64)).reshape(-1, 2)
+        u1 = np.maximum(u[:, 0], 1.0e-7)
+        v1 = 2.0 * np.pi * u[:, 1]
+        r = np.sqrt(-2.0 * np.log(u1))
+        return np.stack([np.sin(v1) * r, np.cos(v1) * r], axis=1).ravel()
+    u = _uniform_float(bits, np.dtype(np.float32)).reshape(-1, 2)
+    f = np.float32
+    u1 = np.maximum(u[:, 0], f(1.0e-7))
+    v1 = f(2.0) * f(np.pi) * u[:, 1]
+    r = np.sqrt(f(-2.0) * np.log(u1))
+    out = np.stack([np.sin(v1) * r, np.cos(v1) * r], axis=1).ravel()
+    return out.astype(dtype)
+
+
+def _uniform_int(bits: np.ndarray, dtype: np.dtype[Any], low: int, high: int) -> np.ndarray:
+    span = high - low
+    if dtype.itemsize == 8:
+        pairs = bits.reshape(-1, 2).astype(np.uint64)
+        wide = pairs[:, 0] | (pairs[:, 1] << np.uint64(32))  # the first word is the low one
+        return (np.uint64(low & 0xFFFFFFFFFFFFFFFF) + wide % np.uint64(span)).astype(np.int64)
+    return (np.uint32(low & 0xFFFFFFFF) + bits.ravel() % np.uint32(span)).view(np.int32)
+
+
+def _draw(
+    kind: str, dtype: np.dtype[Any], shape: tuple[int, ...], counter: Any, key: Any, bounds: Any = None
+) -> np.ndarray:
+    count = int(np.prod(shape)) if shape else 1
+    per_call = _per_call(dtype)
+    bits = philox(counter, key, -(-count // per_call))
+    if kind == "uniform":
+        values = _uniform_float(bits, dtype)
+    elif kind == "normal":
+        values = _normal(bits, dtype)
+    else:
+        values = _uniform_int(bits, dtype, *bounds)
+    return values[:count].astype(dtype, copy=False).reshape(shape)
+
+
+def _shape(node: Node, value: Any) -> tuple[int, ...]:
+    if value.ndim != 1:
+        raise InvalidArgumentError(
+            f"shape must be a vector of {{int32,int64}}, got shape {_shape_str(value.shape)}"
+        )
+    dims = tuple(int(d) for d in value.tolist())
+    if any(d < 0 for d in dims):
+        raise InvalidArgumentError(f"Dimension {min(dims)} must be >= 0")
+    return dims
+
+
+def _seed(value: Any) -> tuple[int, int]:
+    if value.shape != (2,):
+        raise InvalidArgumentError(f"seed must have shape [2], not {_shape_str(value.shape)}")
+    return int(value[0]), int(value[1])
+
+
+def _bounds(node: Node, low_t: Any, high_t: Any) -> tuple[int, int]:
+    if low_t.ndim or high_t.ndim:
+        raise InvalidArgumentError(
+            f"minval must be 0-D, got shape {_shape_str(low_t.shape)} and maxval {_shape_str(high_t.shape)}"
+        )
+    low, high = int(low_t), int(high_t)
+    if not low < high:
+        raise InvalidArgumentError(f"Need minval < maxval, got {low} >= {high}")
+    return low, high
+
+
+def _stateless(kind: str, v2: bool) -> Any:
+    def factory(node: Node) -> Compute:
+        dtype = node.attr_dtype("dtype", 1)
+
+        def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+            shape = _shape(node, inputs[0])
+            if v2:
+                key_t, counter_t, alg_t = inputs[1], inputs[2], inputs[3]
+                if int(alg_t) not in (0, _PHILOX):
+                    raise UnimplementedError(f"only the Philox algorithm (1) is supported, got {int(alg_t)}")
+                k = int(key_t.reshape(-1)[0])
+                c = [int(v) for v in counter_t.reshape(-1)[:2]]
+                key = (k & 0xFFFFFFFF, k >> 32 & 0xFFFFFFFF)
+                counter = (
+                    c[0] & 0xFFFFFFFF,
+                    c[0] >> 32 & 0xFFFFFFFF,
+                    c[1] & 0xFFFFFFFF,
+                    c[1] >> 32 & 0xFFFFFFFF,
+                )
+                rest = inputs[4:]
+            else:
+                counter, key = seed_key_counter(*_seed(inputs[1]))
+                rest = inputs[2:]
+            bounds = _bounds(node, rest[0], rest[1]) if kind == "int" else None
+            return (_draw(kind, dtype, shape, counter, key, bounds),)
+
+        return compute
+
+    return factory
+
+
+kernel("StatelessRandomUniform")(_stateless("uniform", v2=False))
+kernel("StatelessRandomNormal")(_stateless("normal", v2=False))
+kernel("StatelessRandomUniformInt")(_stateless("int", v2=False))
+kernel("StatelessRandomUniformV2")(_stateless("uniform", v2=True))
+kernel("StatelessRandomNormalV2")(_stateless("normal", v2=True))
+kernel("StatelessRandomUniformIntV2")(_stateless("int", v2=True))
+
+
+@kernel("StatelessRandomGetKeyCounter", outputs=2)
+def stateless_random_get_key_counter(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        counter, key = seed_key_counter(*_seed(inputs[0]))
+        return (
+            np.array([key[0] | key[1] << 32], np.uint64),
+            np.array([counter[0] | counter[1] << 32, counter[2] | counter[3] << 32], np.uint64),
+        )
+
+    return compute
+
+
+@kernel("StatelessRandomGetAlg")
+def stateless_random_get_alg(node: Node) -> Compute:
+    alg = np.array(_PHILOX, np.int32)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        return (alg,)
+
+    return compute
+
+
+# --- seeded stateful ops ------------------------------------------------------------------------------
+
+
+class _Stream:
+    """A stateful random node's generator in the session: the counter it has reserved up to."""
+
+    __slots__ = ("counter", "key", "lock")
+
+    def __init__(self, seed: int, seed2: int) -> None:
+        if seed == 0 and seed2 == 0:  # TensorFlow then seeds from the system's entropy
+            seed, seed2 = (int(v) for v in np.random.default_rng().integers(1, 2**63, size=2))
+        s0, s1 = seed & 0xFFFFFFFFFFFFFFFF, seed2 & 0xFFFFFFFFFFFFFFFF
+        self.key = (s0 & 0xFFFFFFFF, s0 >> 32)
+        self.counter = (0, 0, s1 & 0xFFFFFFFF, s1 >> 32)
+        self.lock = threading.Lock()
+
+    def reserve(self, outputs: int) -> tuple[int, int, int, int]:
+        """TensorFlow's ReserveRandomOutputs(outputs, 256): this run's counter; the stream skips 256 Philox
+        calls an output (room for rejection sampling, whatever the distribution uses)."""
+        with self.lock:
+            start = self.counter
+            low = (start[0] | start[1] << 32) + outputs * 256
+            high = (start[2] | start[3] << 32) + (low >> 64)
+            low &= 0xFFFFFFFFFFFFFFFF
+            high &= 0xFFFFFFFFFFFFFFFF
+            self.counter = (low & 0xFFFFFFFF, low >> 32, high & 0xFFFFFFFF, high >> 32)
+            return start
+
+
+def _stateful(kind: str) -> Any:
+    def factory(node: Node) -> Compute:
+        dtype = node.attr_dtype("dtype" if kind != "int" else "Tout", 1 if kind != "int" else 3)
+        seed, seed2 = node.attr_int("seed", 0), node.attr_int("seed2", 0)
+        slot = ("random stream", node.name)
+
+        def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+            shape = _shape(node, inputs[0])
+            bounds = _bounds(node, inputs[1], inputs[2]) if kind == "int" else None
+            streams = ctx.resources.values
+            stream = streams.get(slot)
+            if stream is None:
+                stream = streams.setdefault(slot, _Stream(seed, seed2))
+            counter = stream.reserve(int(np.prod(shape)) if shape else 1)
+            return (_draw(kind, dtype, shape, counter, stream.key, bounds),)
+
+        return compute
+
+    return factory
+
+
+kernel("RandomUniform", stateful=True)(_stateful("uniform"))
+kernel("RandomStandardNormal", stateful=True)(_stateful("normal"))
+kernel("RandomUniformInt", stateful=True)(_stateful("int"))

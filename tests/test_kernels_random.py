@@ -1,0 +1,63 @@
+"""Seeded random ops give TensorFlow's numbers (Philox4x32-10 and its distributions). Expected values are
+TensorFlow 2.21's; tools/op_fuzz_random.py compares the kernels with TensorFlow on random seeds and shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support import run_op
+
+from poolserve import GraphBuilder, Session
+from poolserve.runtime.errors import InvalidArgumentError
+
+
+def seed(a: int, b: int) -> np.ndarray:
+    return np.array([a, b], np.int64)
+
+
+def stateless(op: str, dims: list[int], s: np.ndarray, dtype: type, *bounds: np.ndarray) -> np.ndarray:
+    return run_op(
+        op, [np.array(dims, np.int32), s, *bounds], {"dtype": dtype, "T": np.int32, "Tseed": np.int64}
+    )
+
+
+def test_stateless_ops_draw_tensorflows_numbers():
+    uniform = stateless("StatelessRandomUniform", [6], seed(1, 2), np.float32)
+    want = [0.8440604209899902, 0.19204533100128174, 0.9962232112884521, 0.16038739681243896,
+            0.27199018001556396, 0.6493459939956665]  # fmt: skip
+    np.testing.assert_array_equal(uniform, np.array(want, np.float32))
+    doubles = stateless("StatelessRandomUniform", [3], seed(1, 2), np.float64)
+    np.testing.assert_array_equal(doubles, [0.7524837538451801, 0.9697857725627486, 0.17592233912897481])
+    normal = stateless("StatelessRandomNormal", [5], seed(3, 4), np.float32)
+    want = [
+        -0.17393383383750916,
+        1.6723546981811523,
+        0.3481701612472534,
+        -1.7038906812667847,
+        -0.6153246164321899,
+    ]
+    np.testing.assert_allclose(normal, want, rtol=2e-6)
+    ints = stateless("StatelessRandomUniformInt", [6], seed(5, 6), np.int32, np.int32(-3), np.int32(10))
+    np.testing.assert_array_equal(ints, [9, 3, 6, 1, 7, 5])
+    with pytest.raises(InvalidArgumentError, match="Need minval < maxval"):
+        stateless("StatelessRandomUniformInt", [2], seed(5, 6), np.int32, np.int32(3), np.int32(3))
+    with pytest.raises(InvalidArgumentError, match=r"seed must have shape \[2\]"):
+        stateless("StatelessRandomUniform", [2], np.array([1], np.int64), np.float32)
+
+
+def test_a_seeded_stateful_op_continues_its_stream_from_run_to_run():
+    b = GraphBuilder()
+    shape = b.constant(np.array([3], np.int32))
+    r = b.op(
+        "RandomUniform", [shape], {"dtype": np.float32, "T": np.int32, "seed": 87654321, "seed2": 7}, name="r"
+    )
+    with Session(b.graph_def) as sess:
+        first, second = sess.run(r), sess.run(r)
+    np.testing.assert_array_equal(
+        first, np.array([0.4839409589767456, 0.5062030553817749, 0.25514376163482666], np.float32)
+    )
+    np.testing.assert_array_equal(
+        second, np.array([0.8793959617614746, 0.07022583484649658, 0.9375956058502197], np.float32)
+    )
+    with Session(b.graph_def) as sess:  # a new session starts the stream again
+        np.testing.assert_array_equal(sess.run(r), first)
