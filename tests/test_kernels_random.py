@@ -61,3 +61,22 @@ def test_a_seeded_stateful_op_continues_its_stream_from_run_to_run():
     )
     with Session(b.graph_def) as sess:  # a new session starts the stream again
         np.testing.assert_array_equal(sess.run(r), first)
+
+
+def test_categorical_sampling_draws_tensorflows_classes():
+    logits = np.log(np.array([[0.1, 0.2, 0.7], [0.5, 0.25, 0.25]], np.float32))
+    got = run_op(
+        "StatelessMultinomial",
+        [logits, np.int32(8), seed(7, 11)],
+        {"output_dtype": np.int64, "Tseed": np.int64},
+    )
+    np.testing.assert_array_equal(
+        got, [[2, 2, 2, 2, 2, 2, 2, 2], [0, 1, 0, 1, 0, 2, 2, 1]]
+    )  # TensorFlow 2.21's
+    # a class of -inf logit is never drawn
+    never = run_op(
+        "StatelessMultinomial",
+        [np.array([[-np.inf, 0.0, 0.0]], np.float32), np.int32(50), seed(1, 1)],
+        {"output_dtype": np.int32, "Tseed": np.int64},
+    )
+    assert never.dtype == np.int32 and never.min() >= 1

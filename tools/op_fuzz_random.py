@@ -55,5 +55,30 @@ def randoms(rng: np.random.Generator, count: int) -> list[Case]:
     return cases
 
 
+def categorical(rng: np.random.Generator, count: int) -> list[Case]:
+    cases = []
+    for _ in range(count):
+        logits = (rng.normal(size=(int(rng.integers(1, 4)), int(rng.integers(1, 7)))) * 3).astype(
+            str(rng.choice(["float32", "float64"]))
+        )
+        if rng.random() < 0.3:
+            logits.flat[0] = -np.inf
+        samples = np.array(int(rng.integers(0, 9)), np.int32)
+        seed = rng.integers(-(2**40), 2**40, size=2).astype(np.int64)
+        out = str(rng.choice(["int64", "int32"]))
+        cases.append(
+            Case(
+                "StatelessMultinomial",
+                {"logits": logits, "num_samples": samples, "seed": seed},
+                {"output_dtype": out},
+            )
+        )
+        seeds = {"seed": int(rng.integers(1, 2**31)), "seed2": int(rng.integers(0, 2**31))}
+        cases.append(
+            Case("Multinomial", {"logits": logits, "num_samples": samples}, {"output_dtype": out, **seeds})
+        )
+    return cases
+
+
 def families() -> dict[str, Callable[[np.random.Generator, int], list[Case]]]:
-    return {"random": randoms}
+    return {"random": randoms, "categorical": categorical}

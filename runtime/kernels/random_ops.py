@@ -260,3 +260,63 @@ def _stateful(kind: str) -> Any:
 kernel("RandomUniform", stateful=True)(_stateful("uniform"))
 kernel("RandomStandardNormal", stateful=True)(_stateful("normal"))
 kernel("RandomUniformInt", stateful=True)(_stateful("int"))
+
+
+# --- categorical sampling: Multinomial and StatelessMultinomial (tf.random.categorical) ---------------------
+
+
+def _multinomial(logits: Any, samples: int, counter: Any, key: Any, out_dtype: np.dtype[Any]) -> np.ndarray:
+    """TensorFlow's CPU sampler with its rows in one shard (small batches): per row, the cumulative
+    exp(logit - max) over finite logits in float64, and per sample a uniform double (two uint32 of one
+    continuing Philox stream) times the total, found by upper bound."""
+    if logits.ndim != 2:
+        raise InvalidArgumentError(f"logits should be a matrix, got shape {_shape_str(logits.shape)}")
+    batch, classes = logits.shape
+    if samples < 0:
+        raise InvalidArgumentError(f"num_samples should be nonnegative, got {samples}")
+    if classes == 0 and samples > 0:
+        raise InvalidArgumentError("num_classes should be positive, got 0")
+    out = np.zeros((batch, samples), out_dtype)
+    if batch == 0 or samples == 0:
+        return out
+    words = philox(counter, key, -(-batch * samples * 2 // 4)).ravel()
+    pairs = words[: batch * samples * 2].reshape(batch, samples, 2).astype(np.uint64)
+    mantissa = ((pairs[..., 0] & np.uint64(0xFFFFF)) << np.uint64(32)) | pairs[..., 1]
+    uniform = (mantissa | np.uint64(1023 << 52)).view(np.float64) - 1.0
+    for b in range(batch):
+        row = logits[b]
+        finite = np.isfinite(row)
+        top = row[finite].max() if finite.any() else np.finfo(row.dtype).min
+        weights = np.where(finite, np.exp(row.astype(np.float64) - float(top)), 0.0)
+        cdf = np.cumsum(weights)
+        out[b] = np.searchsorted(cdf, uniform[b] * cdf[-1], side="right")
+    return out
+
+
+@kernel("StatelessMultinomial")
+def stateless_multinomial(node: Node) -> Compute:
+    out_dtype = node.attr_dtype("output_dtype", 9)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        logits, samples_t, seed_t = inputs
+        counter, key = seed_key_counter(*_seed(seed_t))
+        return (_multinomial(logits, int(samples_t), counter, key, out_dtype),)
+
+    return compute
+
+
+@kernel("Multinomial", stateful=True)
+def multinomial(node: Node) -> Compute:
+    out_dtype = node.attr_dtype("output_dtype", 9)
+    seed, seed2 = node.attr_int("seed", 0), node.attr_int("seed2", 0)
+    slot = ("random stream", node.name)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        logits, samples_t = inputs
+        samples = int(samples_t)
+        stream = ctx.resources.values.get(slot) or ctx.resources.values.setdefault(slot, _Stream(seed, seed2))
+        batch = logits.shape[0] if logits.ndim == 2 else 0
+        counter = stream.reserve(batch * ((samples + 3) // 4 * 4))
+        return (_multinomial(logits, samples, counter, stream.key, out_dtype),)
+
+    return compute
