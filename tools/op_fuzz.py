@@ -3,7 +3,7 @@
 Run with the TensorFlow environment; the poolserve side runs in a subprocess of the project's venv::
 
     /opt/tfenv/bin/python tools/op_fuzz.py [--families unary,binary] [--seed 0] [--count 40]
-        [--python .venv/bin/python] [--out /tmp/op_fuzz]
+        [--python .venv/bin/python] [--out /tmp/op_fuzz] [--unknown-shapes]
 
 Each case is one op of ``tf.raw_ops`` with random inputs (shapes, dtypes, edge values: zeros, negatives,
 NaN, infinities, extremes of the dtype) and attrs, built in a v1 graph on placeholders (so Grappler folds
@@ -215,7 +215,7 @@ def all_families() -> dict[str, Callable[[np.random.Generator, int], list[Case]]
 # ---- TensorFlow side ------------------------------------------------------------------------------------
 
 
-def run_tf(case: Case) -> dict[str, Any]:
+def run_tf(case: Case, unknown_shapes: bool = False) -> dict[str, Any]:
     import tensorflow as tf
 
     graph = tf.Graph()
@@ -226,12 +226,16 @@ def run_tf(case: Case) -> dict[str, Any]:
             if isinstance(value, list):
                 holders = []
                 for i, v in enumerate(value):
-                    ph = tf.compat.v1.placeholder(tf.as_dtype(v.dtype), v.shape, name=f"{name}_{i}")
+                    ph = tf.compat.v1.placeholder(
+                        tf.as_dtype(v.dtype), None if unknown_shapes else v.shape, name=f"{name}_{i}"
+                    )
                     feeds[ph.name] = v
                     holders.append(ph)
                 kwargs[name] = holders
             else:
-                ph = tf.compat.v1.placeholder(tf.as_dtype(value.dtype), value.shape, name=name)
+                ph = tf.compat.v1.placeholder(
+                    tf.as_dtype(value.dtype), None if unknown_shapes else value.shape, name=name
+                )
                 feeds[ph.name] = value
                 kwargs[name] = ph
         try:
@@ -367,6 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--families", default="")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--unknown-shapes",
+        action="store_true",
+        help="placeholders of unknown shape: TensorFlow then checks shapes when the op runs, not when the "
+        "graph is built, so each kernel's own shape checks are compared",
+    )
     parser.add_argument("--count", type=int, default=20)
     parser.add_argument("--python", default=str(HERE.parent / ".venv/bin/python"))
     parser.add_argument("--out", default="")
@@ -385,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     skipped = 0
     for name in wanted:
         for case in families[name](rng, args.count):
-            result = run_tf(case)
+            result = run_tf(case, args.unknown_shapes)
             if result["status"] == "build_error":
                 skipped += 1
                 continue
