@@ -2,10 +2,12 @@
 
 from poolserve.runtime.kernels import (  # noqa: F401
     array_ops,
+    audio_ops,
     bucket_ops,
     control_flow_ops,
     conv3d_ops,
     conv_ops,
+    ctc_ops,
     detection_ops,
     diag_ops,
     erf_ops,
