@@ -179,11 +179,14 @@ class BundleReader:
         raw = self._entries.get(name.encode())
         if raw is None:
             raise NotFoundError(f"Key {name} not found in checkpoint {self.prefix}")
+        return self._parse(raw, f"'{name}'")
+
+    def _parse(self, raw: bytes, what: str) -> tensor_bundle_pb2.BundleEntryProto:
         entry = tensor_bundle_pb2.BundleEntryProto()
         try:
             entry.ParseFromString(raw)
         except message.DecodeError as e:
-            raise DataLossError(f"{self.index_path}: corrupt entry for '{name}': {e}") from None
+            raise DataLossError(f"{self.index_path}: corrupt entry for {what}: {e}") from None
         return entry
 
     def shard_path(self, shard: int) -> Path:
@@ -225,15 +228,11 @@ class BundleReader:
         return out
 
     def entry_raw(self, key: bytes, name: str) -> tensor_bundle_pb2.BundleEntryProto:
+        """The entry of a slice of ``name``, by its encoded key."""
         raw = self._entries.get(key)
         if raw is None:
             raise DataLossError(f"a slice of '{name}' listed in {self.index_path} is missing from it")
-        entry = tensor_bundle_pb2.BundleEntryProto()
-        try:
-            entry.ParseFromString(raw)
-        except message.DecodeError as e:
-            raise DataLossError(f"{self.index_path}: corrupt entry for a slice of '{name}': {e}") from None
-        return entry
+        return self._parse(raw, f"a slice of '{name}'")
 
     def _read_entry(self, name: str, entry: tensor_bundle_pb2.BundleEntryProto) -> np.ndarray[Any, Any]:
         shape = shape_from_proto(entry.shape)

@@ -250,25 +250,30 @@ def _not_found(h: VariableHandle) -> str:
     return f"Resource {h.container or 'localhost'}/{h.name}/N10tensorflow3VarE does not exist."
 
 
+def _value(node: Node, ctx: OpContext, handle: Any, dtype: np.dtype[Any]) -> Any:
+    """A resource variable's value, checked to exist and to be of ``dtype``, in TensorFlow's words."""
+    h = _handle(node, handle)
+    value = ctx.resources.values.get(h.key)
+    if value is None:
+        raise FailedPreconditionError(
+            f"Could not find variable {h.name}. This could mean that the variable has been deleted. "
+            f"In TF1, it can also mean the variable is uninitialized. Debug info: "
+            f"container={h.container or 'localhost'}, status error message={_not_found(h)}"
+        )
+    if value.dtype != dtype:
+        raise InvalidArgumentError(
+            f"Trying to read variable with wrong dtype. Expected {_type_name(dtype)} "
+            f"got {_type_name(value.dtype)}"
+        )
+    return value
+
+
 @kernel("ReadVariableOp", stateful=True)
 def read_variable_op(node: Node) -> Compute:
     dtype = node.attr_dtype("dtype")
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        h = _handle(node, inputs[0])
-        value = ctx.resources.values.get(h.key)
-        if value is None:
-            raise FailedPreconditionError(
-                f"Could not find variable {h.name}. This could mean that the variable has been deleted. "
-                f"In TF1, it can also mean the variable is uninitialized. Debug info: "
-                f"container={h.container or 'localhost'}, status error message={_not_found(h)}"
-            )
-        if value.dtype != dtype:
-            raise InvalidArgumentError(
-                f"Trying to read variable with wrong dtype. Expected {_type_name(dtype)} "
-                f"got {_type_name(value.dtype)}"
-            )
-        return (value,)
+        return (_value(node, ctx, inputs[0], dtype),)
 
     return compute
 
@@ -356,19 +361,7 @@ def resource_gather(node: Node) -> Compute:
     batch_dims = node.attr_int("batch_dims", 0)
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        h = _handle(node, inputs[0])
-        value = ctx.resources.values.get(h.key)
-        if value is None:
-            raise FailedPreconditionError(
-                f"Could not find variable {h.name}. This could mean that the variable has been deleted. "
-                f"In TF1, it can also mean the variable is uninitialized. Debug info: "
-                f"container={h.container or 'localhost'}, status error message={_not_found(h)}"
-            )
-        if value.dtype != dtype:
-            raise InvalidArgumentError(
-                f"Trying to read variable with wrong dtype. Expected {_type_name(dtype)} "
-                f"got {_type_name(value.dtype)}"
-            )
+        value = _value(node, ctx, inputs[0], dtype)
         indices = inputs[1]
         if value.ndim <= batch_dims:
             raise InvalidArgumentError(
