@@ -115,32 +115,27 @@ def _v1_block(node: Node) -> int:
     return size
 
 
-@kernel("SpaceToBatch", expensive=True)
-def space_to_batch(node: Node) -> Compute:
-    size = _v1_block(node)
+def _v1(move: Any, what: str) -> Any:
+    """SpaceToBatch / BatchToSpace: the ND ops on a 4-D input, one block size for both dimensions."""
 
-    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        x, pads_t = inputs
-        if x.ndim != 4:
-            raise InvalidArgumentError(f"input must be 4-dimensional, got shape {_shape_str(x.shape)}")
-        block, pads = _block_args(x, np.array([size, size]), pads_t, "paddings")
-        return (_space_to_batch(x, block, pads),)
+    def factory(node: Node) -> Compute:
+        size = _v1_block(node)
+        block_t = np.array([size, size])
 
-    return compute
+        def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+            x, pads_t = inputs
+            if x.ndim != 4:
+                raise InvalidArgumentError(f"input must be 4-dimensional, got shape {_shape_str(x.shape)}")
+            block, pads = _block_args(x, block_t, pads_t, what)
+            return (move(x, block, pads),)
+
+        return compute
+
+    return factory
 
 
-@kernel("BatchToSpace", expensive=True)
-def batch_to_space(node: Node) -> Compute:
-    size = _v1_block(node)
-
-    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        x, crops_t = inputs
-        if x.ndim != 4:
-            raise InvalidArgumentError(f"input must be 4-dimensional, got shape {_shape_str(x.shape)}")
-        block, crops = _block_args(x, np.array([size, size]), crops_t, "crops")
-        return (_batch_to_space(x, block, crops),)
-
-    return compute
+kernel("SpaceToBatch", expensive=True)(_v1(_space_to_batch, "paddings"))
+kernel("BatchToSpace", expensive=True)(_v1(_batch_to_space, "crops"))
 
 
 def _depth_attrs(node: Node) -> int:
