@@ -265,6 +265,24 @@ def _layers() -> dict[str, tuple[list[tuple[tuple[int, ...], str]], Callable[...
         lambda k, x: k.ops.cast(k.ops.digitize(x[0], [-1.0, 0.0, 1.0]), "float32"),
     )
     add("ops_ctc_decode_like", seq, lambda k, x: k.ops.log_softmax(x[0], axis=-1))
+    add(
+        "TextVectorization_LSTM_classifier",
+        [((1,), "string")],
+        lambda k, x: k.layers.Dense(3, activation="softmax")(
+            k.layers.LSTM(8)(
+                k.layers.Embedding(10, 6, mask_zero=True)(
+                    k.layers.TextVectorization(max_tokens=10, output_sequence_length=6, vocabulary=vocab)(
+                        x[0]
+                    )
+                )
+            )
+        ),
+    )
+    add(
+        "Hashing_Embedding_mean",
+        words,
+        lambda k, x: k.ops.mean(k.layers.Embedding(16, 4)(k.layers.Hashing(16)(x[0])), axis=1),
+    )
     return L
 
 
