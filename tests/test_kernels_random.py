@@ -80,3 +80,14 @@ def test_categorical_sampling_draws_tensorflows_classes():
         {"output_dtype": np.int32, "Tseed": np.int64},
     )
     assert never.dtype == np.int32 and never.min() >= 1
+
+
+def test_truncated_normals_keep_tensorflows_draws_under_two():
+    floats = stateless("StatelessTruncatedNormal", [6], seed(9, 9), np.float32)
+    want = [0.38793617486953735, 0.8424108624458313, 1.3343534469604492, 1.8205410242080688,
+            0.35720545053482056, 0.3944912254810333]  # fmt: skip
+    np.testing.assert_allclose(floats, want, rtol=2e-6)
+    doubles = stateless("StatelessTruncatedNormal", [3], seed(9, 9), np.float64)
+    np.testing.assert_allclose(
+        doubles, [-1.2713582395756344, -1.2514169644010678, 0.8051728990008443], rtol=1e-12
+    )

@@ -19,6 +19,7 @@ def randoms(rng: np.random.Generator, count: int) -> list[Case]:
         dtype = str(rng.choice(["float32", "float64", "float16"]))
         cases.append(Case("StatelessRandomUniform", {"shape": dims, "seed": seed}, {"dtype": dtype}))
         cases.append(Case("StatelessRandomNormal", {"shape": dims, "seed": seed}, {"dtype": dtype}))
+        cases.append(Case("StatelessTruncatedNormal", {"shape": dims, "seed": seed}, {"dtype": dtype}))
         itype = str(rng.choice(["int32", "int64"]))
         low = int(rng.integers(-100, 100))
         high = low + int(rng.choice([1, 7, 1000, 2**20]))
@@ -30,6 +31,13 @@ def randoms(rng: np.random.Generator, count: int) -> list[Case]:
         cases.append(
             Case(
                 "StatelessRandomUniformV2",
+                {"shape": dims, "key": key, "counter": counter, "alg": alg},
+                {"dtype": dtype},
+            )
+        )
+        cases.append(
+            Case(
+                "StatelessTruncatedNormalV2",
                 {"shape": dims, "key": key, "counter": counter, "alg": alg},
                 {"dtype": dtype},
             )
@@ -51,6 +59,7 @@ def randoms(rng: np.random.Generator, count: int) -> list[Case]:
         seeds = {"seed": int(rng.integers(1, 2**31)), "seed2": int(rng.integers(0, 2**31))}
         cases.append(Case("RandomUniform", {"shape": dims}, {"dtype": dtype, **seeds}))
         cases.append(Case("RandomStandardNormal", {"shape": dims}, {"dtype": dtype, **seeds}))
+        cases.append(Case("TruncatedNormal", {"shape": dims}, {"dtype": dtype, **seeds}))
         cases.append(Case("RandomUniformInt", {"shape": dims, **bounds}, seeds))
     return cases
 

@@ -103,10 +103,39 @@ def _uniform_int(bits: np.ndarray, dtype: np.dtype[Any], low: int, high: int) ->
     return (np.uint32(low & 0xFFFFFFFF) + bits.ravel() % np.uint32(span)).view(np.int32)
 
 
+def _add_counter(counter: Any, calls: int) -> tuple[int, int, int, int]:
+    low = (counter[0] | counter[1] << 32) + calls
+    high = ((counter[2] | counter[3] << 32) + (low >> 64)) & 0xFFFFFFFFFFFFFFFF
+    low &= 0xFFFFFFFFFFFFFFFF
+    return (low & 0xFFFFFFFF, low >> 32, high & 0xFFFFFFFF, high >> 32)
+
+
+def _truncated(dtype: np.dtype[Any], count: int, counter: Any, key: Any) -> np.ndarray:
+    """TensorFlow's TruncatedNormalDistribution: each group of k outputs (4, 2 for float64) starts 256 k / 4
+    Philox calls after the one before, and takes the group's Box-Muller normals in order, keeping those
+    under 2 in magnitude until it has k."""
+    k = _per_call(dtype)
+    out = np.empty(count, np.float64 if dtype == np.float64 else np.float32)
+    for g in range(-(-count // k)):
+        start = _add_counter(counter, g * 256 * k // 4)
+        calls, kept = 8, np.empty(0)
+        while kept.size < k:
+            normals = _normal(
+                philox(start, key, calls), np.dtype(np.float64 if dtype == np.float64 else np.float32)
+            )
+            kept = normals[np.abs(normals) < 2]
+            calls *= 4
+        n = min(k, count - g * k)
+        out[g * k : g * k + n] = kept[:n]
+    return out
+
+
 def _draw(
     kind: str, dtype: np.dtype[Any], shape: tuple[int, ...], counter: Any, key: Any, bounds: Any = None
 ) -> np.ndarray:
     count = int(np.prod(shape)) if shape else 1
+    if kind == "truncated":
+        return _truncated(dtype, count, counter, key).astype(dtype).reshape(shape)
     per_call = _per_call(dtype)
     bits = philox(counter, key, -(-count // per_call))
     if kind == "uniform":
@@ -183,6 +212,8 @@ kernel("StatelessRandomUniformInt")(_stateless("int", v2=False))
 kernel("StatelessRandomUniformV2")(_stateless("uniform", v2=True))
 kernel("StatelessRandomNormalV2")(_stateless("normal", v2=True))
 kernel("StatelessRandomUniformIntV2")(_stateless("int", v2=True))
+kernel("StatelessTruncatedNormal")(_stateless("truncated", v2=False))
+kernel("StatelessTruncatedNormalV2")(_stateless("truncated", v2=True))
 
 
 @kernel("StatelessRandomGetKeyCounter", outputs=2)
@@ -228,11 +259,7 @@ class _Stream:
         calls an output (room for rejection sampling, whatever the distribution uses)."""
         with self.lock:
             start = self.counter
-            low = (start[0] | start[1] << 32) + outputs * 256
-            high = (start[2] | start[3] << 32) + (low >> 64)
-            low &= 0xFFFFFFFFFFFFFFFF
-            high &= 0xFFFFFFFFFFFFFFFF
-            self.counter = (low & 0xFFFFFFFF, low >> 32, high & 0xFFFFFFFF, high >> 32)
+            self.counter = _add_counter(start, outputs * 256)
             return start
 
 
@@ -260,6 +287,7 @@ def _stateful(kind: str) -> Any:
 kernel("RandomUniform", stateful=True)(_stateful("uniform"))
 kernel("RandomStandardNormal", stateful=True)(_stateful("normal"))
 kernel("RandomUniformInt", stateful=True)(_stateful("int"))
+kernel("TruncatedNormal", stateful=True)(_stateful("truncated"))
 
 
 # --- categorical sampling: Multinomial and StatelessMultinomial (tf.random.categorical) ---------------------
