@@ -1,8 +1,10 @@
 """TensorFlow DataType <-> numpy dtype.
 
 Strings are numpy object arrays of ``bytes``; DT_HALF is ``float16``; resources and variants (TensorLists) are
-0-d object arrays holding the Python object. Types numpy cannot hold
-(bfloat16, quantized, float8, int4) are refused with ``UnimplementedError``.
+0-d object arrays holding the Python object. TensorFlow's quantized types (qint8, quint8, qint16, quint16,
+qint32: a quantize_weights graph's Const weights, QuantizeV2's outputs) are held as the integers of their
+width; an integer array is never taken for one. Types numpy cannot hold (bfloat16, float8, int4) are
+refused with ``UnimplementedError``.
 """
 
 from __future__ import annotations
@@ -37,9 +39,19 @@ _TO_NUMPY: dict[int, np.dtype[Any]] = {
     types_pb2.DT_VARIANT: np.dtype(object),
 }
 
+# quantized types: values of the integer type of the same width
+QUANTIZED: dict[int, np.dtype[Any]] = {
+    types_pb2.DT_QINT8: np.dtype(np.int8),
+    types_pb2.DT_QUINT8: np.dtype(np.uint8),
+    types_pb2.DT_QINT16: np.dtype(np.int16),
+    types_pb2.DT_QUINT16: np.dtype(np.uint16),
+    types_pb2.DT_QINT32: np.dtype(np.int32),
+}
+
 _FROM_NUMPY: dict[np.dtype[Any], int] = {
     dt: code for code, dt in _TO_NUMPY.items() if code not in (types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT)
 }
+_TO_NUMPY.update(QUANTIZED)
 
 
 def base_dtype(dtype: int) -> int:
@@ -53,7 +65,11 @@ def name(dtype: int) -> str:
         enum_name = types_pb2.DataType.Name(dtype)
     except ValueError:
         return f"<unknown dtype {dtype}>"
-    if dtype in _TO_NUMPY and dtype not in (types_pb2.DT_STRING, types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT):
+    plain = (
+        dtype not in (types_pb2.DT_STRING, types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT)
+        and dtype not in QUANTIZED
+    )
+    if dtype in _TO_NUMPY and plain:
         return str(_TO_NUMPY[dtype])
     return enum_name[3:].lower()
 

@@ -34,6 +34,11 @@ _VALUE_FIELD: dict[int, str] = {
     types_pb2.DT_COMPLEX64: "scomplex_val",
     types_pb2.DT_COMPLEX128: "dcomplex_val",
     types_pb2.DT_STRING: "string_val",
+    types_pb2.DT_QINT8: "int_val",
+    types_pb2.DT_QUINT8: "int_val",
+    types_pb2.DT_QINT16: "int_val",
+    types_pb2.DT_QUINT16: "int_val",
+    types_pb2.DT_QINT32: "int_val",
 }
 
 

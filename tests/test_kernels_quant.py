@@ -4,6 +4,7 @@ random cases."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from evaluate import evaluate
 from support import assert_close, run_op
 
+from poolserve import Session, load_graph_def
 from poolserve.proto import attr_value_pb2, types_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
@@ -172,3 +174,12 @@ def test_quantize_v2_per_axis_and_errors():
         run_op("QuantizeV2", [XQ, np.float32(1), np.float32(-1)], {"T": attrs["T"]}, num_outputs=3)
     with pytest.raises(UnimplementedError, match="MIN_FIRST mode is not implemented"):
         run_op("QuantizeV2", [XQ, lo, hi], {"T": attrs["T"], "mode": "MIN_FIRST", "axis": 1}, num_outputs=3)
+
+
+def test_a_graph_with_quantized_const_weights_matches_tensorflow():
+    """quint8 and qint8 Const weights (graph_transforms' quantize_weights) dequantized before use
+    (tools/make_quantized_weights_fixture.py)."""
+    graph = load_graph_def(Path(__file__).parent / "fixtures" / "models" / "quantized_weights.pb")
+    with Session(graph) as sess:
+        z = sess.run("z:0", {"x:0": np.array([[1.0, 2.0]], np.float32)})
+    np.testing.assert_allclose(z, [[2.9763779640197754, -2.8076887130737305, 0.7991663217544556]], rtol=1e-6)

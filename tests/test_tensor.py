@@ -249,12 +249,19 @@ def test_unknown_shape_is_refused() -> None:
         to_ndarray(p)
 
 
-@pytest.mark.parametrize(
-    "dtype", [types_pb2.DT_BFLOAT16, types_pb2.DT_QINT8, types_pb2.DT_VARIANT, types_pb2.DT_FLOAT8_E4M3FN]
-)
+@pytest.mark.parametrize("dtype", [types_pb2.DT_BFLOAT16, types_pb2.DT_VARIANT, types_pb2.DT_FLOAT8_E4M3FN])
 def test_unsupported_dtypes_are_unimplemented(dtype: int) -> None:
     with pytest.raises(UnimplementedError, match="not supported"):
         to_ndarray(proto(dtype, (1,), tensor_content=b"\0\0"))
+
+
+def test_quantized_values_are_the_integers_of_their_width() -> None:
+    """A quantize_weights graph's Const weights: qint8 and friends, read as int8 and friends."""
+    q = to_ndarray(proto(types_pb2.DT_QINT8, (2,), tensor_content=bytes([0xFF, 0x05])))
+    assert q.dtype == np.int8 and q.tolist() == [-1, 5]
+    listed = proto(types_pb2.DT_QUINT16, (3,))
+    listed.int_val.extend([1, 65535, 7])
+    assert to_ndarray(listed).tolist() == [1, 65535, 7] and to_ndarray(listed).dtype == np.uint16
 
 
 def test_resource_values_cannot_be_decoded() -> None:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.proto import types_pb2
+from poolserve.runtime import dtypes
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 from poolserve.runtime.kernels._common import _bad_attr, _dims
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
@@ -285,13 +286,7 @@ def quantize_and_dequantize_v3(node: Node) -> Compute:
 # --- QuantizeV2 and Dequantize ------------------------------------------------------------------------------
 
 # a quantized type is held as the numpy integer type of its width
-_QUANTIZED: dict[int, np.dtype[Any]] = {
-    types_pb2.DT_QINT8: np.dtype(np.int8),
-    types_pb2.DT_QUINT8: np.dtype(np.uint8),
-    types_pb2.DT_QINT16: np.dtype(np.int16),
-    types_pb2.DT_QUINT16: np.dtype(np.uint16),
-    types_pb2.DT_QINT32: np.dtype(np.int32),
-}
+_QUANTIZED = dtypes.QUANTIZED
 
 
 def _quantized_type(node: Node) -> np.dtype[Any]:
