@@ -49,3 +49,12 @@ def test_decode_wav_pads_truncates_and_repeats_the_last_channel() -> None:
     np.testing.assert_array_equal(short, [[0.5], [-1.0]])
     with pytest.raises(InvalidArgumentError, match="RIFF"):
         run_op("DecodeWav", [np.array(b"not a wav", dtype=object)], num_outputs=2)
+
+
+def test_encode_wav_writes_tensorflows_bytes() -> None:
+    x = np.array([[0.0, 0.5], [-1.2, 1.0], [0.25, -0.5000153]], np.float32)
+    got = run_op("EncodeWav", [x, np.int32(16000)]).item()
+    header = "524946463000000057415645666d74201000000001000200803e000000fa000004001000646174610c000000"
+    assert got.hex() == header + "000000400080ff7f0020ffbf"  # TensorFlow 2.21's, byte for byte
+    back, rate = run_op("DecodeWav", [np.array(got, dtype=object)], num_outputs=2)
+    assert rate == 16000 and back.shape == (3, 2)

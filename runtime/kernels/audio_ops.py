@@ -1,4 +1,4 @@
-"""Audio front ends: DecodeWav, AudioSpectrogram and Mfcc, what TensorFlow's speech models hold (the speech
+"""Audio front ends: DecodeWav, EncodeWav, AudioSpectrogram and Mfcc, what TensorFlow's speech models hold (the speech
 commands graphs take WAV bytes and compute MFCCs in the graph).
 
 As TensorFlow computes them (spectrogram.cc, mfcc*.cc): a periodic Hann window, the FFT length the next
@@ -75,6 +75,37 @@ def decode_wav(node: Node) -> Compute:
         keep = min(count, out_count)
         out[:keep] = samples[:keep][:, source]
         return out, np.array(rate, np.int32)
+
+    return compute
+
+
+@kernel("EncodeWav")
+def encode_wav(node: Node) -> Compute:
+    """Float samples [n, channels] to 16-bit PCM WAV bytes, as TensorFlow writes them: each value times
+    32768, rounded half away from zero, clamped to int16."""
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        audio, rate_t = inputs
+        if audio.ndim != 2:
+            raise InvalidArgumentError(f"audio must be 2-dimensional{_shape_str(audio.shape)}")
+        if rate_t.ndim != 0:
+            raise InvalidArgumentError(
+                f"Input sample_rate should be a scalar tensor, got {_shape_str(rate_t.shape)}"
+            )
+        frames, channels = audio.shape
+        rate = int(rate_t)
+        scaled = audio.astype(np.float32) * np.float32(32768.0)
+        pcm = np.clip(np.sign(scaled) * np.floor(np.abs(scaled) + 0.5), -32768, 32767).astype("<i2")
+        data = pcm.tobytes()
+        header = (
+            b"RIFF"
+            + struct.pack("<I", 36 + len(data))
+            + b"WAVEfmt "
+            + struct.pack("<IHHIIHH", 16, 1, channels, rate, rate * channels * 2, channels * 2, 16)
+        )
+        out = np.empty((), dtype=object)
+        out[()] = header + b"data" + struct.pack("<I", len(data)) + data
+        return (out,)
 
     return compute
 
