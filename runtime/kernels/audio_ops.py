@@ -1,5 +1,5 @@
-"""Audio front ends: DecodeWav, EncodeWav, AudioSpectrogram and Mfcc, what TensorFlow's speech models hold (the speech
-commands graphs take WAV bytes and compute MFCCs in the graph).
+"""Audio front ends: DecodeWav, EncodeWav, AudioSpectrogram and Mfcc, what TensorFlow's speech models hold
+(the speech commands graphs take WAV bytes and compute MFCCs in the graph).
 
 As TensorFlow computes them (spectrogram.cc, mfcc*.cc): a periodic Hann window, the FFT length the next
 power of two of the window, frames while a whole window remains (``stride`` apart), the squared magnitude
@@ -92,7 +92,7 @@ def encode_wav(node: Node) -> Compute:
             raise InvalidArgumentError(
                 f"Input sample_rate should be a scalar tensor, got {_shape_str(rate_t.shape)}"
             )
-        frames, channels = audio.shape
+        channels = audio.shape[1]
         rate = int(rate_t)
         scaled = audio.astype(np.float32) * np.float32(32768.0)
         pcm = np.clip(np.sign(scaled) * np.floor(np.abs(scaled) + 0.5), -32768, 32767).astype("<i2")
