@@ -12,6 +12,7 @@ Source coordinates are computed as TensorFlow's CPU kernels compute them, in flo
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -570,6 +571,7 @@ _SAMPLING: dict[str, tuple[Callable[[Any], Any], float]] = {
 }
 
 
+@lru_cache(maxsize=64)  # per geometry: the loop over outputs runs once, not per step
 def _span_matrix(
     out_size: int, in_size: int, scale: float, translate: float, kind: str, antialias: bool
 ) -> Any:
