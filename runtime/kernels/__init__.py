@@ -25,6 +25,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     nn_ops,
     parsing_ops,
     partition_ops,
+    pool_ops,
     quant_ops,
     ragged_ops,
     random_ops,

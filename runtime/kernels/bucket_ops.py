@@ -1,5 +1,6 @@
 """Bucketing and counting: Bucketize, Bincount and DenseBincount, what Keras' Discretization and
-CategoryEncoding layers (and feature columns) leave in a serving graph."""
+CategoryEncoding layers (and feature columns) leave in a serving graph, and HistogramFixedWidth
+(``tf.histogram_fixed_width``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from poolserve.proto import types_pb2
 from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.kernels._common import _bad_attr, _shape_str
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
@@ -82,3 +84,48 @@ def bincount(node: Node) -> Compute:
         return (_counts(arr, size_t, weights, False, out_dtype),)
 
     return compute
+
+
+@kernel("HistogramFixedWidth")
+def histogram_fixed_width(node: Node) -> Compute:
+    """``tf.histogram_fixed_width``: ``nbins`` equal bins over ``value_range``, values below it counted in the
+    first bin and above it in the last. Arithmetic as TensorFlow's CPU kernel does it, in double: the bin
+    width is ``high / nbins - low / nbins`` (so a value on an edge may fall in the bin below it)."""
+    out_dtype = node.attr_dtype("dtype", types_pb2.DT_INT32)
+    if out_dtype not in (np.int32, np.int64):
+        raise _bad_attr(node, "dtype", f"must be int32 or int64, got {out_dtype}")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        values, value_range, nbins_t = inputs
+        if value_range.ndim != 1:
+            raise InvalidArgumentError("value_range should be a vector.")
+        if value_range.shape[0] != 2:
+            raise InvalidArgumentError("value_range should be a vector of 2 elements.")
+        if nbins_t.ndim != 0:
+            raise InvalidArgumentError("nbins should be a scalar.")
+        nbins = int(nbins_t)
+        low, high = value_range[0], value_range[1]
+        if not low < high:
+            raise InvalidArgumentError(
+                "value_range should satisfy value_range[0] < value_range[1], "
+                f"but got '[{_number(low)}, {_number(high)}]'"
+            )
+        if nbins <= 0:
+            raise InvalidArgumentError(f"nbins should be a positive number, but got '{nbins}'")
+        flat = values.reshape(-1)
+        if nbins == 1:
+            return (np.array([flat.size], out_dtype),)
+        if flat.dtype.kind == "f" and np.isnan(flat).any():
+            raise InvalidArgumentError("Histogram values must not contain NaN")
+        lo, hi = float(low), float(high)
+        step = hi / nbins - lo / nbins
+        offset = np.clip(flat, low, high).astype(np.float64) - lo
+        bins = np.minimum(offset / step, nbins - 1).astype(np.int64)
+        return (np.bincount(bins, minlength=nbins).astype(out_dtype),)
+
+    return compute
+
+
+def _number(v: Any) -> str:
+    """A range bound as TensorFlow's StrCat prints it: six significant digits for floats."""
+    return f"{v:g}" if isinstance(v, np.floating) else str(v)

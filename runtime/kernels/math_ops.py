@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.runtime import dtypes
-from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
@@ -763,5 +763,59 @@ def scan(node: Node) -> Compute:
             shifted[(*lead, slice(1, None))] = out[(*lead, slice(None, -1))]
             out = shifted
         return (np.flip(out, axis) if reverse else out,)
+
+    return compute
+
+
+@kernel("CumulativeLogsumexp")
+def cumulative_logsumexp(node: Node) -> Compute:
+    """``log(cumsum(exp(x)))`` without overflow (``tf.math.cumulative_logsumexp``); the exclusive form
+    starts from log(0) = -inf. Half precision is computed in float32 and rounded once."""
+    exclusive = node.attr_bool("exclusive", False)
+    reverse = node.attr_bool("reverse", False)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, axis_t = inputs
+        if np.ndim(axis_t) != 0:
+            raise InvalidArgumentError(f"ScanOp: axis must be a scalar, not {_shape_str(np.shape(axis_t))}")
+        rank, axis = x.ndim, int(axis_t)
+        if axis < 0:
+            axis += rank
+        if not 0 <= axis < rank:  # TensorFlow names the axis after adding the rank to a negative one
+            raise InvalidArgumentError(
+                f"ScanOp: Expected scan axis in the range [{-rank}, {rank}), but got {axis}"
+            )
+        xs = x.astype(np.float32) if x.dtype == np.float16 else x
+        if reverse:
+            xs = np.flip(xs, axis)
+        with np.errstate(invalid="ignore"):
+            out = np.logaddexp.accumulate(xs, axis=axis)
+        if exclusive:
+            lead = (slice(None),) * axis
+            shifted = np.empty_like(out)
+            shifted[(*lead, slice(0, 1))] = -np.inf
+            shifted[(*lead, slice(1, None))] = out[(*lead, slice(None, -1))]
+            out = shifted
+        if reverse:
+            out = np.flip(out, axis)
+        return (out.astype(x.dtype, copy=False),)
+
+    return compute
+
+
+@kernel("Cross")
+def cross(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        a, b = inputs
+        if a.shape != b.shape:
+            raise InvalidArgumentError(
+                f"Both inputs must be of same shape: {_shape_str(a.shape)} vs. {_shape_str(b.shape)}"
+            )
+        if a.ndim < 1:
+            raise InvalidArgumentError(f"Input must be at least 1D{_shape_str(a.shape)}")
+        if a.shape[-1] != 3:
+            raise FailedPreconditionError("Cross-products are only defined for 3-element vectors.")
+        with np.errstate(all="ignore"):  # integers wrap, as in TensorFlow
+            return (np.cross(a, b).astype(a.dtype, copy=False),)
 
     return compute

@@ -521,3 +521,125 @@ def lrn(node: Node) -> Compute:
         return (y.astype(_F16) if half else y,)
 
     return compute
+
+
+@kernel("BatchNormWithGlobalNormalization", expensive=True)
+def batch_norm_with_global_normalization(node: Node) -> Compute:
+    """TF1's batch norm before FusedBatchNorm (removed in GraphDef version 9; frozen graphs of 2015, such as
+    Inception's classify_image_graph_def.pb, still hold it): ``(t - m) / sqrt(v + eps) * gamma + beta``,
+    gamma only when ``scale_after_normalization``. TensorFlow reads past a parameter shorter than the
+    depth (garbage); poolserve refuses it."""
+    epsilon = node.attr_float("variance_epsilon")
+    scaled = node.attr_bool("scale_after_normalization")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        t, m, v, beta, gamma = inputs
+        if t.ndim != 4:
+            raise InvalidArgumentError(f"input must be 4-dimensional{_dims(t.shape)}")
+        for name, p in (("mean", m), ("var", v), ("beta", beta), ("gamma", gamma)):
+            if p.ndim != 1:
+                raise InvalidArgumentError(f"{name} must be 1-dimensional{_dims(p.shape)}")
+            if p.shape[0] != t.shape[3]:
+                raise InvalidArgumentError(
+                    f"{name} must have the same number of elements as the depth of input, "
+                    f"got {p.shape[0]} and {t.shape[3]}"
+                )
+        half, (ts, ms, vs, bs, gs) = _widen(t, m, v, beta, gamma)
+        factor = 1 / np.sqrt(vs + vs.dtype.type(epsilon))
+        if scaled:
+            factor = factor * gs
+        y = (ts - ms) * factor + bs
+        return (y.astype(_F16) if half else y,)
+
+    return compute
+
+
+# --- losses ------------------------------------------------------------------------------------------------
+
+
+@kernel("L2Loss")
+def l2_loss(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        t = inputs[0]
+        with np.errstate(over="ignore"):  # half squares past 65504 are inf, as in TensorFlow
+            halves = np.square(t) * t.dtype.type(0.5)
+        if t.dtype == _F16:  # the halves are summed in float32
+            return (np.asarray(np.sum(halves, dtype=_F32), _F16),)
+        return (np.asarray(np.sum(halves), t.dtype),)
+
+    return compute
+
+
+def _log_softmax(logits: Any) -> tuple[Any, Any]:
+    """Each row's ``-log(softmax)`` and softmax, TensorFlow's way: logits shifted by their maximum."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        shifted = logits - np.max(logits, axis=1, keepdims=True)
+        e = np.exp(shifted)
+        total = np.sum(e, axis=1, keepdims=True)
+        return np.log(total) - shifted, e / total
+
+
+@kernel("SoftmaxCrossEntropyWithLogits", expensive=True, outputs=2)
+def softmax_cross_entropy(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        features, labels = inputs
+        try:
+            shape = np.broadcast_shapes(features.shape, labels.shape)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"logits and labels must be broadcastable: logits_size={_dims(features.shape)} "
+                f"labels_size={_dims(labels.shape)}"
+            ) from None
+        if len(shape) != 2:
+            raise InvalidArgumentError(
+                "logits and labels must be either 2-dimensional, or broadcasted to be 2-dimensional"
+            )
+        half, (f, y) = _widen(features, labels)
+        if shape[1] == 0:  # no classes: no loss
+            return np.zeros(shape[0], features.dtype), np.zeros(shape, features.dtype)
+        y = np.broadcast_to(y, shape)
+        neg_log, softmax = _log_softmax(np.broadcast_to(f, shape))
+        with np.errstate(invalid="ignore"):  # a zero label on a -inf logit: NaN, as TensorFlow gives
+            loss = np.sum(y * neg_log, axis=1)
+        backprop = softmax - y
+        if half:
+            return loss.astype(_F16), backprop.astype(_F16)
+        return loss, backprop
+
+    return compute
+
+
+@kernel("SparseSoftmaxCrossEntropyWithLogits", expensive=True, outputs=2)
+def sparse_softmax_cross_entropy(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        features, labels = inputs
+        if features.ndim != 2:
+            raise InvalidArgumentError(f"logits must be 2-D, but got shape {_dims(features.shape)}")
+        if labels.ndim != 1:
+            raise InvalidArgumentError(f"labels must be 1-D, but got shape {_dims(labels.shape)}")
+        n, classes = features.shape
+        if labels.shape[0] != n:
+            raise InvalidArgumentError(
+                "logits and labels must have the same first dimension, got logits shape "
+                f"{_dims(features.shape)} and labels shape {_dims(labels.shape)}"
+            )
+        if classes == 0:
+            raise InvalidArgumentError(
+                f"Must have at least one class, but got logits shape {_dims(features.shape)}"
+            )
+        bad = (labels < 0) | (labels >= classes)
+        if bad.any():
+            raise InvalidArgumentError(
+                f"Received a label value of {labels[bad][0]} which is outside the valid range of "
+                f"[0, {classes}).  Label values: {' '.join(str(v) for v in labels.tolist())}"
+            )
+        half, (f,) = _widen(features)
+        neg_log, backprop = _log_softmax(f)
+        rows = np.arange(n)
+        loss = neg_log[rows, labels]
+        backprop[rows, labels] -= 1
+        if half:
+            return loss.astype(_F16), backprop.astype(_F16)
+        return loss, backprop
+
+    return compute

@@ -278,3 +278,54 @@ def parse_single_example(node: Node) -> Compute:
         return tuple(parse(inputs[0], sparse_keys, dense_keys, no_keys, inputs[1:]))
 
     return compute
+
+
+_RAW_TYPES = frozenset(
+    np.dtype(t)
+    for t in ("float16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "int64", "bool")
+) | {np.dtype(np.complex64), np.dtype(np.complex128)}
+
+
+@kernel("DecodeRaw")
+def decode_raw(node: Node) -> Compute:
+    """Bytes to numbers (``tf.io.decode_raw``): each string becomes a row of ``out_type``, in the byte order
+    ``little_endian`` says; all strings must be of one length, a multiple of the type's size."""
+    out_type = node.attr_dtype("out_type")
+    if out_type not in _RAW_TYPES:
+        raise InvalidArgumentError(
+            f"Node '{node.name}' (op '{node.op}'): attr 'out_type' cannot be {out_type.name}", node.name
+        )
+    type_name = types_pb2.DataType.Name(node.attr_type("out_type"))[3:].lower()  # TensorFlow's: "float"
+    little = node.attr_bool("little_endian", True)
+    # a complex number is two floats, each in the byte order asked for
+    wire = np.dtype(f"f{out_type.itemsize // 2}") if out_type.kind == "c" else out_type
+    if wire.itemsize > 1:
+        wire = wire.newbyteorder("<" if little else ">")
+    size = out_type.itemsize
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        (strings,) = inputs
+        flat = strings.reshape(-1)
+        if flat.size == 0:
+            return (np.zeros((*strings.shape, 0), out_type),)
+        length = len(flat[0])
+        lengths = np.fromiter((len(s) for s in flat), np.int64, flat.size)
+        if np.any(lengths != length):
+            i = int(np.argmax(lengths != length))
+            raise InvalidArgumentError(
+                "DecodeRaw requires input strings to all be the same size, but element "
+                f"{i} has size {length} != {lengths[i]}"
+            )
+        if length % size:
+            raise InvalidArgumentError(
+                f"Input to DecodeRaw has length {length} that is not a multiple of {size}, the size of "
+                f"{type_name}"
+            )
+        raw = np.frombuffer(b"".join(flat), wire)
+        if out_type == np.bool_:
+            raw = raw.view(np.uint8) != 0
+        elif out_type.kind == "c":  # the native floats, paired
+            raw = raw.astype(wire.newbyteorder("=")).view(out_type)
+        return (raw.astype(out_type).reshape(*strings.shape, -1),)
+
+    return compute
