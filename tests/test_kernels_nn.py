@@ -681,7 +681,8 @@ def test_deep_narrow_convolution_runs_in_bands(monkeypatch):
     calls = []
     chunked = conv_ops._conv2d_chunked
     monkeypatch.setattr(conv_ops, "_conv2d_chunked", lambda *a: calls.append(1) or chunked(*a))
-    x, w = rand(1, 45, 44, 128), rand(3, 3, 128, 8)
+    # (12 output columns: too narrow for row taps)
+    x, w = rand(1, 45, 12, 512), rand(3, 3, 512, 8)
     expected = ref_conv(x, w, (1, 1), (1, 1), "SAME")
     assert expected.size < 2 * 65536
     attrs = conv_attrs((1, 1), (1, 1), "SAME", None)
@@ -691,6 +692,56 @@ def test_deep_narrow_convolution_runs_in_bands(monkeypatch):
     want = np.maximum(expected + bias, 0)
     assert_close(run_op("_FusedConv2D", [x, w, bias], fused), want, rtol=1e-4, atol=1e-4)
     assert len(calls) == 2
+
+
+# NHWC convolutions of unit row stride, kernels more than one row tall, 8+ channels and 16+ output columns run
+# on row taps (conv_ops._conv2d_row_taps): column strides and dilations, row dilation, every padding, tall
+# and wide kernels, one band and several (with the epilogue per band), filter rows deeper than 384 values (the
+# product in slices), batches.
+ROW_TAP_CASES = [
+    ((2, 20, 18, 16), (3, 3, 16, 8), (1, 1), (1, 1), "SAME", None),
+    ((1, 40, 37, 32), (3, 3, 32, 24), (1, 2), (1, 1), "SAME", None),
+    ((3, 30, 33, 8), (5, 5, 8, 16), (1, 1), (2, 2), "VALID", None),
+    ((1, 24, 40, 12), (7, 1, 12, 8), (1, 1), (1, 1), "SAME", None),
+    ((1, 17, 36, 8), (2, 4, 8, 8), (1, 1), (3, 1), "EXPLICIT", ((2, 1), (0, 3))),
+    ((2, 70, 64, 48), (3, 3, 48, 64), (1, 1), (1, 1), "SAME", None),
+    ((1, 19, 20, 160), (3, 3, 160, 8), (1, 1), (1, 1), "VALID", None),
+]
+
+
+@pytest.mark.parametrize(("xs", "ws", "strides", "dilations", "padding", "explicit"), ROW_TAP_CASES)
+def test_convolution_on_row_taps(monkeypatch, xs, ws, strides, dilations, padding, explicit):
+    from poolserve.runtime.kernels import conv_ops
+
+    calls = []
+    taps = conv_ops._conv2d_row_taps
+    monkeypatch.setattr(conv_ops, "_conv2d_row_taps", lambda *a: calls.append(1) or taps(*a))
+    x, w = rand(*xs), rand(*ws)
+    expected = ref_conv(x, w, strides, dilations, padding, explicit or ((0, 0), (0, 0)))
+    attrs = conv_attrs(strides, dilations, padding, explicit)
+    assert_close(run_op("Conv2D", [x, w], attrs), expected, rtol=1e-4, atol=1e-4)
+    bias = rand(ws[3]) * 3
+    fused = {**attrs, "fused_ops": ["BiasAdd", "Relu6"], "num_args": 1}
+    want = np.clip(expected + bias, 0, 6)
+    assert_close(run_op("_FusedConv2D", [x, w, bias], fused), want, rtol=1e-4, atol=1e-4)
+    assert len(calls) == 2
+
+
+def test_row_stride_and_narrow_convolutions_stay_on_im2col(monkeypatch):
+    from poolserve.runtime.kernels import conv_ops
+
+    monkeypatch.setattr(conv_ops, "_conv2d_row_taps", lambda *a: pytest.fail("ran on row taps"))
+    for xs, ws, strides in [
+        ((1, 32, 32, 16), (3, 3, 16, 8), (2, 2)),  # a row stride
+        ((1, 32, 32, 3), (3, 3, 3, 8), (1, 1)),  # 3 channels
+        ((1, 32, 12, 16), (3, 3, 16, 8), (1, 1)),  # 12 output columns
+        ((1, 32, 32, 16), (1, 3, 16, 8), (1, 1)),  # one kernel row
+    ]:
+        x, w = rand(*xs), rand(*ws)
+        attrs = conv_attrs(strides, (1, 1), "SAME", None)
+        assert_close(
+            run_op("Conv2D", [x, w], attrs), ref_conv(x, w, strides, (1, 1), "SAME"), rtol=1e-4, atol=1e-4
+        )
 
 
 # Depthwise convolutions of column stride 2 and fewer than 96 channels run on the input's two column-parity
