@@ -616,7 +616,7 @@ DEPTHWISE_CASES = [
     ((2, 9, 9, 3), (3, 2, 3, 2), (1, 1), (2, 3), "SAME", None),
     ((1, 6, 7, 2), (3, 3, 2, 1), (2, 1), (1, 1), "EXPLICIT", ((2, 1), (0, 1))),
     ((1, 4, 4, 3), (5, 5, 3, 1), (1, 1), (1, 1), "SAME", None),
-    # channel multiplier 1 through each of conv_ops' ways: one einsum over flattened rows (unit column
+    # channel multiplier 1 through each of depthwise_ops' ways: one einsum over flattened rows (unit column
     # stride: dilated, 16 channels; 96 channels on 4 output columns; above, a row stride of 2 with explicit
     # padding), copied patches (column stride 2, 48 channels), the strided einsum (384 channels, 4 output
     # columns)
@@ -745,7 +745,7 @@ def test_row_stride_and_narrow_convolutions_stay_on_im2col(monkeypatch):
 
 
 # Depthwise convolutions of column stride 2 and fewer than 96 channels run on the input's two column-parity
-# planes (conv_ops._depthwise_parity): kernels of odd and even size (a 1-wide one has no odd-column taps),
+# planes (depthwise_ops._depthwise_parity): kernels of odd and even size (a 1-wide one has no odd-column taps),
 # each padding, a row stride of 1 and a dilated one, odd and even input sizes, batches, outputs of one band
 # and of several; small 3x3 ones of 48 channels or more keep the copied patches.
 PARITY_CASES = [
@@ -766,11 +766,11 @@ PARITY_CASES = [
 def test_column_strided_depthwise_runs_on_parity_planes(
     xs, ws, strides, dilations, padding, explicit, parity, monkeypatch
 ):
-    from poolserve.runtime.kernels import conv_ops
+    from poolserve.runtime.kernels import depthwise_ops
 
     calls = []
-    planes = conv_ops._depthwise_parity
-    monkeypatch.setattr(conv_ops, "_depthwise_parity", lambda *a: calls.append(1) or planes(*a))
+    planes = depthwise_ops._depthwise_parity
+    monkeypatch.setattr(depthwise_ops, "_depthwise_parity", lambda *a: calls.append(1) or planes(*a))
     x, w = rand(*xs), rand(*ws)
     expected = ref_depthwise(x, w, strides, dilations, padding, explicit or ((0, 0), (0, 0)))
     attrs = conv_attrs(strides, dilations, padding, explicit)
@@ -783,7 +783,7 @@ def test_column_strided_depthwise_runs_on_parity_planes(
 
 
 def test_depthwise_conv2d_row_tile_follows_the_filter_and_the_width():
-    # one session, step after step: the row tile a node keeps (conv_ops._depthwise_rows) is remade when the
+    # one session, step after step: the row tile a node keeps (depthwise_ops._depthwise_rows) is remade when the
     # output width changes and when a fed filter changes, even in place
     from poolserve.runtime.builder import GraphBuilder
     from poolserve.runtime.session import Session
@@ -803,7 +803,7 @@ def test_depthwise_conv2d_row_tile_follows_the_filter_and_the_width():
 
 
 def test_strided_depthwise_parity_tiles_follow_the_filter_and_the_width():
-    # as above, for the sub-filters a stride-2 node keeps (conv_ops._depthwise_parity): a fed filter, then
+    # as above, for the sub-filters a stride-2 node keeps (depthwise_ops._depthwise_parity): a fed filter, then
     # a constant one (read-only: its tiles are kept), at two widths
     from poolserve.runtime.builder import GraphBuilder
     from poolserve.runtime.session import Session
@@ -827,19 +827,21 @@ def test_strided_depthwise_parity_tiles_follow_the_filter_and_the_width():
 
 
 def test_small_depthwise_keeps_its_padded_input_across_steps_and_threads(monkeypatch):
-    # a small depthwise node (conv_ops._SmallDepthwise) keeps zero-bordered input buffers from step to step:
+    # a small depthwise node (depthwise_ops._SmallDepthwise) keeps zero-bordered input buffers from step to step:
     # other values, other batch sizes, SAME with a fused bias and Relu6, a dilated VALID one, a strided one
     # (its patches) and a strided one of 48 channels (its patches copied), and eight threads at once, each
     # with its own input, all get their own answers
     from concurrent.futures import ThreadPoolExecutor
 
     from poolserve.runtime.builder import GraphBuilder
-    from poolserve.runtime.kernels import conv_ops
+    from poolserve.runtime.kernels import depthwise_ops
     from poolserve.runtime.session import Session
 
     runs = []
-    run = conv_ops._SmallDepthwise.run
-    monkeypatch.setattr(conv_ops._SmallDepthwise, "run", lambda self, *a: runs.append(1) or run(self, *a))
+    run = depthwise_ops._SmallDepthwise.run
+    monkeypatch.setattr(
+        depthwise_ops._SmallDepthwise, "run", lambda self, *a: runs.append(1) or run(self, *a)
+    )
     b = GraphBuilder()
     x = b.placeholder("x", F32, (None, 6, 6, 144))
     w, bv = rand(3, 3, 144, 1), rand(144) * 3

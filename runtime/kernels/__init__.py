@@ -8,6 +8,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     conv3d_ops,
     conv_ops,
     ctc_ops,
+    depthwise_ops,
     detection_ops,
     diag_ops,
     erf_ops,

@@ -24,7 +24,8 @@ import numpy as np
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 from poolserve.runtime.kernels import nn_ops
 from poolserve.runtime.kernels._common import row_sums
-from poolserve.runtime.kernels.conv_ops import conv2d_with_epilogue, depthwise_conv2d_with_epilogue
+from poolserve.runtime.kernels.conv_ops import conv2d_with_epilogue
+from poolserve.runtime.kernels.depthwise_ops import depthwise_conv2d_with_epilogue
 from poolserve.runtime.kernels.erf_ops import _erf64, erfc_fn
 from poolserve.runtime.kernels.math_ops import _sigmoid
 from poolserve.runtime.kernels.nn_ops import _CLIP, batch_matmul, matmul
