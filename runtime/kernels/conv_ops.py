@@ -264,11 +264,16 @@ def _conv2d(
 #   (1, 28, 28, 128) -> 128   2168 / 2011 | 1826 / 1678      (1, 32, 32, 32) -> 32     272 / 255 |  285 / 237
 #
 # Kept on im2col: 8 columns ((8, 8, 8, 128) -> 128: 1397 / 1502 | 1233 / 1706) and 3 channels ((8, 32, 32, 3)
-# -> 32: 475 / 514 | 485 / 507; (1, 224, 224, 3) -> 32: 4302 / 4112 | 3154 / 3425). In the residual CNN at
-# batch 8, in turns in one process: its [8, 32, 32, 32] layers 3.69 -> 3.49 ms (one BLAS thread) and 3.12 ->
-# 2.79 (two), its [8, 16, 16, 64] ones 2.72 -> 2.58 and 2.13 -> 1.99.
+# -> 32: 475 / 514 | 485 / 507; (1, 224, 224, 3) -> 32: 4302 / 4112 | 3154 / 3425). A band holds at least
+# ``_ROW_TAPS_MIN_BAND`` times the extra input rows it reads: in bands of one row, VGG16's wide layers copied
+# as much as im2col and lost ((1, 224, 224, 64) -> 64 1.38x, (1, 56, 56, 256) -> 256 1.62x). Per layer in the
+# models (minimum over 8 calls each way, one BLAS thread, in turns in one process): VGG16's 3x3 layers
+# 0.89-1.00x, ResNet50's (1, 56, 56, 64) -> 64 0.79x and (1, 28, 28, 128) -> 128 0.60x, DenseNet121's
+# (1, 56, 56, 128) -> 32 0.74x; all of them, summed: VGG16 0.95x, ResNet50 0.94x, DenseNet121 0.85x,
+# InceptionV3 1.01x, the residual CNN 1.00x (the same layers vary by up to 20% from call to call).
 _ROW_TAPS_MIN_CHANNELS = 8
 _ROW_TAPS_MIN_WIDTH = 16
+_ROW_TAPS_MIN_BAND = 2
 
 
 def _on_row_taps(win: _Window, kh: int, c: int, ow: int) -> bool:
@@ -293,7 +298,7 @@ def _conv2d_row_taps(
     filters = [w[i].reshape(kw * c, o) for i in range(kh)]
     reach = (kh - 1) * win.dh  # input rows a band needs past its own
     y = np.empty((n, oh, ow, o), np.result_type(x, w))
-    step = max(1, min(oh, _CHUNK // (max(o, kw * c) * ow)))
+    step = max(1, min(oh, max(_ROW_TAPS_MIN_BAND * reach, _CHUNK // (max(o, kw * c) * ow))))
     tmp = np.empty((step * ow, o), y.dtype)
     for b in range(n):
         for r0 in range(0, oh, step):
