@@ -340,3 +340,61 @@ def serve_in_thread(server: Any, seconds: float = 30.0) -> threading.Thread:
         assert time.monotonic() < deadline and thread.is_alive(), "the loopback server did not start"
         time.sleep(0.01)
     return thread
+
+
+# --- convolution references (NHWC, float64 sums over taps) ----------------------------------------------------
+
+
+def nchw(x):
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+
+
+def tf_pads(size, k, stride, dilation, padding, explicit=(0, 0)):
+    """(out, before, after) as TensorFlow's SAME/VALID/EXPLICIT padding defines them."""
+    eff = (k - 1) * dilation + 1
+    if padding == "SAME":
+        out = -(-size // stride)
+        need = max(0, (out - 1) * stride + eff - size)
+        return out, need // 2, need - need // 2
+    before, after = explicit if padding == "EXPLICIT" else (0, 0)
+    return (size + before + after - eff) // stride + 1, before, after
+
+
+def ref_conv(x, w, strides=(1, 1), dilations=(1, 1), padding="VALID", explicit=((0, 0), (0, 0))):
+    """NHWC conv (grouped when the filter has fewer input channels) as a sum over taps of einsums."""
+    (sh, sw), (dh, dw) = strides, dilations
+    kh, kw, cf, o = w.shape
+    oh, pt, pb = tf_pads(x.shape[1], kh, sh, dh, padding, explicit[0])
+    ow, pl, pr = tf_pads(x.shape[2], kw, sw, dw, padding, explicit[1])
+    xp = np.pad(x.astype(np.float64), ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    groups, og = x.shape[3] // cf, o // (x.shape[3] // cf)
+    out = np.zeros((x.shape[0], oh, ow, o))
+    for i in range(kh):
+        for j in range(kw):
+            view = xp[:, i * dh :: sh, j * dw :: sw][:, :oh, :ow]
+            for g in range(groups):
+                out[..., g * og : (g + 1) * og] += np.einsum(
+                    "nhwc,co->nhwo", view[..., g * cf : (g + 1) * cf], w[i, j, :, g * og : (g + 1) * og]
+                )
+    return out.astype(x.dtype)
+
+
+def ref_depthwise(x, w, strides=(1, 1), dilations=(1, 1), padding="VALID", explicit=((0, 0), (0, 0))):
+    n, _, _, c = x.shape
+    m = w.shape[3]
+    # Depthwise conv is a grouped conv with C groups and the filter laid out as [KH, KW, 1, C*M].
+    return ref_conv(x, w.reshape(*w.shape[:2], 1, c * m), strides, dilations, padding, explicit)
+
+
+def conv_attrs(strides, dilations, padding, explicit, fmt="NHWC"):
+    attrs = {"padding": padding, "data_format": fmt}
+    if fmt == "NHWC":
+        attrs["strides"], attrs["dilations"] = [1, *strides, 1], [1, *dilations, 1]
+    else:
+        attrs["strides"], attrs["dilations"] = [1, 1, *strides], [1, 1, *dilations]
+    if explicit is not None:
+        (pt, pb), (pl, pr) = explicit
+        attrs["explicit_paddings"] = (
+            [0, 0, pt, pb, pl, pr, 0, 0] if fmt == "NHWC" else [0, 0, 0, 0, pt, pb, pl, pr]
+        )
+    return attrs
