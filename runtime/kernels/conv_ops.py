@@ -30,8 +30,6 @@ from poolserve.runtime.kernels._common import (
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
-# numpy's einsum without its Python wrapper (dispatch and argument checks, ~2 us a call)
-
 # --- convolution and pooling geometry ----------------------------------------------------------------------
 
 
