@@ -308,6 +308,25 @@ def _window(rng: Rng) -> tuple[list[int], list[int], str, list[int]]:
     return [1, sh, sw, 1], [1, dh, dw, 1], padding, explicit
 
 
+def _conv_attrs(
+    fmt: str, strides: list[int], dilations: list[int], padding: str, explicit: list[int]
+) -> dict[str, Any]:
+    """A convolution's attrs from ``_window``'s NHWC ones, moved to NCHW's positions when ``fmt`` is NCHW."""
+    if fmt == "NCHW":
+        strides = [1, 1, strides[1], strides[2]]
+        dilations = [1, 1, dilations[1], dilations[2]]
+        explicit = [0, 0, 0, 0, *explicit[2:6]] if explicit else []
+    attrs: dict[str, Any] = {
+        "strides": strides,
+        "padding": padding,
+        "dilations": dilations,
+        "data_format": fmt,
+    }
+    if explicit:
+        attrs["explicit_paddings"] = explicit
+    return attrs
+
+
 def conv2d(rng: Rng, count: int) -> list[Case]:
     cases = []
     for _ in range(count):
@@ -324,19 +343,8 @@ def conv2d(rng: Rng, count: int) -> list[Case]:
             o *= groups
         strides, dilations, padding, explicit = _window(rng)
         fmt = "NCHW" if rng.random() < 0.08 else "NHWC"
-        if fmt == "NCHW":
-            strides = [1, 1, strides[1], strides[2]]
-            dilations = [1, 1, dilations[1], dilations[2]]
-            explicit = [0, 0, 0, 0, *explicit[2:6]] if explicit else []
         xdims = (n, c, h, w) if fmt == "NCHW" else (n, h, w, c)
-        attrs: dict[str, Any] = {
-            "strides": strides,
-            "padding": padding,
-            "dilations": dilations,
-            "data_format": fmt,
-        }
-        if explicit:
-            attrs["explicit_paddings"] = explicit
+        attrs = _conv_attrs(fmt, strides, dilations, padding, explicit)
         x, f = _floats(rng, xdims, dtype, 0.15), _floats(rng, (kh, kw, cf, o), dtype, 0.15)
         cases.append(Case("Conv2D", {"input": x, "filter": f}, attrs))
     return cases
@@ -356,19 +364,8 @@ def depthwise(rng: Rng, count: int) -> list[Case]:
         strides, dilations, padding, explicit = _window(rng)
         strides = [1, strides[1], strides[1], 1] if rng.random() < 0.7 else strides  # TF wants sh == sw
         fmt = "NCHW" if rng.random() < 0.08 else "NHWC"
-        if fmt == "NCHW":
-            strides = [1, 1, strides[1], strides[2]]
-            dilations = [1, 1, dilations[1], dilations[2]]
-            explicit = [0, 0, 0, 0, *explicit[2:6]] if explicit else []
         xdims = (n, c, h, w) if fmt == "NCHW" else (n, h, w, c)
-        attrs: dict[str, Any] = {
-            "strides": strides,
-            "padding": padding,
-            "dilations": dilations,
-            "data_format": fmt,
-        }
-        if explicit:
-            attrs["explicit_paddings"] = explicit
+        attrs = _conv_attrs(fmt, strides, dilations, padding, explicit)
         x, f = _floats(rng, xdims, dtype, 0.15), _floats(rng, (kh, kw, c, m), dtype, 0.15)
         cases.append(Case("DepthwiseConv2dNative", {"input": x, "filter": f}, attrs))
     return cases
