@@ -15,7 +15,9 @@
 3. The floor under part 2's gRPC figure: normalize's gRPC raw call interleaved with the same request's
    bytes sent to a bare grpc.aio echo server (benchmarks/grpc_echo.py, its own process), with the same
    client: the transport's round trip of ~1 MiB each way, with no protobuf, model or poolserve code on the
-   server; and the client's decode of a 1 MiB answer (protobuf and np.frombuffer) in this process.
+   server; and the client's decode of a 1 MiB answer (protobuf and np.frombuffer) in this process. The
+   same for HTTP: normalize's HTTP binary call interleaved with a bare uvicorn app (benchmarks/floor_app.py
+   ``echo``) sending the request's tensor back behind a KServe binary header, the same httpx client.
 4. In this process, the protocol's own work on that MLP request (no compute, no network): parsing and
    decoding the request and encoding the answer, KServe JSON against gRPC raw (median of ``--repeat``).
 
@@ -223,13 +225,17 @@ def bench_big(base: str, address: str, model: str, shape: tuple[int, int], repea
     return out
 
 
-def bench_floor(address: str, repeat: int) -> dict[str, float]:
-    """normalize's gRPC raw call and a bare echo of its request (grpc_echo), interleaved, one at a time
-    (median ms of ``repeat``), and the client's decode of a 1 MiB answer alone."""
+def bench_floor(base: str, address: str, repeat: int) -> dict[str, float]:
+    """normalize's gRPC raw call and a bare echo of its request (grpc_echo), and its HTTP binary call and
+    a bare uvicorn echo of its tensor (``benchmarks.floor_app`` echo, the same httpx client), interleaved,
+    one at a time (median ms of ``repeat``), and the client's decode of a 1 MiB answer alone."""
     x = np.random.default_rng(1).standard_normal(ONE_MIB["normalize"]).astype(np.float32)
     body = grpc_raw("normalize", x)
-    port = free_port()
+    port, http_port = free_port(), free_port()
     echo = subprocess.Popen([sys.executable, "-m", "benchmarks.grpc_echo", str(port)], cwd=ROOT)
+    http_echo = bench_http.start(["-m", "benchmarks.floor_app", str(http_port), "echo"], http_port)
+    path, content, headers = http_binary("normalize", x)
+    client = httpx.Client(timeout=60, trust_env=False)
     options = [("grpc.max_receive_message_length", -1)]
     server, bare = (
         grpc.insecure_channel(address, options=options),
@@ -242,8 +248,17 @@ def bench_floor(address: str, repeat: int) -> dict[str, float]:
         if call(body, timeout=60) != body:
             raise SystemExit("the echo server answered other bytes than it was sent")
         answer = infer(body, timeout=60)
-        times: dict[str, list[float]] = {"grpc_raw": [], "echo": [], "decode": []}
+        http = {"http_binary": f"{base}{path}", "http_echo": f"http://127.0.0.1:{http_port}{path}"}
+        if not np.array_equal(
+            decode_http(client.post(http["http_echo"], content=content, headers=headers)), x.ravel()
+        ):
+            raise SystemExit("the HTTP echo answered other bytes than it was sent")
+        times: dict[str, list[float]] = {"grpc_raw": [], "echo": [], "decode": [], **{k: [] for k in http}}
         for _ in range(repeat):
+            for name, url in http.items():
+                t0 = time.perf_counter()
+                decode_http(client.post(url, content=content, headers=headers))
+                times[name].append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             decode_grpc(infer(body, timeout=60))
             times["grpc_raw"].append(time.perf_counter() - t0)
@@ -254,10 +269,12 @@ def bench_floor(address: str, repeat: int) -> dict[str, float]:
             decode_grpc(answer)
             times["decode"].append(time.perf_counter() - t0)
     finally:
+        client.close()
         server.close()
         bare.close()
-        echo.terminate()
-        echo.wait(15)
+        for proc in (echo, http_echo):
+            proc.terminate()
+            proc.wait(15)
     return {f"{k}_ms": float(np.median(v) * 1e3) for k, v in times.items()}
 
 
@@ -364,11 +381,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['grpc_over_json']:.1f}x JSON (the step alone, in process: {r['step_ms']:.1f} ms; "
                 f"JSON / 20 = {r['json_ms'] / 20:.1f} ms)"
             )
-        floor = bench_floor(address, args.repeat)
+        floor = bench_floor(base, address, args.repeat)
         print(
             f"the floor under it (normalize, interleaved, same client): gRPC raw {floor['grpc_raw_ms']:.1f} "
             f"ms, a bare grpc.aio echo of the same request {floor['echo_ms']:.1f} ms, "
-            f"the client's decode of the answer {floor['decode_ms']:.2f} ms"
+            f"the client's decode of the answer {floor['decode_ms']:.2f} ms; HTTP binary "
+            f"{floor['http_binary_ms']:.1f} ms, a bare uvicorn echo of its tensor "
+            f"{floor['http_echo_ms']:.1f} ms"
         )
         codec = bench_codec(args.repeat)
         print(

@@ -12,7 +12,9 @@ Then what the server adds to one request (the serving-path issue's 0.5 ms target
 keep-alive socket (no HTTP library on the client side: httpx costs more than the server at one client)
 sends the same body, and the same ``Session.run`` runs in this process on the same arrays, in turns,
 ``--added-rounds`` rounds of 300 calls each; the added latency is the server's p50 less the in-process p50,
-per round.
+per round. In the same turns the same client times three bare uvicorn apps (``benchmarks.floor_app``):
+``const`` (the transport alone), ``run`` (orjson, ``np.asarray``, ``Session.run`` inline, orjson: what a
+hand-written app does) and ``codec`` (the same with poolserve's decoder): the floor under the figure.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from poolserve.runtime.graph import Graph, load_graph_def
 from poolserve.runtime.session import Session
 
 INPUTS, HIDDEN, CLASSES, BATCH = 784, 256, 10, 4
+# benchmarks.floor_app's modes, measured beside poolserve in the added-latency rounds
+FLOORS = ("floor_const", "floor_run", "floor_codec")
 
 
 def build_mlp(path: Path, seed: int = 0) -> None:
@@ -140,7 +144,9 @@ class RawClient:
 
 def added_latency(rounds: int, folder: Path, calls: int = 300) -> dict[str, Any]:
     """The server's p50 for one client on a raw socket, the in-process ``Session.run`` p50, and their
-    difference, per round (the two in turns)."""
+    difference, per round (all in turns). The same client against ``benchmarks.floor_app`` in its
+    ``const``, ``run`` and ``codec`` modes (bare uvicorn apps: the transport alone, and the least a
+    Python app on the same stack does for the same request) gives the floor under poolserve's figure."""
     model = folder / "mlp784.pb"
     if not model.exists():
         build_mlp(model)
@@ -148,15 +154,19 @@ def added_latency(rounds: int, folder: Path, calls: int = 300) -> dict[str, Any]
     config.write_text(f'[[models]]\nname = "mlp"\npath = "{model}"\n')
     x = np.random.default_rng(1).standard_normal((BATCH, INPUTS)).astype(np.float32)
     body = json.dumps({"feeds": {"input": x.astype(float).tolist()}}).encode()
-    port = free_port()
+    ports = {name: free_port() for name in ("poolserve", *FLOORS)}
     serve = ["-m", "poolserve.server.cli", "serve", "--config", str(config), "--log-level", "warning"]
-    server = start([*serve, "--grpc-port", "0", "--port", str(port)], port)
-    client = RawClient(port, "/v1/models/mlp:run", body)
+    servers = [start([*serve, "--grpc-port", "0", "--port", str(ports["poolserve"])], ports["poolserve"])]
+    for name in FLOORS:
+        mode = name.removeprefix("floor_")
+        servers.append(start(["-m", "benchmarks.floor_app", str(ports[name]), mode, str(model)], ports[name]))
+    clients = {name: RawClient(port, "/v1/models/mlp:run", body) for name, port in ports.items()}
     session = Session(Graph(load_graph_def(model)))
     feeds = {"input:0": x}
     try:
-        for _ in range(200):  # warm both: plans, pools, caches
-            client.call()
+        for _ in range(200):  # warm all: plans, pools, caches
+            for client in clients.values():
+                client.call()
             session.run("probabilities:0", feeds)
 
         def p50_ms(fn: Callable[[], object]) -> float:
@@ -167,24 +177,27 @@ def added_latency(rounds: int, folder: Path, calls: int = 300) -> dict[str, Any]
                 times.append(time.perf_counter() - t0)
             return float(np.median(times) * 1e3)
 
-        served: list[float] = []
+        served: dict[str, list[float]] = {name: [] for name in clients}
         in_process: list[float] = []
         for _ in range(rounds):
-            served.append(p50_ms(client.call))
+            for name, client in clients.items():
+                served[name].append(p50_ms(client.call))
             in_process.append(p50_ms(lambda: session.run("probabilities:0", feeds)))
-        added = [a - b for a, b in zip(served, in_process, strict=True)]
-        return {
-            "server_p50_ms": served,
-            "in_process_p50_ms": in_process,
-            "added_ms": added,
-            "added_median_ms": float(np.median(added)),
-            "body_bytes": len(body),
-        }
+        out: dict[str, Any] = {"in_process_p50_ms": in_process, "body_bytes": len(body)}
+        for name, times in served.items():
+            added = [a - b for a, b in zip(times, in_process, strict=True)]
+            prefix = "" if name == "poolserve" else f"{name}_"
+            out[f"{prefix}server_p50_ms"] = times
+            out[f"{prefix}added_ms"] = added
+            out[f"{prefix}added_median_ms"] = float(np.median(added))
+        return out
     finally:
-        client.close()
+        for client in clients.values():
+            client.close()
         session.close()
-        server.terminate()
-        server.wait(10)
+        for server in servers:
+            server.terminate()
+            server.wait(10)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         print("  server     " + " ".join(f"{v:.3f}" for v in added["server_p50_ms"]))
         print("  in process " + " ".join(f"{v:.3f}" for v in added["in_process_p50_ms"]))
         print(f"  added      {added['added_median_ms']:.3f} ms (median of the rounds; target 0.5 ms)")
+        print(" the floor: bare uvicorn apps (benchmarks.floor_app), the same client, in the same turns")
+        for name in FLOORS:
+            p50s = " ".join(f"{v:.3f}" for v in added[f"{name}_server_p50_ms"])
+            print(f"  {name:12} {p50s}  added {added[f'{name}_added_median_ms']:.3f} ms")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(

@@ -1,0 +1,66 @@
+"""benchmarks/floor_app.py, the bare apps under the serving-path figures: each mode does the work it stands
+for (nothing is timed), in process through httpx's ASGI transport."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import numpy as np
+import orjson
+import pytest
+
+from benchmarks import bench_grpc, bench_native, floor_app
+from poolserve.runtime.graph import Graph, load_graph_def
+from poolserve.runtime.session import Session
+
+
+def post(app: object, path: str, body: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+        async with httpx.AsyncClient(transport=transport, base_url="http://floor") as client:
+            return await client.post(path, content=body, headers=headers)
+
+    return asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("floor") / "mlp784.pb"
+    bench_native.build_mlp(path)
+    return path
+
+
+@pytest.mark.parametrize("mode", ["run", "codec"])
+def test_run_modes_answer_what_the_session_computes(mlp: Path, mode: str) -> None:
+    x = np.random.default_rng(1).standard_normal((bench_native.BATCH, bench_native.INPUTS)).astype(np.float32)
+    body = json.dumps({"feeds": {"input": x.astype(float).tolist()}}).encode()
+    r = post(floor_app.make_app(mode, str(mlp)), "/v1/models/mlp:run", body)
+    assert r.status_code == 200
+    got = orjson.loads(r.content)["outputs"]["probabilities"]
+    with Session(Graph(load_graph_def(mlp))) as s:
+        want = s.run("probabilities:0", {"input:0": x})
+    assert got["shape"] == list(want.shape)
+    np.testing.assert_array_equal(np.asarray(got["data"], np.float32), want.ravel())
+
+
+def test_const_answers_without_reading_the_body_as_json() -> None:
+    r = post(floor_app.make_app("const"), "/anything", b"not json")
+    assert r.status_code == 200 and r.content == floor_app.CONST
+
+
+def test_echo_sends_the_binary_tensor_back_behind_a_kserve_header() -> None:
+    x = np.random.default_rng(2).standard_normal((1024, 256)).astype(np.float32)
+    path, body, headers = bench_grpc.http_binary("echo", x)
+    r = post(floor_app.make_app("echo"), path, body, headers)
+    assert r.status_code == 200
+    np.testing.assert_array_equal(bench_grpc.decode_http(r), x.ravel())
+
+
+def test_a_mode_that_needs_a_model_says_so() -> None:
+    with pytest.raises(SystemExit, match="needs a model"):
+        floor_app.make_app("run")
+    with pytest.raises(SystemExit, match="mode must be one of"):
+        floor_app.make_app("fast")
