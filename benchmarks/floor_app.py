@@ -11,6 +11,9 @@ httptools, the stack ``poolserve serve`` runs on. Every request reads its whole 
   ``np.asarray``, ``Session.run`` of ``probabilities:0`` inline on the event loop, the answer written by
   orjson. What a hand-written app does.
 - ``codec``: as ``run``, with poolserve's own decoder (``codec.loads_tensors``: simdjson into the array).
+- ``decode``: as ``codec`` without the step: the body decoded to its array, the fixed answer sent. With
+  ``codec``, what a step costs the server, and what a request costs it besides (the part batching cannot
+  share out).
 - ``echo``: a KServe binary-tensor request's tensor bytes sent back behind a KServe binary answer header
   (no model): the transport of a 1 MiB binary request and answer.
 
@@ -41,7 +44,7 @@ ECHO_HEAD = orjson.dumps(
         ],
     }
 )
-MODES = ("const", "run", "codec", "echo")
+MODES = ("const", "run", "codec", "decode", "echo")
 
 
 def make_app(mode: str, model: str | None = None) -> Any:
@@ -49,14 +52,14 @@ def make_app(mode: str, model: str | None = None) -> Any:
         raise SystemExit(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     session = None
     loads: Any = orjson.loads
-    if mode in ("run", "codec"):
+    if mode in ("run", "codec", "decode"):
         from poolserve.runtime.graph import Graph, load_graph_def
         from poolserve.runtime.session import Session
 
         if model is None:
             raise SystemExit(f"mode {mode} needs a model (a GraphDef with input:0 and probabilities:0)")
         session = Session(Graph(load_graph_def(model)))
-        if mode == "codec":
+        if mode in ("codec", "decode"):
             from poolserve.server import codec
 
             loads = codec.loads_tensors
@@ -73,6 +76,9 @@ def make_app(mode: str, model: str | None = None) -> Any:
         body = b"".join(chunks)
         headers = [(b"content-type", b"application/json")]
         if scope["method"] != "POST" or mode == "const":
+            out = CONST
+        elif mode == "decode":
+            np.asarray(loads(body)["feeds"]["input"], np.float32)
             out = CONST
         elif mode == "echo":
             start = int(dict(scope["headers"]).get(b"inference-header-content-length", b"0"))

@@ -12,7 +12,7 @@ import numpy as np
 import orjson
 import pytest
 
-from benchmarks import bench_grpc, bench_native, floor_app
+from benchmarks import bench_batching_floor, bench_grpc, bench_native, floor_app
 from poolserve.runtime.graph import Graph, load_graph_def
 from poolserve.runtime.session import Session
 
@@ -64,3 +64,21 @@ def test_a_mode_that_needs_a_model_says_so() -> None:
         floor_app.make_app("run")
     with pytest.raises(SystemExit, match="mode must be one of"):
         floor_app.make_app("fast")
+
+
+def test_decode_reads_the_body_and_refuses_what_is_not_a_run_request(mlp: Path) -> None:
+    app = floor_app.make_app("decode", str(mlp))
+    body = json.dumps({"feeds": {"input": [[0.5] * bench_native.INPUTS]}}).encode()
+    r = post(app, "/v1/models/mlp:run", body)
+    assert r.status_code == 200 and r.content == floor_app.CONST
+    with pytest.raises(KeyError):  # the body is decoded, not skipped: a body without feeds fails
+        post(app, "/v1/models/mlp:run", b'{"inputs": []}')
+
+
+def test_the_batching_floor_sends_one_row_of_the_example_mlp() -> None:
+    head, body = bench_batching_floor.request_bytes().split(b"\r\n\r\n", 1)
+    assert f"content-length: {len(body)}".encode() in head
+    x = np.asarray(orjson.loads(body)["feeds"]["input"], np.float32)
+    assert x.shape == (1, 64)
+    with Session(Graph(load_graph_def(bench_batching_floor.MLP))) as s:
+        assert s.run("probabilities:0", {"input:0": x}).shape == (1, 10)
