@@ -3,7 +3,7 @@
     python -m benchmarks.bench_batching_floor [--clients 32] [--seconds 4] [--rounds 3] [--json out.json]
 
 The example ``mlp`` (64 inputs, one row a request, native JSON), ``--clients`` keep-alive connections in a
-closed loop (asyncio streams in this process, a few microseconds of the generator's CPU a request), rounds in
+closed loop (the load generator's lean HTTP sender, in this process), rounds in
 turns over five servers: ``poolserve serve`` without and with ``[models.batching] max_batch_size = 64``, and
 ``benchmarks.floor_app`` as ``const`` (the transport: a fixed answer), ``decode`` (the body decoded to its
 array by poolserve's codec, a fixed answer) and ``codec`` (decoded, ``Session.run`` inline, encoded).
@@ -31,46 +31,39 @@ import numpy as np
 
 from benchmarks.bench_http import start
 from benchmarks.servers import cpu_seconds, free_port
+from poolserve.loadtest.generator import Target
+from poolserve.loadtest.raw_http import RawHttpSender
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = ROOT / "configs" / "models" / "mlp.pb"
 SERVERS = ("poolserve_off", "poolserve_on", "floor_const", "floor_decode", "floor_codec")
 
 
-def request_bytes(path: str = "/v1/models/mlp:run") -> bytes:
+def target() -> Target:
+    """One row of the example mlp as a native JSON ``:run``."""
     x = np.random.default_rng(0).random((1, 64)).astype(np.float32)
     body = json.dumps({"feeds": {"input": x.astype(float).tolist()}}).encode()
-    head = f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-    return f"{head}content-length: {len(body)}\r\n\r\n".encode() + body
+    return Target("mlp", "default", "/v1/models/mlp:run", body, {"Content-Type": "application/json"})
 
 
-async def _connection(port: int, request: bytes, stop: float, latencies: list[float]) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        while time.monotonic() < stop:
-            t0 = time.perf_counter()
-            writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
-            if not head.startswith(b"HTTP/1.1 200"):
-                raise SystemExit(f"unexpected answer from port {port}: {head[:200]!r}")
-            length = next(
-                int(line.split(b":", 1)[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length")
-            )
-            await reader.readexactly(length)
-            latencies.append(time.perf_counter() - t0)
-    finally:
-        writer.close()
-
-
-def closed_loop(port: int, pid: int, clients: int, seconds: float, request: bytes) -> dict[str, float]:
-    """``clients`` connections for ``seconds``: req/s, p99 ms and the server's CPU us a request."""
+def closed_loop(port: int, pid: int, clients: int, seconds: float, request: Target) -> dict[str, float]:
+    """``clients`` connections for ``seconds`` through the load generator's lean sender: req/s, p99 ms
+    and the server's CPU us a request."""
     latencies: list[float] = []
 
     async def go() -> None:
         stop = time.monotonic() + seconds
-        await asyncio.gather(*(_connection(port, request, stop, latencies) for _ in range(clients)))
+        async with RawHttpSender(f"http://127.0.0.1:{port}", clients, timeout_s=30) as send:
+
+            async def client() -> None:
+                while time.monotonic() < stop:
+                    t0 = time.perf_counter()
+                    status = await send(request)
+                    if status != 200:
+                        raise SystemExit(f"port {port} answered {status}: {send.first_errors}")
+                    latencies.append(time.perf_counter() - t0)
+
+            await asyncio.gather(*(client() for _ in range(clients)))
 
     cpu0 = cpu_seconds(pid)
     asyncio.run(go())
@@ -100,7 +93,7 @@ def bench(clients: int, seconds: float, rounds: int, folder: Path) -> dict[str, 
             else:
                 args = ["-m", "benchmarks.floor_app", port, name.removeprefix("floor_"), str(MLP)]
             procs[name] = start(args, ports[name])
-        request = request_bytes()
+        request = target()
         results: dict[str, list[dict[str, float]]] = {name: [] for name in SERVERS}
         for r in range(rounds + 1):  # round 0 warms every server and is not kept
             for name in SERVERS if r % 2 else reversed(SERVERS):
