@@ -54,10 +54,23 @@ class Adapter(ABC, Generic[C]):
 async def serve(
     adapter: Adapter[C], service: InferenceService, request: Request, version: int | None
 ) -> Response:
+    """The answer to an inference request, its body read from ``request``."""
+    status, headers, content = await serve_body(adapter, service, request, version, None)
+    response = Response(content, status_code=status)
+    response.raw_headers.extend(headers)
+    return response
+
+
+async def serve_body(
+    adapter: Adapter[C], service: InferenceService, request: Request, version: int | None, body: bytes | None
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The answer's status, headers (but content-length) and bytes; ``body`` is the request's body, read
+    already (``server.hot``), or None to read it from ``request``."""
     # the request holds its model version from here to its answer: a version retired meanwhile (a newer one
     # on disk, an unload call) finishes this request before it closes
     with service.repository.hold(request.path_params["model"], version) as entry:
-        body = await request.body()
+        if body is None:
+            body = await request.body()
         size = adapter.decode_size(request, body)
         arrivals = scope_arrivals(request.scope)
         alone = service.alone(arrivals)
@@ -68,7 +81,10 @@ async def serve(
         result = await service.infer(infer)
     size = adapter.encode_size(result, context)
     out = await codec.sized(size, adapter.encode, request, result, context, alone=service.alone(arrivals))
-    return Response(out.content, media_type=out.media_type, headers=out.headers)
+    headers = [(b"content-type", out.media_type.encode("latin-1"))]
+    if out.headers:
+        headers.extend((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in out.headers.items())
+    return 200, headers, out.content
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -85,4 +101,9 @@ def route(
     async def handle(request: Request) -> Response:
         return await serve(adapter, service, request, version(request))
 
-    return Route(path, handle, methods=["POST"])
+    async def fast(request: Request, body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        return await serve_body(adapter, service, request, version(request), body)
+
+    found = Route(path, handle, methods=["POST"])
+    found.fast = fast
+    return found

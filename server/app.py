@@ -31,6 +31,7 @@ from poolserve.runtime.errors import (
 from poolserve.server import admission, codec, errors, kserve, native, openapi, sessions, tfserving
 from poolserve.server.config import Config
 from poolserve.server.errors import REQUEST_ID_HEADER
+from poolserve.server.hot import HotPath
 from poolserve.server.idle import IdleMemoryRelease, resident_bytes
 from poolserve.server.limits import BodyTimeoutMiddleware
 from poolserve.server.protocol import arrival, declared_length
@@ -340,6 +341,11 @@ def create_app(config: Config, service: InferenceService | None = None) -> FastA
         admission.AdmissionMiddleware, service=service, admission=service.admission, paths=paths
     )
     app.add_middleware(ServingMiddleware, service=service)
+    # the three above, the exception handlers and the route's wrapping, for the inference routes, in one
+    # coroutine (server/hot.py)
+    decision = admission._Decision(service, service.admission, paths)
+    app.hot_layers = (ServingMiddleware, admission.AdmissionMiddleware, BodyTimeoutMiddleware)
+    app.hot_core = lambda a: HotPath(a, service, decision, config.server.body_timeout_ms)
     # the same decision, made by the HTTP protocol at the end of the headers (cli.run_server gives it)
     app.state.early_admission = admission.EarlyAdmission(service, service.admission, paths, new_request_id)
     return app

@@ -87,10 +87,14 @@ def error_response(exc: OpError, headers: dict[str, str] | None = None) -> JSONR
     return JSONResponse(error_body(exc.message, exc.code), status_code=http_status(exc.code), headers=headers)
 
 
+def status_body(status: int, message: str) -> dict[str, Any]:
+    """The error body for a bare HTTP status (413, 503, ...)."""
+    return error_body(message, _CODE_FOR_STATUS.get(status, Code.UNKNOWN))
+
+
 def status_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     """An error answer for a bare HTTP status (413, 503, ...)."""
-    code = _CODE_FOR_STATUS.get(status, Code.UNKNOWN)
-    return JSONResponse(error_body(message, code), status_code=status, headers=headers)
+    return JSONResponse(status_body(status, message), status_code=status, headers=headers)
 
 
 def validation_message(exc: RequestValidationError) -> str:

@@ -37,17 +37,23 @@ class BodyTimeoutMiddleware:
             if scope.get(BODY_IN_KEY):  # all of it is in: receive() answers at once
                 body_done = True
                 return await receive()
-            try:
-                async with asyncio.timeout(max(0.0, until - time.monotonic())):
-                    message = await receive()
-            except TimeoutError:
-                raise HTTPException(
-                    408,
-                    f"The request body did not arrive within body_timeout_ms ({self.timeout * 1000:.0f} ms)",
-                    headers={"Connection": "close"},
-                ) from None
+            message = await receive_until(receive, until, self.timeout)
             if message["type"] != "http.request" or not message.get("more_body", False):
                 body_done = True
             return message
 
         await self.app(scope, receive_in_time, send)
+
+
+async def receive_until(receive: Receive, until: float, timeout_s: float) -> Message:
+    """``receive()`` by ``until`` (time.monotonic()); past it the 408 HTTPException, which closes the
+    connection (``timeout_s``, body_timeout_ms in seconds, names the limit)."""
+    try:
+        async with asyncio.timeout(max(0.0, until - time.monotonic())):
+            return await receive()
+    except TimeoutError:
+        raise HTTPException(
+            408,
+            f"The request body did not arrive within body_timeout_ms ({timeout_s * 1000:.0f} ms)",
+            headers={"Connection": "close"},
+        ) from None

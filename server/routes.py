@@ -3,6 +3,7 @@ them through a shorter stack (see ``server.app``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -13,7 +14,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 class Route(routing.Route):
     """A Starlette route that, like FastAPI's, puts itself in the scope as ``route`` when it matches: the
-    metrics label requests by its path template."""
+    metrics label requests by its path template. ``fast``, if set, is the endpoint ``server.hot`` calls
+    with the request and its body read, for the answer's parts."""
+
+    fast: Any = None
 
     def matches(self, scope: Any) -> tuple[routing.Match, Any]:
         match, child = super().matches(scope)
@@ -46,6 +50,10 @@ class ServingApp(FastAPI):
         # testing them first spares the route's pattern (the last route was matched after seven misses)
         self._hot_ends: list[tuple[str, str, Route]] = []
         self._hot: ASGIApp | None = None
+        # ``hot_core(app)`` serves a hot route's request in place of the innermost middlewares
+        # ``hot_layers`` (in their order, outermost first) and what they wrap, when the app has them
+        self.hot_core: Callable[[ServingApp], ASGIApp] | None = None
+        self.hot_layers: tuple[Any, ...] = ()
 
     def serve_hot(self, routes: list[Route]) -> None:
         """Serves these routes (POST only) by the short stack; they are added to the router too."""
@@ -56,9 +64,19 @@ class ServingApp(FastAPI):
         self._hot_ends = [(r.path.split("{", 1)[0], r.path.rsplit("}", 1)[-1], r) for r in routes]
 
     def _short_stack(self) -> ASGIApp:
-        handlers = {k: v for k, v in self.exception_handlers.items() if k not in (500, Exception)}
-        app: ASGIApp = ExceptionMiddleware(_handle, handlers=handlers, debug=self.debug)
-        for cls, args, kwargs in reversed(self.user_middleware):
+        layers = self.user_middleware
+        inner = len(layers) - len(self.hot_layers)
+        if (
+            self.hot_core is not None
+            and inner >= 0
+            and tuple(m.cls for m in layers[inner:]) == self.hot_layers
+        ):
+            app = self.hot_core(self)
+            layers = layers[:inner]
+        else:
+            handlers = {k: v for k, v in self.exception_handlers.items() if k not in (500, Exception)}
+            app = ExceptionMiddleware(_handle, handlers=handlers, debug=self.debug)
+        for cls, args, kwargs in reversed(layers):
             app = cls(app, *args, **kwargs)
         return app
 

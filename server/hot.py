@@ -1,0 +1,283 @@
+"""The inference routes' server-side path as one coroutine.
+
+``create_app`` stacks three middlewares (``ServingMiddleware``: ids, ``max_in_flight``, the size limit,
+disconnects, metrics; ``AdmissionMiddleware``; ``BodyTimeoutMiddleware``), then Starlette's exception
+middleware and route wrapper, then ``adapter.serve`` with its Request and Response. Each layer wraps
+``receive`` and ``send`` in closures of its own, and a request of the example MLP made ~520 Python calls
+where a bare app makes ~150. ``HotPath`` does what those layers do for an inference route, in the same
+order and with the same answers, in one frame: the body is read once, the adapter's answer goes out as
+one start and one body message with the request id among its headers, and the bookkeeping (admission's
+ticket, in-flight count, trace, metrics) happens in one ``finally``.
+
+Every other route, and an inference route of an app whose middleware is not the three above (a test's,
+say), takes the layered stack; middleware added after ``create_app`` (a worker's or replica's header)
+wraps this path as it wraps the stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from poolserve.runtime.errors import OpError
+from poolserve.server import codec, errors
+from poolserve.server.admission import (
+    _TICKET_KEY,
+    _Decision,
+    in_flight_refusal,
+    retry_headers,
+    scope_request_id,
+)
+from poolserve.server.limits import receive_until
+from poolserve.server.protocol import BODY_IN_KEY, OVER_CONNECTIONS_KEY, arrival, declared_length
+from poolserve.server.service import InferenceService, RequestInfo, attach_info, new_request_id
+
+log = logging.getLogger("poolserve")
+
+# seconds after its body is in that a request still being served starts watching for a disconnect (as the
+# serving middleware: the many that answer sooner cost no watcher task)
+WATCH_AFTER = 0.02
+
+_JSON = (b"content-type", b"application/json")
+_CLOSE = (b"connection", b"close")
+
+# what an inference route's fast endpoint returns: status, headers (besides content-length), body
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+FastEndpoint = Callable[[Request, bytes], Awaitable[Answer]]
+
+
+class _Cut(Exception):
+    """The client went away before its body was in."""
+
+
+class HotPath:
+    """An inference route's request, start to end (see the module's text). ``scope["route"]`` is the
+    matched route (``routes.Route``); its ``fast`` endpoint, when it has one, takes the request and its
+    body and returns the answer's parts; otherwise its endpoint is called and returns a Response."""
+
+    def __init__(
+        self, app: Any, service: InferenceService, decision: _Decision, body_timeout_ms: int
+    ) -> None:
+        self.app = app
+        self.service = service
+        self.decision = decision
+        self.body_timeout = body_timeout_ms / 1000.0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        service = self.service
+        server = service.config.server
+        info = RequestInfo(scope_request_id(scope, new_request_id), arrival(scope))
+        attach_info(scope, info)
+        rid = info.request_id.encode("latin-1")
+        status = 500
+        started = complete = False
+
+        async def answer(code: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+            nonlocal status, started, complete
+            status, started = code, True
+            headers.append((b"content-length", str(len(body)).encode()))
+            headers.append((b"x-request-id", rid))
+            await send({"type": "http.response.start", "status": code, "headers": headers})
+            complete = True
+            await send({"type": "http.response.body", "body": body})
+
+        async def refuse(error: OpError) -> None:
+            headers = [_JSON, *_encode_headers(getattr(error, "headers", None))]
+            body = codec.dumps(errors.error_body(error.message, error.code))
+            await answer(errors.http_status(error.code), headers, body)
+
+        # the serving middleware's checks, then admission's, in their order
+        if service.in_flight >= server.max_in_flight:
+            service.metrics.rejected.inc()
+            await refuse(in_flight_refusal(server.max_in_flight))
+            self._count(scope, info, status)
+            return
+        length = declared_length(scope)
+        if length is not None and length > server.max_request_bytes:
+            await answer(*_status_answer(413, self._too_large()))
+            self._count(scope, info, status)
+            return
+        if scope.get(OVER_CONNECTIONS_KEY):
+            message = f"The server has more than max_connections ({server.max_connections}) open; retry later"
+            await answer(*_status_answer(503, message, [*_encode_headers(retry_headers(1000)), _CLOSE]))
+            self._count(scope, info, status)
+            return
+        decision = self.decision
+        ticket = scope.get(_TICKET_KEY)  # admitted by the protocol already
+        if ticket is None:
+            target = decision.target(scope)
+            if target is not None:
+                try:
+                    ticket = decision.decide(scope, target[0])
+                except OpError as e:
+                    await refuse(e)
+                    decision.count(scope, e)
+                    self._count(scope, info, status)
+                    return
+                scope[_TICKET_KEY] = ticket
+
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        gone = asyncio.Event()  # set when the client disconnects
+        disconnected = False
+        watcher: asyncio.Task[None] | None = None
+        timer: asyncio.TimerHandle | None = None
+
+        async def watch_disconnect() -> None:
+            nonlocal disconnected
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone.set()
+                if not complete and task is not None:
+                    disconnected = True
+                    task.cancel()
+
+        def start_watching() -> None:
+            nonlocal watcher
+            if watcher is None and not complete:
+                watcher = loop.create_task(watch_disconnect())
+
+        route = scope["route"]
+        service.in_flight += 1
+        try:
+            body = await self._body(scope, receive)
+            # a request still computing after WATCH_AFTER listens for a disconnect, to cancel its work
+            timer = loop.call_later(WATCH_AFTER, start_watching)
+            fast: FastEndpoint | None = getattr(route, "fast", None)
+            if fast is not None:
+                await answer(*await fast(Request(scope), body))
+            else:
+                sent = False
+
+                async def replay() -> Message:  # the body once, then the watcher's news
+                    nonlocal sent
+                    if not sent:
+                        sent = True
+                        return {"type": "http.request", "body": body, "more_body": False}
+                    start_watching()
+                    await gone.wait()
+                    return {"type": "http.disconnect"}
+
+                request = Request(scope, replay)
+                response: Response = await route.endpoint(request)
+                await answer(*_parts(response))
+        except asyncio.CancelledError:
+            if not disconnected or task is None:
+                raise
+            task.uncancel()
+            status = 499
+            log.info("request %s: the client disconnected; its work was cancelled", info.request_id)
+        except _Cut:
+            status = 499
+            log.info("request %s: the client disconnected before its body was in", info.request_id)
+        except Exception as e:
+            await self._failed(scope, info, e, started, answer)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if watcher is not None:
+                watcher.cancel()
+            end = time.monotonic()
+            if ticket is not None:
+                decision.admission.release(ticket, status == 200, end)
+            service.in_flight -= 1
+            service.traces.finish(info.request_id, status, end)
+            self._count(scope, info, status, end)
+
+    async def _body(self, scope: Scope, receive: Receive) -> bytes:
+        """The whole body, within max_request_bytes (413) and body_timeout_ms from arrival (408)."""
+        limit = self.service.config.server.max_request_bytes
+        if scope.get(BODY_IN_KEY):  # all of it is in: receive() answers at once
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                body: bytes = message.get("body", b"")
+                if len(body) > limit:
+                    raise HTTPException(413, self._too_large())
+                return body
+            return await self._rest(scope, receive, message)
+        return await self._rest(scope, receive, None)
+
+    async def _rest(self, scope: Scope, receive: Receive, first: Message | None) -> bytes:
+        limit = self.service.config.server.max_request_bytes
+        until = arrival(scope) + self.body_timeout
+        chunks: list[bytes] = []
+        received = 0
+        message = first
+        while True:
+            if message is None:
+                message = await receive_until(receive, until, self.body_timeout)
+            if message["type"] == "http.disconnect":
+                raise _Cut
+            chunk = message.get("body", b"")
+            received += len(chunk)
+            if received > limit:
+                raise HTTPException(413, self._too_large())
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+            message = None
+
+    async def _failed(
+        self,
+        scope: Scope,
+        info: RequestInfo,
+        error: Exception,
+        started: bool,
+        answer: Callable[[int, list[tuple[bytes, bytes]], bytes], Awaitable[None]],
+    ) -> None:
+        """The answer to an exception: the app's handler for its type (OpError, HTTPException, ...), else
+        a logged 500 with the request id."""
+        handler = None if started else self._handler(error)
+        if handler is None:
+            log.exception("request %s failed with an unexpected error", info.request_id, exc_info=error)
+            if not started:
+                await answer(500, [_JSON], codec.dumps(errors.internal_error_body(info.request_id)))
+            return
+        response: Response = await handler(Request(scope), error)
+        await answer(*_parts(response))
+
+    def _handler(self, error: Exception) -> Any:
+        handlers = self.app.exception_handlers
+        for cls in type(error).__mro__:
+            if cls in handlers and cls is not Exception:
+                return handlers[cls]
+        return None
+
+    def _too_large(self) -> str:
+        limit = self.service.config.server.max_request_bytes
+        return f"The request body is larger than max_request_bytes ({limit})"
+
+    def _count(self, scope: Scope, info: RequestInfo, status: int, end: float | None = None) -> None:
+        endpoint = scope["route"].path
+        # labelled by the model the route named, if the server has it (no label per made-up name)
+        model = scope["path_params"].get("model", "")
+        if model not in self.service.models:
+            model = ""
+        elapsed = (end or time.monotonic()) - info.received_at if model else None
+        self.service.metrics.count_request(model, endpoint, status, elapsed)
+
+
+def _encode_headers(headers: dict[str, str] | None) -> list[tuple[bytes, bytes]]:
+    if not headers:
+        return []
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+
+def _status_answer(
+    status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    return status, [_JSON, *(headers or [])], codec.dumps(errors.status_body(status, message))
+
+
+def _parts(response: Response) -> Answer:
+    """A Starlette Response as ``answer`` sends it (it adds content-length and the request id itself)."""
+    headers = [h for h in response.raw_headers if h[0] not in (b"content-length", b"x-request-id")]
+    return response.status_code, headers, bytes(response.body)
