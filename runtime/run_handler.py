@@ -440,7 +440,9 @@ class RunHandlerPool:
             self._add_waiter(priority, waiter)
         try:
             if timeout_ms > 0:
-                handler = await asyncio.wait_for(asyncio.shield(waiter.future), timeout_ms / 1000.0)
+                # a timeout of the task rather than wait_for, whose own future and callbacks cost more
+                async with asyncio.timeout(timeout_ms / 1000.0):
+                    handler = await asyncio.shield(waiter.future)
             else:
                 handler = await asyncio.shield(waiter.future)
         except (TimeoutError, asyncio.CancelledError) as e:
