@@ -4,7 +4,8 @@
 lifespan) and returns a FastAPI app. The middleware gives every request an id (``X-Request-Id`` echoed or
 a fresh one of 32 hex digits), limits body size (413), sheds load past ``max_in_flight`` (503 +
 Retry-After), cancels the request's work when the client disconnects, turns unexpected exceptions into a
-logged 500, and records metrics and the trace's last span.
+logged 500, and records metrics and the trace's last span. The inference routes get all of that, and
+admission and the body timeout, from one coroutine instead (``server.hot.HotPath``).
 """
 
 from __future__ import annotations
