@@ -278,13 +278,17 @@ class Admission:
             self.cost[ticket.model] = sum(shares) / len(shares)
 
     def ahead(self, ticket: Ticket) -> float:
-        """What the server needs to answer the requests admitted before ``ticket``, and ticket itself."""
-        total = 0.0
-        for seq, other in self.open.items():
-            if seq > ticket.seq:
+        """What the server needs to answer the requests admitted before ``ticket``, and ticket itself: all
+        the open ones (``pending``, a sum per model) less those admitted after it, counted from the newest
+        (the few that came while it was decoded), not the whole queue from the oldest: under overload each
+        admitted request walked every open ticket."""
+        total = self.pending
+        open_ = self.open
+        for seq in reversed(open_):
+            if seq <= ticket.seq:
                 break
-            total += self.cost.get(other.model, 0.0)
-        return total
+            total -= self.cost.get(open_[seq].model, 0.0)
+        return max(0.0, total)
 
 
 # the longest timeout taken from the header (RunOptions.timeout_in_ms is an int64; 2^31 ms is 24 days)

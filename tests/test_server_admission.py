@@ -53,6 +53,16 @@ def client(app: FastAPI) -> httpx.AsyncClient:
 BODY = {"feeds": {"x": [[1.0, 2.0, 3.0]]}}
 
 
+def test_the_work_ahead_of_a_ticket_counts_the_open_ones_up_to_it_at_each_models_cost() -> None:
+    a = Admission()
+    a.cost.update(m=0.1, n=0.5)
+    tickets = [a.admit(model, 1.0, 1000, header=False) for model in ("m", "n", "m", "n", "m")]
+    assert [a.ahead(t) for t in tickets] == pytest.approx([0.1, 0.6, 0.7, 1.2, 1.3])
+    a.release(tickets[1], ok=False, now=1.5)  # answered: no longer ahead of anyone, nor counted itself
+    assert [a.ahead(t) for t in tickets] == pytest.approx([0.1, 0.1, 0.2, 0.7, 0.8])
+    assert a.ahead(a.admit("other", 1.0, 1000, header=False)) == pytest.approx(0.8)  # its own: unmeasured
+
+
 def test_costs_are_measured_per_model_from_answers() -> None:
     a = Admission()
     assert a.decide("m", 0.0, 1000, 0.0) is None  # nothing measured: admitted
