@@ -76,7 +76,6 @@ async def serve_body(
         alone = service.alone(arrivals)
         infer, context = await codec.sized(size, adapter.decode, request, body, entry, alone=alone)
         infer.request_id, infer.received_at = request_info(request.scope)
-        infer.arrivals = arrivals
         check_decoded(request.scope, infer, service)
         result = await service.infer(infer)
     size = adapter.encode_size(result, context)

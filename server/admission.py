@@ -168,6 +168,9 @@ class Admission:
     shed_window: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=_WINDOW))
     loop_lag: LoopLag = field(default_factory=lambda: LoopLag())
     arrivals: int = 0  # requests that came to admission, admitted or not
+    # when a request was last refused as it arrived (shed, throttled, past its deadline, past max_in_flight
+    # or max_connections: ``refuse``); time.monotonic()
+    refused_at: float = float("-inf")
     _seq: int = 0
 
     @property
@@ -220,6 +223,7 @@ class Admission:
         self.arrivals += 1
         now = time.monotonic()
         if timeout_ms > 0 and now >= arrived + timeout_ms / 1000.0:
+            self.refuse(now)
             raise DeadlineExceededError(
                 f"The deadline of {timeout_ms} ms passed before the request was read ({TIMEOUT_HEADER} or "
                 "the server's default_timeout_ms)"
@@ -228,6 +232,7 @@ class Admission:
             retry_ms = self.over_limit(client, limit)
             if retry_ms is not None:
                 self.throttled += 1
+                self.refuse(now)
                 raise ThrottledError(
                     f"Client {client!r} already has {limit} requests in flight (max_in_flight_per_client; "
                     "clients are told apart by the client_header, else their address); retry when one is "
@@ -237,6 +242,7 @@ class Admission:
         retry_ms = self.decide(model, arrived, timeout_ms, now) if shed else None
         if retry_ms is not None:
             self.shed += 1
+            self.refuse(now)
             raise ShedError(
                 f"The server cannot answer a '{model}' request within {timeout_ms} ms: the work queued needs "
                 f"about {self.expected(model) * 1000:.0f} ms, more than half of it (the rest is the "
@@ -244,6 +250,11 @@ class Admission:
                 retry_ms,
             )
         return self.admit(model, arrived, timeout_ms, header, client if limit > 0 else None)
+
+    def refuse(self, now: float | None = None) -> None:
+        """Notes a request refused as it arrived (``arrive``'s refusals, and the server's at max_in_flight
+        or max_connections): the server is past its capacity (``InferenceService.loop_free``)."""
+        self.refused_at = time.monotonic() if now is None else now
 
     def admit(
         self, model: str, arrived: float, timeout_ms: int, header: bool, client: str | None = None
@@ -431,6 +442,7 @@ class EarlyAdmission(_Decision):
         model, endpoint = target
         if self.service.in_flight >= server.max_in_flight:
             self.service.metrics.rejected.inc()
+            self.admission.refuse()
             return self._refusal(scope, in_flight_refusal(server.max_in_flight), model, endpoint)
         try:
             ticket = self.decide(scope, model)
@@ -472,6 +484,7 @@ class AdmissionMiddleware(_Decision):
         server = self.service.config.server
         if scope.get(OVER_CONNECTIONS_KEY):
             message = f"The server has more than max_connections ({server.max_connections}) open; retry later"
+            self.admission.refuse()
             headers = {**retry_headers(1000), "Connection": "close"}
             await errors.status_response(503, message, headers)(scope, receive, send)
             return

@@ -80,6 +80,7 @@ class ServingMiddleware:
 
         if work and service.in_flight >= server.max_in_flight:
             metrics.rejected.inc()
+            service.admission.refuse()
             refused = admission.in_flight_refusal(server.max_in_flight)
             await answer(errors.error_response(refused, refused.headers))
             self._count(scope, info, state["status"])

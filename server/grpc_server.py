@@ -155,7 +155,6 @@ async def infer_once(
                     alone=service.alone(ticket.arrivals),
                 )
                 infer.request_id, infer.received_at = request_id, received
-                infer.arrivals = ticket.arrivals
                 apply_deadline(infer, remaining())
                 result = await service.infer(infer)
                 answer = adapter.encode(result, kept)

@@ -97,6 +97,7 @@ class HotPath:
         # the serving middleware's checks, then admission's, in their order
         if service.in_flight >= server.max_in_flight:
             service.metrics.rejected.inc()
+            service.admission.refuse()
             await refuse(in_flight_refusal(server.max_in_flight))
             self._count(scope, info, status)
             return
@@ -106,6 +107,7 @@ class HotPath:
             self._count(scope, info, status)
             return
         if scope.get(OVER_CONNECTIONS_KEY):
+            service.admission.refuse()
             message = f"The server has more than max_connections ({server.max_connections}) open; retry later"
             await answer(*_status_answer(503, message, [*_encode_headers(retry_headers(1000)), _CLOSE]))
             self._count(scope, info, status)

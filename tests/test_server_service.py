@@ -21,7 +21,7 @@ from poolserve.runtime.run_handler import DEFAULT_STRETCH, get_pool
 from poolserve.runtime.session import Session
 from poolserve.server.config import load_config, make_config
 from poolserve.server.models import make_entry
-from poolserve.server.service import InferenceService, InferRequest
+from poolserve.server.service import QUIET_AFTER_REFUSAL_S, InferenceService, InferRequest
 
 SLOW_LAYERS = 300
 
@@ -268,3 +268,25 @@ def test_steps_without_the_pool_share_the_cores_between_their_blas_threads(
     assert threadpool.kernel_cores() == 4
     assert seen and seen[0] == 2
     assert _blas_threads() == default
+
+
+def test_a_step_may_run_on_the_loop_until_the_server_refuses_a_request(runtime: InferenceService) -> None:
+    # nothing else in flight, nothing refused: the loop is free (a closed loop's next request arriving
+    # meanwhile does not change that)
+    admission = runtime.admission
+    assert runtime.loop_free()
+    admission.arrivals += 1
+    assert runtime.loop_free() and not runtime.alone(admission.arrivals - 1)
+    runtime.in_flight = 2  # another request in flight
+    try:
+        assert not runtime.loop_free()
+    finally:
+        runtime.in_flight = 0
+    admission.refuse()  # past capacity: steps leave the loop for QUIET_AFTER_REFUSAL_S
+    assert not runtime.loop_free()
+    admission.refused_at = time.monotonic() - QUIET_AFTER_REFUSAL_S - 0.01
+    assert runtime.loop_free()
+    # admission's own refusals count as well
+    with pytest.raises(DeadlineExceededError):
+        admission.arrive("add", time.monotonic() - 2.0, 1000)
+    assert not runtime.loop_free()
