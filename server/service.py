@@ -262,8 +262,8 @@ class InferenceService:
         Laxer than ``alone``: in a closed loop requests arrive all the time and are answered one by one, and
         under ``alone``'s rule no step ran on the loop. The four example models at 8 clients, pool on / off
         (``poolserve loadtest --compare-pool``): 0.91-0.99x throughput and p99 1.06-1.36x with ``alone``
-        for the steps, 1.46-1.62x and 0.34-0.38x with this. Past capacity (a refusal within the last second)
-        steps leave the loop as before."""
+        for the steps (a2f55aa), 1.25-1.54x and 0.42x with this. Past capacity (a refusal within the last
+        second) steps leave the loop as before."""
         if self.in_flight > 1:
             return False
         return time.monotonic() - self.admission.refused_at >= QUIET_AFTER_REFUSAL_S
