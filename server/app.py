@@ -32,7 +32,7 @@ from poolserve.runtime.errors import (
 from poolserve.server import admission, codec, errors, kserve, native, openapi, sessions, tfserving
 from poolserve.server.config import Config
 from poolserve.server.errors import REQUEST_ID_HEADER
-from poolserve.server.hot import HotPath
+from poolserve.server.hot import DisconnectWatch, HotPath, count_request, too_large_message
 from poolserve.server.idle import IdleMemoryRelease, resident_bytes
 from poolserve.server.limits import BodyTimeoutMiddleware
 from poolserve.server.protocol import arrival, declared_length
@@ -43,8 +43,6 @@ log = logging.getLogger("poolserve")
 
 # requests that compute, and count against max_in_flight
 _WORK_METHODS = frozenset({"POST"})
-# seconds after its body is in that a request still being served starts watching for a disconnect
-_WATCH_AFTER = 0.02
 
 
 class ServingMiddleware:
@@ -62,8 +60,9 @@ class ServingMiddleware:
         info = RequestInfo(admission.scope_request_id(scope, new_request_id), arrival(scope))
         attach_info(scope, info)
         rid_header = (REQUEST_ID_HEADER.lower().encode(), info.request_id.encode("latin-1"))
-        state: dict[str, Any] = {"status": 500, "started": False, "complete": False}
+        state: dict[str, Any] = {"status": 500, "started": False}
         work = scope["method"] in _WORK_METHODS
+        watch = DisconnectWatch(receive)
 
         async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -72,7 +71,7 @@ class ServingMiddleware:
                 headers = [h for h in message.get("headers", []) if h[0].lower() != rid_header[0]]
                 message["headers"] = [*headers, rid_header]
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                state["complete"] = True
+                watch.complete = True
             await send(message)
 
         async def answer(response: Response) -> None:
@@ -93,44 +92,20 @@ class ServingMiddleware:
 
         received = 0
         body_done = False
-        gone = asyncio.Event()  # the client disconnected (or the answer is complete)
-        disconnected = False
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        watcher: asyncio.Task[None] | None = None
-        timer: asyncio.TimerHandle | None = None
-
-        async def watch_disconnect() -> None:
-            nonlocal disconnected
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                gone.set()
-                if not state["complete"] and task is not None:
-                    disconnected = True
-                    task.cancel()
-
-        def start_watching() -> None:
-            nonlocal watcher
-            if watcher is None and not state["complete"]:
-                watcher = loop.create_task(watch_disconnect())
 
         async def receive_wrapper() -> Message:
-            nonlocal received, body_done, timer
+            nonlocal received, body_done
             if body_done:
-                # once the body is in, the watcher owns the connection's receive channel
-                start_watching()
-                await gone.wait()
-                return {"type": "http.disconnect"}
+                return await watch.wait_gone()
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > server.max_request_bytes:
-                    raise StarletteHTTPException(413, self._too_large_message())
+                    raise StarletteHTTPException(413, too_large_message(server.max_request_bytes))
                 if not message.get("more_body", False) and work:
                     body_done = True
-                    # a request still computing after _WATCH_AFTER starts listening for a disconnect, to
-                    # cancel its work; the many that answer sooner cost no watcher task
-                    timer = loop.call_later(_WATCH_AFTER, start_watching)
+                    # a request still computing after WATCH_AFTER listens for a disconnect, to cancel its work
+                    watch.start_later()
             return message
 
         if work:
@@ -138,9 +113,9 @@ class ServingMiddleware:
         try:
             await self.app(scope, receive_wrapper, send_wrapper)
         except asyncio.CancelledError:
-            if not disconnected or task is None:
+            if not watch.disconnected or watch.task is None:
                 raise
-            task.uncancel()
+            watch.task.uncancel()
             state["status"] = 499
             log.info("request %s: the client disconnected; its work was cancelled", info.request_id)
         except Exception:
@@ -148,10 +123,7 @@ class ServingMiddleware:
             if not state["started"]:
                 await answer(JSONResponse(errors.internal_error_body(info.request_id), status_code=500))
         finally:
-            if timer is not None:
-                timer.cancel()
-            if watcher is not None:
-                watcher.cancel()
+            watch.stop()
             if work:
                 service.in_flight -= 1
             end = time.monotonic()
@@ -159,22 +131,11 @@ class ServingMiddleware:
                 service.traces.finish(info.request_id, state["status"], end)
             self._count(scope, info, state["status"], end)
 
-    def _too_large_message(self) -> str:
-        limit = self.service.config.server.max_request_bytes
-        return f"The request body is larger than max_request_bytes ({limit})"
-
     def _too_large(self) -> Response:
-        return errors.status_response(413, self._too_large_message())
+        return errors.status_response(413, too_large_message(self.service.config.server.max_request_bytes))
 
     def _count(self, scope: Scope, info: RequestInfo, status: int, end: float | None = None) -> None:
-        route = scope.get("route")
-        endpoint = getattr(route, "path", None) or "unmatched"
-        # labelled by the model the route named, if the server has it (no label per made-up name)
-        model = scope.get("path_params", {}).get("model", "")
-        if model not in self.service.models:
-            model = ""
-        elapsed = (end or time.monotonic()) - info.received_at if model else None
-        self.service.metrics.count_request(model, endpoint, status, elapsed)
+        count_request(self.service, scope, info, status, end)
 
 
 # --- operational endpoints -------------------------------------------------------------------------------

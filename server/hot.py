@@ -42,8 +42,8 @@ from poolserve.server.service import InferenceService, RequestInfo, attach_info,
 
 log = logging.getLogger("poolserve")
 
-# seconds after its body is in that a request still being served starts watching for a disconnect (as the
-# serving middleware: the many that answer sooner cost no watcher task)
+# seconds after its body is in that a request still being served starts watching for a disconnect, here and
+# in the serving middleware (``DisconnectWatch``): the many that answer sooner cost no watcher task
 WATCH_AFTER = 0.02
 
 _JSON = (b"content-type", b"application/json")
@@ -56,6 +56,72 @@ FastEndpoint = Callable[[Request, bytes], Awaitable[Answer]]
 
 class _Cut(Exception):
     """The client went away before its body was in."""
+
+
+class DisconnectWatch:
+    """Cancels a request's task when its client disconnects, once watching has started (``start``, or
+    ``start_later``: after ``WATCH_AFTER``, so the many requests answered sooner cost no watcher task).
+    ``complete`` is set by the caller once the answer's last part is sent: a disconnect after it cancels
+    nothing. ``disconnected``: the task was cancelled for it."""
+
+    __slots__ = ("_timer", "_watcher", "complete", "disconnected", "gone", "loop", "receive", "task")
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.gone: asyncio.Event | None = None  # set when the client disconnects
+        self.complete = False
+        self.disconnected = False
+        self._watcher: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start_later(self) -> None:
+        self._timer = self.loop.call_later(WATCH_AFTER, self.start)
+
+    def start(self) -> asyncio.Event:
+        if self.gone is None:
+            self.gone = asyncio.Event()
+        if self._watcher is None and not self.complete:
+            self._watcher = self.loop.create_task(self._watch(self.gone))
+        return self.gone
+
+    async def wait_gone(self) -> Message:
+        """What ``receive()`` answers once the body is in: the watcher owns the connection's channel."""
+        await self.start().wait()
+        return {"type": "http.disconnect"}
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._watcher is not None:
+            self._watcher.cancel()
+
+    async def _watch(self, gone: asyncio.Event) -> None:
+        message = await self.receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            if not self.complete and self.task is not None:
+                self.disconnected = True
+                self.task.cancel()
+
+
+def too_large_message(limit: int) -> str:
+    return f"The request body is larger than max_request_bytes ({limit})"
+
+
+def count_request(
+    service: InferenceService, scope: Scope, info: RequestInfo, status: int, end: float | None = None
+) -> None:
+    """The request in the metrics, by its route's path template and the model it named (no label per
+    made-up name: an unknown model counts under "")."""
+    route = scope.get("route")
+    endpoint = getattr(route, "path", None) or "unmatched"
+    model = scope.get("path_params", {}).get("model", "")
+    if model not in service.models:
+        model = ""
+    elapsed = (end or time.monotonic()) - info.received_at if model else None
+    service.metrics.count_request(model, endpoint, status, elapsed)
 
 
 class HotPath:
@@ -78,15 +144,17 @@ class HotPath:
         attach_info(scope, info)
         rid = info.request_id.encode("latin-1")
         status = 500
-        started = complete = False
+        started = False
+        watch: DisconnectWatch | None = None
 
         async def answer(code: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-            nonlocal status, started, complete
+            nonlocal status, started
             status, started = code, True
             headers.append((b"content-length", str(len(body)).encode()))
             headers.append((b"x-request-id", rid))
             await send({"type": "http.response.start", "status": code, "headers": headers})
-            complete = True
+            if watch is not None:
+                watch.complete = True
             await send({"type": "http.response.body", "body": body})
 
         async def refuse(error: OpError) -> None:
@@ -126,33 +194,13 @@ class HotPath:
                     return
                 scope[_TICKET_KEY] = ticket
 
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        gone = asyncio.Event()  # set when the client disconnects
-        disconnected = False
-        watcher: asyncio.Task[None] | None = None
-        timer: asyncio.TimerHandle | None = None
-
-        async def watch_disconnect() -> None:
-            nonlocal disconnected
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                gone.set()
-                if not complete and task is not None:
-                    disconnected = True
-                    task.cancel()
-
-        def start_watching() -> None:
-            nonlocal watcher
-            if watcher is None and not complete:
-                watcher = loop.create_task(watch_disconnect())
-
+        watch = DisconnectWatch(receive)
         route = scope["route"]
         service.in_flight += 1
         try:
             body = await self._body(scope, receive)
             # a request still computing after WATCH_AFTER listens for a disconnect, to cancel its work
-            timer = loop.call_later(WATCH_AFTER, start_watching)
+            watch.start_later()
             fast: FastEndpoint | None = getattr(route, "fast", None)
             if fast is not None:
                 await answer(*await fast(Request(scope), body))
@@ -164,17 +212,15 @@ class HotPath:
                     if not sent:
                         sent = True
                         return {"type": "http.request", "body": body, "more_body": False}
-                    start_watching()
-                    await gone.wait()
-                    return {"type": "http.disconnect"}
+                    return await watch.wait_gone()
 
                 request = Request(scope, replay)
                 response: Response = await route.endpoint(request)
                 await answer(*_parts(response))
         except asyncio.CancelledError:
-            if not disconnected or task is None:
+            if not watch.disconnected or watch.task is None:
                 raise
-            task.uncancel()
+            watch.task.uncancel()
             status = 499
             log.info("request %s: the client disconnected; its work was cancelled", info.request_id)
         except _Cut:
@@ -183,10 +229,7 @@ class HotPath:
         except Exception as e:
             await self._failed(scope, info, e, started, answer)
         finally:
-            if timer is not None:
-                timer.cancel()
-            if watcher is not None:
-                watcher.cancel()
+            watch.stop()
             end = time.monotonic()
             if ticket is not None:
                 decision.admission.release(ticket, status == 200, end)
@@ -254,17 +297,10 @@ class HotPath:
         return None
 
     def _too_large(self) -> str:
-        limit = self.service.config.server.max_request_bytes
-        return f"The request body is larger than max_request_bytes ({limit})"
+        return too_large_message(self.service.config.server.max_request_bytes)
 
     def _count(self, scope: Scope, info: RequestInfo, status: int, end: float | None = None) -> None:
-        endpoint = scope["route"].path
-        # labelled by the model the route named, if the server has it (no label per made-up name)
-        model = scope["path_params"].get("model", "")
-        if model not in self.service.models:
-            model = ""
-        elapsed = (end or time.monotonic()) - info.received_at if model else None
-        self.service.metrics.count_request(model, endpoint, status, elapsed)
+        count_request(self.service, scope, info, status, end)
 
 
 def _encode_headers(headers: dict[str, str] | None) -> list[tuple[bytes, bytes]]:
