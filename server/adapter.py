@@ -17,7 +17,7 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import Response
 
-from poolserve.server import codec
+from poolserve.server import codec, errors
 from poolserve.server.admission import check_decoded, scope_arrivals
 from poolserve.server.models import ModelEntry
 from poolserve.server.routes import Route
@@ -80,10 +80,11 @@ async def serve_body(
         result = await service.infer(infer)
     size = adapter.encode_size(result, context)
     out = await codec.sized(size, adapter.encode, request, result, context, alone=service.alone(arrivals))
-    headers = [(b"content-type", out.media_type.encode("latin-1"))]
-    if out.headers:
-        headers.extend((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in out.headers.items())
-    return 200, headers, out.content
+    return (
+        200,
+        [(b"content-type", out.media_type.encode("latin-1")), *errors.raw_headers(out.headers)],
+        out.content,
+    )
 
 
 Handler = Callable[[Request], Awaitable[Response]]

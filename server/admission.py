@@ -346,6 +346,15 @@ def check_decoded(scope: Scope, request: InferRequest, service: InferenceService
         )
 
 
+def over_connections_message(limit: int) -> str:
+    return f"The server has more than max_connections ({limit}) open; retry later"
+
+
+def over_connections_headers() -> dict[str, str]:
+    """A request on a connection past max_connections: retry in a second, on another connection."""
+    return {**retry_headers(1000), "Connection": "close"}
+
+
 def in_flight_refusal(limit: int) -> ShedError:
     """503 for a server at ``max_in_flight`` (the serving middleware's check, and the protocol's)."""
     return ShedError(f"The server is at its limit of {limit} requests in flight; retry later", 1000)
@@ -456,7 +465,7 @@ class EarlyAdmission(_Decision):
     def _refusal(self, scope: Scope, error: OpError, model: str, endpoint: str) -> Refusal:
         status = errors.http_status(error.code)
         extra: dict[str, str] = getattr(error, "headers", None) or {}
-        headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+        headers = errors.raw_headers(extra)
         headers.append((b"content-type", b"application/json"))
         request_id = scope_request_id(scope, self.new_id)
         headers.append((errors.REQUEST_ID_HEADER.lower().encode(), request_id.encode("latin-1")))
@@ -483,10 +492,9 @@ class AdmissionMiddleware(_Decision):
             return
         server = self.service.config.server
         if scope.get(OVER_CONNECTIONS_KEY):
-            message = f"The server has more than max_connections ({server.max_connections}) open; retry later"
             self.admission.refuse()
-            headers = {**retry_headers(1000), "Connection": "close"}
-            await errors.status_response(503, message, headers)(scope, receive, send)
+            message = over_connections_message(server.max_connections)
+            await errors.status_response(503, message, over_connections_headers())(scope, receive, send)
             return
         ticket: Ticket | None = scope.get(_TICKET_KEY)  # admitted by the protocol already
         if ticket is None:

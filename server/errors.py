@@ -82,6 +82,13 @@ def error_body(message: str, code: Code | int, **extra: Any) -> dict[str, Any]:
     return {"error": message, "code": name, **extra}
 
 
+def raw_headers(headers: dict[str, str] | None) -> list[tuple[bytes, bytes]]:
+    """Headers as an ASGI message carries them: lower-case names, latin-1 bytes."""
+    if not headers:
+        return []
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+
 def error_response(exc: OpError, headers: dict[str, str] | None = None) -> JSONResponse:
     """The answer for a runtime error."""
     return JSONResponse(error_body(exc.message, exc.code), status_code=http_status(exc.code), headers=headers)

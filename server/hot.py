@@ -33,7 +33,8 @@ from poolserve.server.admission import (
     _TICKET_KEY,
     _Decision,
     in_flight_refusal,
-    retry_headers,
+    over_connections_headers,
+    over_connections_message,
     scope_request_id,
 )
 from poolserve.server.limits import receive_until
@@ -47,7 +48,6 @@ log = logging.getLogger("poolserve")
 WATCH_AFTER = 0.02
 
 _JSON = (b"content-type", b"application/json")
-_CLOSE = (b"connection", b"close")
 
 # what an inference route's fast endpoint returns: status, headers (besides content-length), body
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
@@ -158,7 +158,7 @@ class HotPath:
             await send({"type": "http.response.body", "body": body})
 
         async def refuse(error: OpError) -> None:
-            headers = [_JSON, *_encode_headers(getattr(error, "headers", None))]
+            headers = [_JSON, *errors.raw_headers(getattr(error, "headers", None))]
             body = codec.dumps(errors.error_body(error.message, error.code))
             await answer(errors.http_status(error.code), headers, body)
 
@@ -176,8 +176,8 @@ class HotPath:
             return
         if scope.get(OVER_CONNECTIONS_KEY):
             service.admission.refuse()
-            message = f"The server has more than max_connections ({server.max_connections}) open; retry later"
-            await answer(*_status_answer(503, message, [*_encode_headers(retry_headers(1000)), _CLOSE]))
+            message = over_connections_message(server.max_connections)
+            await answer(*_status_answer(503, message, errors.raw_headers(over_connections_headers())))
             self._count(scope, info, status)
             return
         decision = self.decision
@@ -301,12 +301,6 @@ class HotPath:
 
     def _count(self, scope: Scope, info: RequestInfo, status: int, end: float | None = None) -> None:
         count_request(self.service, scope, info, status, end)
-
-
-def _encode_headers(headers: dict[str, str] | None) -> list[tuple[bytes, bytes]]:
-    if not headers:
-        return []
-    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
 
 
 def _status_answer(

@@ -398,3 +398,23 @@ def conv_attrs(strides, dilations, padding, explicit, fmt="NHWC"):
             [0, 0, pt, pb, pl, pr, 0, 0] if fmt == "NHWC" else [0, 0, 0, 0, pt, pb, pl, pr]
         )
     return attrs
+
+
+def asgi_scope(
+    path: str, headers: Sequence[tuple[bytes, bytes]] = (), method: str = "POST"
+) -> dict[str, Any]:
+    """An HTTP/1.1 ASGI scope for ``path`` on loopback, for tests that call an app directly."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": list(headers),
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from starlette.types import Message
-from support import GATES, gate_op
+from support import GATES, asgi_scope, gate_op
 
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.server import codec
@@ -48,20 +48,7 @@ async def call(
 ) -> list[Message]:
     """The messages ``app`` sends for a POST whose body comes in ``chunks``; ``then``: seconds after the
     body that the client disconnects (None: it stays)."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"t"), *(headers or [])],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 2),
-    }
+    scope = asgi_scope(path, [(b"host", b"t"), *(headers or [])])
     left = list(chunks)
     sent: list[Message] = []
 

@@ -15,6 +15,7 @@ import httpx
 import numpy as np
 import pytest
 from fastapi import FastAPI
+from support import asgi_scope
 
 from poolserve.proto import serving_pb2
 from poolserve.runtime.builder import GraphBuilder
@@ -342,20 +343,8 @@ async def test_client_disconnect_cancels_the_step(app: FastAPI) -> None:
     """Raw ASGI: the client goes away while the step computes; the step is cancelled, not abandoned."""
     runtime = runtime_of(app)
     body = json.dumps({"feeds": slow_feeds(600)}).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/models/slow:run",
-        "raw_path": b"/v1/models/slow:run",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    scope = asgi_scope("/v1/models/slow:run", headers)
     sent: list[dict[str, Any]] = []
     calls = 0
 
