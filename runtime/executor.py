@@ -302,11 +302,15 @@ class Plan:
         """Learns a step's thread CPU time; ``kernel``, when measured, the part of it in timed kernels."""
         # a blocking plan stays unmeasured (cost 0): the fast lanes (``Session._enter_pool``, ``arun``'s
         # steps on the event loop) take only plans measured cheap, and a sleeping kernel would look free
+        # The first step pays once for what later steps reuse (buffers, caches, lazily built kernels): the
+        # second measure replaces it rather than averaging with it. Averaged, a cold first step of a tiny
+        # graph (3 nodes, 0.2 ms warm) kept it above SLOT_STEP_S for a dozen steps on a slower machine.
         if seconds > 0.0 and not self.blocking:
-            self.cpu = seconds if self.cpu == 0.0 else (9.0 * self.cpu + seconds) / 10.0
+            fresh = self.cpu_samples <= 1
+            self.cpu = seconds if fresh else (9.0 * self.cpu + seconds) / 10.0
             if kernel >= 0.0:
                 share = min(1.0, kernel / seconds)
-                known = self.kernel_share >= 0.0
+                known = self.kernel_share >= 0.0 and not fresh
                 self.kernel_share = (9.0 * self.kernel_share + share) / 10.0 if known else share
             self.cpu_samples += 1
             if self.cpu_samples >= SAMPLE_FIRST:

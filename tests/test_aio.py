@@ -267,9 +267,8 @@ def test_arun_runs_a_short_step_on_the_loop_and_a_long_one_on_a_thread():
         options.experimental.use_run_handler_pool = use_pool
         for _ in range(3):  # the plan learns its cost
             await session.arun(y, feed, options)
-        if short:  # short whatever this machine measured just now
-            for plan in session._calls.plans.values():
-                plan.cpu = INLINE_STEP_S / 4
+        for plan in session._calls.plans.values():  # whatever this machine measured just now
+            plan.cpu = INLINE_STEP_S / 4 if short else 10 * INLINE_STEP_S  # as if the step were long
         deadline = time.monotonic() + 5
         while pool.stats().running_closures and time.monotonic() < deadline:
             await asyncio.sleep(0.001)  # the pool's thread gives its slot back just after answering
@@ -282,8 +281,6 @@ def test_arun_runs_a_short_step_on_the_loop_and_a_long_one_on_a_thread():
         for use_pool in (True, False):
             assert asyncio.run(threads_of(s, use_pool)) == {loop_thread}
         assert pool.stats().running_closures == 0  # the slot the loop took was given back
-        plan = next(iter(s._calls.plans.values()))
-        plan.cpu = 10 * INLINE_STEP_S  # as if the step were long
         for use_pool in (True, False):
             assert loop_thread not in asyncio.run(threads_of(s, use_pool, short=False))
 
