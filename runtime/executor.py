@@ -213,6 +213,9 @@ class Plan:
         # many were (see learn_cpu)
         self.cpu_skip = 0
         self.cpu_samples = 0
+        # values fed to the last step whose CPU a pool slot measured (0: none yet): a step fed many more
+        # is expected to cost that much more (``expected_cpu``)
+        self.feed_size = 0
         # the last step of it that ended ran expensive nodes on two threads at once: the next one's kernels
         # get a share of the cores each, not all of them (see RunHandler.expect)
         self.parallel = False
@@ -323,6 +326,28 @@ class Plan:
             self.cpu_skip -= 1
             return False
         return True
+
+
+def feed_size(feeds: list[Any]) -> int:
+    """How many values a step is fed (a value without a size counts as one)."""
+    total = 0
+    for v in feeds:
+        total += getattr(v, "size", 1)
+    return total
+
+
+def expected_cpu(plan: Plan, feeds: list[Any]) -> float:
+    """The CPU seconds a step of ``plan`` fed ``feeds`` is expected to take: the plan's learned cost, scaled
+    up when the step is fed more values than the last measured one (``Plan.feed_size``). The cost is learned
+    per plan, not per shape: a batch of 256 through a plan learned on single rows would otherwise count as
+    short and run on an event loop, where nothing stops it at its deadline."""
+    cpu = plan.cpu
+    known = plan.feed_size
+    if known and cpu > 0.0:
+        size = feed_size(feeds)
+        if size > known:
+            return cpu * size / known
+    return cpu
 
 
 class NodeRecord:

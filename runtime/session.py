@@ -31,7 +31,15 @@ from poolserve.runtime.errors import (
     OpError,
     ResourceExhaustedError,
 )
-from poolserve.runtime.executor import DEVICE, ConstantFolder, Plan, Step, StepTrace
+from poolserve.runtime.executor import (
+    DEVICE,
+    ConstantFolder,
+    Plan,
+    Step,
+    StepTrace,
+    expected_cpu,
+    feed_size,
+)
 from poolserve.runtime.fetches import as_output
 from poolserve.runtime.frames import DEAD
 from poolserve.runtime.functions import FunctionLibrary
@@ -266,6 +274,7 @@ class Session:
     def _enter_pool(
         self,
         sig: Signature,
+        feeds: list[Any],
         options: config_pb2.RunOptions | None,
         below: float,
         cheap: bool = False,
@@ -274,7 +283,8 @@ class Session:
         loop: bool = False,
     ) -> tuple[RunHandlerPool, int, int] | None:
         """The RunHandlerPool and the id of a slot taken for this caller (``RunHandlerPool.enter``), if
-        this run uses the pool, its plan's steps took less than ``below`` seconds of CPU and a slot is
+        this run uses the pool, its step is expected to take less than ``below`` seconds of CPU
+        (``expected_cpu``: the plan's, scaled up for a larger feed) and a slot is
         free (or a place in the lane beside the slots). With ``cheap``, also a plan of any cost whose
         last step had no expensive node (``Plan.cheap``): a run handler would only add its bookkeeping
         (chain200.b1, one caller: 1.55 ms of CPU a step against 1.50 without the pool), as such a step
@@ -285,7 +295,7 @@ class Session:
         With ``loop`` (an event loop that would otherwise run the short step itself without the pool), it
         runs the step on the loop when no slot is free, unless a higher priority is active."""
         plan = sig.plan
-        short = 0.0 < plan.cpu < below
+        short = 0.0 < expected_cpu(plan, feeds) < below
         if not (short or (cheap and plan.cheap and plan.cpu > 0.0)):
             return None
         if not self.uses_run_handler_pool(options):
@@ -320,6 +330,8 @@ class Session:
         pool, slot_id, priority = slot
         plan = sig.plan
         measure = plan.measures_cpu()
+        if measure:
+            plan.feed_size = feed_size(feeds)
         t0 = time.thread_time() if measure else 0.0
         k0 = kernel_clock.seconds
         try:
@@ -496,7 +508,7 @@ class Session:
             finished.release()
 
         with np.errstate(all="ignore"):
-            slot = self._enter_pool(sig, options, SLOT_STEP_S, True, deadline, wait=True)
+            slot = self._enter_pool(sig, feeds, options, SLOT_STEP_S, True, deadline, wait=True)
             if slot is not None:
                 self._run_in_slot(slot, sig, feeds, options, run_metadata, on_done, deadline, True)
             else:
@@ -580,7 +592,7 @@ class Session:
         record: StepRecord | None = None,
         alone: bool = False,
     ) -> Any:
-        """``run`` for asyncio code; the event loop never blocks nor runs a kernel.
+        """``run`` for asyncio code; the event loop never waits for a step, and runs only short ones itself.
 
         The call is checked first; then, if the run uses the RunHandlerPool (``uses_run_handler_pool``), a
         run handler is awaited; the step runs on the pool's threads (or the inter-op pool) and the loop
@@ -593,14 +605,15 @@ class Session:
         whether the pool ran the step, its handler, when the step started. ``alone``: the loop has nothing
         else to do (no other request in flight): a step under ``ALONE_STEP_S`` of CPU (not one whose
         branches ran in parallel) runs on the loop when a slot is free, where the limit is otherwise
-        ``INLINE_STEP_S``.
+        ``INLINE_STEP_S`` (the expected cost: ``expected_cpu``). Nothing stops a step the loop runs itself,
+        so one that ends past its deadline answers DeadlineExceededError, not its late result.
         """
         loop = asyncio.get_running_loop()
         if deadline is None:
             deadline = self.deadline(options)
         sig, feeds, scheduler = self._prepare(fetches, feed_dict, options)
         below = ALONE_STEP_S if alone and not sig.plan.parallel else INLINE_STEP_S
-        slot = self._enter_pool(sig, options, below, loop=True)
+        slot = self._enter_pool(sig, feeds, options, below, loop=True)
         if slot is not None:  # a short step, a free slot: it runs here, on the loop, with no hand-off
             if record is not None:
                 record.used_pool = True
@@ -613,6 +626,8 @@ class Session:
             result, error = box[0]
             if error is not None:
                 raise error
+            if deadline is not None and time.monotonic() >= deadline.at:  # nothing stops it on the loop
+                raise deadline.step_error()
             return result
         handler: RunHandler | None = None
         if self.uses_run_handler_pool(options):
@@ -635,7 +650,7 @@ class Session:
 
         # a step expected to take less CPU than a thread hand-off costs (or, ``alone``, than ALONE_STEP_S)
         # runs here, on the loop, when the pool has a slot free at once
-        short = 0.0 < sig.plan.cpu < below and scheduler is not _CALLER
+        short = 0.0 < expected_cpu(sig.plan, feeds) < below and scheduler is not _CALLER
         step, took_slot = self._launch(
             sig, feeds, scheduler, options, run_metadata, on_done, False, handler, deadline, False, short
         )

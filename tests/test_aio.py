@@ -323,3 +323,71 @@ def test_a_step_that_waits_without_computing_never_runs_on_the_loop():
         ticks = asyncio.run(main(s))
         assert all(plan.cpu == 0.0 and plan.blocking for plan in s._calls.plans.values())
     assert ticks >= 2  # the loop ran while the step slept (on the loop itself: no tick at all)
+
+
+def test_a_step_fed_far_more_than_its_plan_learned_on_is_not_short():
+    """A plan's cost is learned per plan, not per shape: fed 64K values where its steps were measured on 8,
+    a step is expected to cost 8K times more and runs on a pool thread, not on the event loop."""
+    from poolserve.runtime.executor import expected_cpu
+    from poolserve.runtime.run_handler import RunHandlerPool
+    from poolserve.runtime.session import INLINE_STEP_S
+
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None])
+    y = b.relu(b.add(x, b.constant(np.float32(1.0))))
+    pool = RunHandlerPool(num_threads=2)
+    options = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE)
+    options.experimental.use_run_handler_pool = True
+    small, large = np.ones(8, np.float32), np.ones(1 << 16, np.float32)
+
+    async def threads_of(s: Session, value: np.ndarray) -> set[int]:
+        (plan,) = set(s._calls.plans.values())
+        plan.cpu = INLINE_STEP_S / 4  # short on 8 values, whatever this machine measured
+        metadata = config_pb2.RunMetadata()
+        out = await s.arun(y, {x: value}, options, metadata, alone=True)
+        np.testing.assert_array_equal(out, value + 1)
+        return {n.thread_id for d in metadata.step_stats.dev_stats for n in d.node_stats}
+
+    loop_thread = threading.get_ident() & 0x7FFFFFFF
+    with Session(b.graph_def, run_handler_pool=pool) as s:
+        untraced = config_pb2.RunOptions()
+        untraced.experimental.use_run_handler_pool = True
+        for _ in range(3):  # measured on a pool slot: the plan learns what it was fed
+            s.run(y, {x: small}, options=untraced)
+        (plan,) = set(s._calls.plans.values())
+        assert plan.feed_size == 8
+        assert expected_cpu(plan, [large]) == pytest.approx(plan.cpu * 8192)
+        assert asyncio.run(threads_of(s, small)) == {loop_thread}
+        assert loop_thread not in asyncio.run(threads_of(s, large))
+
+
+def test_a_step_on_the_loop_that_ends_past_its_deadline_answers_deadline_exceeded():
+    """Nothing can stop a step the event loop runs itself (its timer cannot fire meanwhile): one that ends
+    after its deadline answers DeadlineExceededError, as TensorFlow answers a step that outlived
+    timeout_in_ms, not a late result."""
+    from poolserve.runtime.run_handler import RunHandlerPool
+    from poolserve.runtime.session import INLINE_STEP_S, StepRecord
+
+    b = GraphBuilder()
+    m = b.placeholder("m", np.float32, [None, None])
+    y = b.matmul(b.matmul(m, m), m)
+    pool = RunHandlerPool(num_threads=1)
+    options = config_pb2.RunOptions()
+    options.experimental.use_run_handler_pool = True
+    value = np.ones((800, 800), np.float32)  # two products of 1 GFLOP each: far more than 10 ms
+
+    async def main(s: Session) -> StepRecord:
+        (plan,) = set(s._calls.plans.values())
+        plan.cpu, plan.feed_size = INLINE_STEP_S / 4, value.size  # as if short, whatever was measured
+        record = StepRecord()
+        deadline = Deadline(10)
+        with pytest.raises(DeadlineExceededError, match="Timed out waiting for the step to finish"):
+            await s.arun(y, {m: value}, options, deadline=deadline, record=record)
+        assert time.monotonic() >= deadline.at
+        return record
+
+    with Session(b.graph_def, run_handler_pool=pool) as s:
+        s.run(y, {m: value}, options=options)
+        record = asyncio.run(main(s))
+        assert record.used_pool and record.started_at > 0.0  # it did run, on the loop's slot
+        assert pool.stats().running_closures == 0  # and gave the slot back
