@@ -646,6 +646,29 @@ def test_float32_sum_over_outer_axes_is_accurate(name):
     assert rel_err(reduce(name, x, [0, 2]), want) < 3e-7
 
 
+@pytest.mark.parametrize("dtype", [f32, f64])
+@pytest.mark.parametrize("hw", [(3, 3), (8, 16), (14, 14), (16, 16), (30, 30)])
+def test_float_sum_over_outer_axes_in_blas_blocks(dtype, hw):
+    # Mean over H and W as products by a row of ones, 128 rows at a time (one block, one and a half, two,
+    # seven and a remainder): as accurate as pairwise sums, infinities and NaN carried through.
+    from poolserve.runtime.kernels import math_ops
+
+    h, w = hw
+    x = np.random.default_rng(5).uniform(1e4, 4e4, (3, h, w, 20)).astype(dtype)
+    want = x.astype(f64).sum(axis=(1, 2))
+    got = reduce("Sum", x, [1, 2])
+    assert got.dtype == dtype and got.shape == (3, 20)
+    assert rel_err(got, want) < (3e-7 if dtype == f32 else 1e-14)
+    assert rel_err(reduce("Mean", x, [1, 2]), want / (h * w)) < (3e-7 if dtype == f32 else 1e-14)
+    x[0, h - 1, w - 1, 0] = np.inf  # in the last block (or the remainder)
+    x[1, 0, 0, 1] = np.nan
+    x[2, h // 2, 0, 2], x[2, 0, w - 1, 2] = np.inf, -np.inf
+    got = reduce("Sum", x, [1, 2])
+    assert got[0, 0] == np.inf and np.isnan(got[1, 1]) and np.isnan(got[2, 2])
+    assert np.isfinite(np.delete(got.ravel(), [0, 21, 42])).all()
+    assert math_ops._SUM_BLOCK == 128
+
+
 def test_float_sum_over_outer_axes_edge_cases():
     assert_same(reduce("Sum", np.zeros((2, 0, 3), f32), 1), np.zeros((2, 3), f32))
     assert_same(reduce("Mean", np.zeros((0, 3), f32), 0), arr([np.nan] * 3, f32))  # TF

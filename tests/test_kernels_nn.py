@@ -649,6 +649,46 @@ def test_row_stride_and_narrow_convolutions_stay_on_im2col(monkeypatch):
         )
 
 
+# NHWC convolutions of one input channel run on tap planes (conv_ops._conv2d_tap_planes): strides, dilations,
+# every padding, a 1-row and a 1-column kernel, images grouped in bands (7 images of 28x28x16 outputs: bands
+# of 5 and 2), an image in bands of rows (128x128x8 outputs), fused bias and activation per band.
+TAP_PLANE_CASES = [
+    ((7, 28, 28, 1), (3, 3, 1, 16), (1, 1), (1, 1), "SAME", None),
+    ((2, 129, 130, 1), (3, 3, 1, 8), (1, 1), (1, 1), "SAME", None),
+    ((3, 21, 19, 1), (5, 3, 1, 4), (2, 3), (1, 1), "VALID", None),
+    ((2, 17, 18, 1), (3, 2, 1, 5), (1, 1), (2, 3), "SAME", None),
+    ((1, 12, 11, 1), (2, 3, 1, 3), (2, 1), (1, 2), "EXPLICIT", ((1, 2), (0, 3))),
+    ((2, 9, 10, 1), (1, 4, 1, 2), (1, 1), (1, 1), "SAME", None),
+    ((2, 9, 10, 1), (4, 1, 1, 2), (1, 2), (1, 1), "VALID", None),
+]
+
+
+@pytest.mark.parametrize(("xs", "ws", "strides", "dilations", "padding", "explicit"), TAP_PLANE_CASES)
+def test_one_channel_convolution_on_tap_planes(monkeypatch, xs, ws, strides, dilations, padding, explicit):
+    from poolserve.runtime.kernels import conv_ops
+
+    calls = []
+    planes = conv_ops._conv2d_tap_planes
+    monkeypatch.setattr(conv_ops, "_conv2d_tap_planes", lambda *a: calls.append(1) or planes(*a))
+    x, w = rand(*xs), rand(*ws)
+    expected = ref_conv(x, w, strides, dilations, padding, explicit or ((0, 0), (0, 0)))
+    attrs = conv_attrs(strides, dilations, padding, explicit)
+    assert_close(run_op("Conv2D", [x, w], attrs), expected, rtol=1e-4, atol=1e-4)
+    bias = rand(ws[3]) * 3
+    fused = {**attrs, "fused_ops": ["BiasAdd", "Relu6"], "num_args": 1}
+    want = np.clip(expected + bias, 0, 6)
+    assert_close(run_op("_FusedConv2D", [x, w, bias], fused), want, rtol=1e-4, atol=1e-4)
+    assert len(calls) == 2
+
+
+def test_one_channel_convolution_of_empty_input_on_tap_planes():
+    attrs = {"strides": [1, 1, 1, 1], "padding": "SAME"}
+    got = run_op("Conv2D", [np.zeros((0, 5, 5, 1), F32), rand(3, 3, 1, 2)], attrs)
+    assert got.shape == (0, 5, 5, 2)
+    got = run_op("Conv2D", [rand(1, 5, 5, 1), rand(6, 3, 1, 4)], {**attrs, "padding": "VALID"})
+    assert got.shape == (1, 0, 3, 4)
+
+
 # --- Conv2DBackpropInput -----------------------------------------------------------------------------------
 
 
