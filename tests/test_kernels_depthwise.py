@@ -54,8 +54,9 @@ def test_depthwise_conv2d_matches_tensorflow():
 
 # Depthwise convolutions of column stride 2 and fewer than 96 channels run on the input's two column-parity
 # planes (depthwise_ops._depthwise_parity): kernels of odd and even size (a 1-wide one has no odd-column taps),
-# each padding, a row stride of 1 and a dilated one, odd and even input sizes, batches, outputs of one band
-# and of several; small 3x3 ones of 48 channels or more keep the copied patches.
+# each padding (one wider than the kernel's half, one where a plane holds only padding), a row stride of 1 and
+# a dilated one, odd and even input sizes, batches, outputs of one band and of several; small 3x3 ones of 48
+# channels or more keep the copied patches.
 PARITY_CASES = [
     ((1, 57, 56, 32), (7, 7, 32, 1), (2, 2), (1, 1), "SAME", None, True),
     ((3, 50, 51, 24), (5, 5, 24, 1), (2, 2), (1, 1), "VALID", None, True),
@@ -65,6 +66,8 @@ PARITY_CASES = [
     ((1, 48, 48, 16), (3, 3, 16, 1), (2, 2), (1, 1), "SAME", None, True),
     ((2, 9, 12, 8), (3, 1, 8, 1), (1, 2), (1, 1), "SAME", None, True),
     ((1, 13, 11, 24), (3, 3, 24, 1), (3, 2), (2, 1), "VALID", None, True),
+    ((2, 20, 21, 8), (3, 7, 8, 1), (1, 2), (1, 1), "EXPLICIT", ((2, 1), (4, 3)), True),  # wide left padding
+    ((1, 6, 1, 16), (3, 5, 16, 1), (2, 2), (1, 1), "EXPLICIT", ((1, 1), (2, 2)), True),  # a plane of padding
     ((1, 24, 24, 48), (3, 3, 48, 1), (2, 2), (1, 1), "SAME", None, False),
     ((1, 23, 25, 72), (3, 3, 72, 1), (2, 2), (1, 1), "SAME", None, False),
 ]
