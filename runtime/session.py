@@ -657,6 +657,8 @@ class Session:
         if took_slot:
             assert handler is not None
             handler.help()  # gives the slot back (the step's nodes all ran inline: it is over)
+            if deadline is not None and time.monotonic() >= deadline.at:  # as on a slot, above
+                raise deadline.step_error()
         # The deadline is a timer of this loop, not of the deadline thread: nothing crosses threads, and a
         # finished step is not kept alive until its deadline (a 30 s default kept every step of the last
         # second or more alive, which made the garbage collector's full passes long)
