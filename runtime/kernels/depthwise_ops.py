@@ -324,7 +324,7 @@ def _parity_planes(x: Any, pads: tuple[int, int, int, int], ow: int, widths: lis
     n, h, w, c = x.shape
     pt, pb, pl, _ = pads
     rows = h + pt + pb
-    planes = []
+    planes: list[Any] = []
     for b, width in enumerate(widths):
         if width == 0:
             planes.append(None)
