@@ -363,10 +363,12 @@ def test_a_step_fed_far_more_than_its_plan_learned_on_is_not_short():
         assert loop_thread not in asyncio.run(threads_of(s, large))
 
 
-def test_a_step_on_the_loop_that_ends_past_its_deadline_answers_deadline_exceeded():
+@pytest.mark.parametrize("way", ["slot", "handler"])
+def test_a_step_on_the_loop_that_ends_past_its_deadline_answers_deadline_exceeded(way, monkeypatch):
     """Nothing can stop a step the event loop runs itself (its timer cannot fire meanwhile): one that ends
     after its deadline answers DeadlineExceededError, as TensorFlow answers a step that outlived
-    timeout_in_ms, not a late result."""
+    timeout_in_ms, not a late result. Both ways a short step runs there: on a slot taken up front, and
+    through a run handler that finds a thread free at once (``RunHandler.begin``)."""
     from poolserve.runtime.run_handler import RunHandlerPool
     from poolserve.runtime.session import INLINE_STEP_S, StepRecord
 
@@ -381,6 +383,8 @@ def test_a_step_on_the_loop_that_ends_past_its_deadline_answers_deadline_exceede
     async def main(s: Session) -> StepRecord:
         (plan,) = set(s._calls.plans.values())
         plan.cpu, plan.feed_size = INLINE_STEP_S / 4, value.size  # as if short, whatever was measured
+        if way == "handler":
+            monkeypatch.setattr(s, "_enter_pool", lambda *a, **k: None)  # no slot up front
         record = StepRecord()
         deadline = Deadline(10)
         with pytest.raises(DeadlineExceededError, match="Timed out waiting for the step to finish"):
@@ -391,39 +395,10 @@ def test_a_step_on_the_loop_that_ends_past_its_deadline_answers_deadline_exceede
     with Session(b.graph_def, run_handler_pool=pool) as s:
         s.run(y, {m: value}, options=options)
         record = asyncio.run(main(s))
-        assert record.used_pool and record.started_at > 0.0  # it did run, on the loop's slot
-        assert pool.stats().running_closures == 0  # and gave the slot back
-
-
-def test_a_step_a_run_handler_let_the_loop_run_past_its_deadline_answers_deadline_exceeded(monkeypatch):
-    """The same through a run handler: with no slot taken up front, a short step may still run on the loop
-    when the handler finds a thread free at once (``RunHandler.begin``); ended past its deadline, it
-    answers DeadlineExceededError."""
-    from poolserve.runtime.run_handler import RunHandlerPool
-    from poolserve.runtime.session import INLINE_STEP_S, StepRecord
-
-    b = GraphBuilder()
-    m = b.placeholder("m", np.float32, [None, None])
-    y = b.matmul(b.matmul(m, m), m)
-    pool = RunHandlerPool(num_threads=1)
-    options = config_pb2.RunOptions()
-    options.experimental.use_run_handler_pool = True
-    value = np.ones((800, 800), np.float32)
-
-    async def main(s: Session) -> StepRecord:
-        (plan,) = set(s._calls.plans.values())
-        plan.cpu, plan.feed_size = INLINE_STEP_S / 4, value.size
-        monkeypatch.setattr(s, "_enter_pool", lambda *a, **k: None)  # no slot up front: the handler's way
-        record = StepRecord()
-        with pytest.raises(DeadlineExceededError, match="Timed out waiting for the step to finish"):
-            await s.arun(y, {m: value}, options, deadline=Deadline(10), record=record)
-        return record
-
-    with Session(b.graph_def, run_handler_pool=pool) as s:
-        s.run(y, {m: value}, options=options)
-        record = asyncio.run(main(s))
-        assert record.used_pool and record.handler_id is not None
-    deadline = time.monotonic() + 5
-    while pool.stats().active_handlers and time.monotonic() < deadline:
+        assert record.used_pool and record.started_at > 0.0  # it did run, on the loop
+        if way == "handler":
+            assert record.handler_id is not None  # through a run handler, as forced
+    until = time.monotonic() + 5
+    while pool.stats().active_handlers and time.monotonic() < until:
         time.sleep(0.001)
-    assert pool.stats().running_closures == 0 and pool.stats().active_handlers == 0
+    assert pool.stats().running_closures == 0 and pool.stats().active_handlers == 0  # all given back

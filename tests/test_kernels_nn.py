@@ -614,13 +614,13 @@ ROW_TAP_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("xs", "ws", "strides", "dilations", "padding", "explicit"), ROW_TAP_CASES)
-def test_convolution_on_row_taps(monkeypatch, xs, ws, strides, dilations, padding, explicit):
+def assert_convolution_on(monkeypatch, path, xs, ws, strides, dilations, padding, explicit):
+    """Conv2D and _FusedConv2D (bias, Relu6) of this case match the reference, each through conv_ops.``path``."""
     from poolserve.runtime.kernels import conv_ops
 
     calls = []
-    taps = conv_ops._conv2d_row_taps
-    monkeypatch.setattr(conv_ops, "_conv2d_row_taps", lambda *a: calls.append(1) or taps(*a))
+    real = getattr(conv_ops, path)
+    monkeypatch.setattr(conv_ops, path, lambda *a: calls.append(1) or real(*a))
     x, w = rand(*xs), rand(*ws)
     expected = ref_conv(x, w, strides, dilations, padding, explicit or ((0, 0), (0, 0)))
     attrs = conv_attrs(strides, dilations, padding, explicit)
@@ -630,6 +630,11 @@ def test_convolution_on_row_taps(monkeypatch, xs, ws, strides, dilations, paddin
     want = np.clip(expected + bias, 0, 6)
     assert_close(run_op("_FusedConv2D", [x, w, bias], fused), want, rtol=1e-4, atol=1e-4)
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize(("xs", "ws", "strides", "dilations", "padding", "explicit"), ROW_TAP_CASES)
+def test_convolution_on_row_taps(monkeypatch, xs, ws, strides, dilations, padding, explicit):
+    assert_convolution_on(monkeypatch, "_conv2d_row_taps", xs, ws, strides, dilations, padding, explicit)
 
 
 def test_row_stride_and_narrow_convolutions_stay_on_im2col(monkeypatch):
@@ -665,20 +670,7 @@ TAP_PLANE_CASES = [
 
 @pytest.mark.parametrize(("xs", "ws", "strides", "dilations", "padding", "explicit"), TAP_PLANE_CASES)
 def test_one_channel_convolution_on_tap_planes(monkeypatch, xs, ws, strides, dilations, padding, explicit):
-    from poolserve.runtime.kernels import conv_ops
-
-    calls = []
-    planes = conv_ops._conv2d_tap_planes
-    monkeypatch.setattr(conv_ops, "_conv2d_tap_planes", lambda *a: calls.append(1) or planes(*a))
-    x, w = rand(*xs), rand(*ws)
-    expected = ref_conv(x, w, strides, dilations, padding, explicit or ((0, 0), (0, 0)))
-    attrs = conv_attrs(strides, dilations, padding, explicit)
-    assert_close(run_op("Conv2D", [x, w], attrs), expected, rtol=1e-4, atol=1e-4)
-    bias = rand(ws[3]) * 3
-    fused = {**attrs, "fused_ops": ["BiasAdd", "Relu6"], "num_args": 1}
-    want = np.clip(expected + bias, 0, 6)
-    assert_close(run_op("_FusedConv2D", [x, w, bias], fused), want, rtol=1e-4, atol=1e-4)
-    assert len(calls) == 2
+    assert_convolution_on(monkeypatch, "_conv2d_tap_planes", xs, ws, strides, dilations, padding, explicit)
 
 
 def test_one_channel_convolution_of_empty_input_on_tap_planes():
