@@ -27,7 +27,7 @@ from poolserve.proto import config_pb2
 from poolserve.runtime.calls import Signature
 from poolserve.runtime.deadline import Deadline, deadline_timer
 from poolserve.runtime.errors import CancelledError, OpError, ResourceExhaustedError
-from poolserve.runtime.executor import Plan, PlanNode, _step_ids, feed_size, kernel_error
+from poolserve.runtime.executor import Plan, PlanNode, _step_ids, kernel_error
 from poolserve.runtime.fetches import as_output
 from poolserve.runtime.graph import Graph, prepare_feed
 from poolserve.runtime.kernels.registry import OpContext
@@ -263,9 +263,7 @@ class SessionCallable:
             return self._slow(self._default[0], feeds, options, run_metadata)
         pool, slot_id, priority = slot
         plan = self._plan
-        measure = plan.measures_cpu()  # as Session._run_in_slot
-        if measure:
-            plan.feed_size = feed_size(feeds)
+        measure = plan.measures_cpu(feeds)  # as Session._run_in_slot
         t0 = time.thread_time() if measure else 0.0
         k0 = kernel_clock.seconds
         ok = False

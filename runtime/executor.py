@@ -319,12 +319,14 @@ class Plan:
             if self.cpu_samples >= SAMPLE_FIRST:
                 self.cpu_skip = SAMPLE_EVERY - 1
 
-    def measures_cpu(self) -> bool:
-        """Whether the step about to run on a pool slot reads its thread's CPU clock (then ``learn_cpu``);
-        the others are charged the learned ``cpu`` (see SAMPLE_EVERY). Read once per step."""
+    def measures_cpu(self, feeds: list[Any]) -> bool:
+        """Whether the step about to run on a pool slot, fed ``feeds``, reads its thread's CPU clock (then
+        ``learn_cpu``); the others are charged the learned ``cpu`` (see SAMPLE_EVERY). A measured step's feed
+        size is remembered (``feed_size``, for ``expected_cpu``). Read once per step."""
         if self.cpu_skip:
             self.cpu_skip -= 1
             return False
+        self.feed_size = feed_size(feeds)
         return True
 
 

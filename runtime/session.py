@@ -38,7 +38,6 @@ from poolserve.runtime.executor import (
     Step,
     StepTrace,
     expected_cpu,
-    feed_size,
 )
 from poolserve.runtime.fetches import as_output
 from poolserve.runtime.frames import DEAD
@@ -329,9 +328,7 @@ class Session:
         assert options is not None
         pool, slot_id, priority = slot
         plan = sig.plan
-        measure = plan.measures_cpu()
-        if measure:
-            plan.feed_size = feed_size(feeds)
+        measure = plan.measures_cpu(feeds)
         t0 = time.thread_time() if measure else 0.0
         k0 = kernel_clock.seconds
         try:

@@ -325,13 +325,10 @@ def _conv2d_tap_planes(
     padded input (runs of ``ow`` values), and the product reads them transposed, as BLAS allows. im2col's
     rows ([pixels, taps]) were copied ``kw`` values at a time. A band is a group of whole images when one
     image's output is under ``_CHUNK`` values (a band per image row group paid the copies' and the
-    product's call overhead per image), else rows of one image. Fused 3x3 (bias), one BLAS thread, best of
-    5 x 20, three runs on a shared machine, us:
-
-        (n, h, w, 1) -> o        im2col            tap planes
-        (32, 28, 28) -> 16       954-1439          439-1384 (0.46-0.96x; 0.46x on the two quieter runs)
-        (8, 28, 28) -> 32        321-421           223-400 (0.69-0.95x)
-        (1, 28, 28) -> 16        31-47             32-45 (0.96-1.02x)
+    product's call overhead per image), else rows of one image (``_lines``). Fused 3x3 (bias, Relu), one
+    BLAS thread, the two ways in paired rounds in one process (9), median ratio: (32, 28, 28, 1) -> 16
+    0.51x (1144 -> 692 us at best), (8, 64, 64, 1) -> 16 0.59x, (8, 28, 28, 1) -> 32 0.70x, (1, 128, 128, 1)
+    -> 32 stride 2 0.75x, (1, 28, 28, 1) -> 16 0.96x.
 
     Three channels (an RGB image) lost on tap planes (1.13-1.50x at stride 1: each plane is a gather of
     every third value, where im2col copies runs of ``kw * 3``), so they keep im2col."""
@@ -346,8 +343,7 @@ def _conv2d_tap_planes(
         return _after(y, epilogue)
     per_image = oh * ow * o
     if per_image >= _CHUNK:
-        step = max(1, _CHUNK // (ow * o))
-        bands = [(b, b + 1, r, min(oh, r + step)) for b in range(n) for r in range(0, oh, step)]
+        bands = [(b, b + 1, r0, r1) for b, r0, r1 in _lines(n, oh, ow * o)]
     else:
         group = max(1, _CHUNK // per_image)
         bands = [(b, min(n, b + group), 0, oh) for b in range(0, n, group)]
