@@ -506,6 +506,9 @@ class Runner:
         )
         self.out.print(title, style="bold", highlight=False)
         self.out.print(report.results_table(runs))
+        per_model = report.models_table(runs)
+        if per_model is not None:
+            self.out.print(per_model)
         warnings = report.generator_warnings(
             cpu_s,
             wall_s,
@@ -540,7 +543,8 @@ class Runner:
             by_mode = {r["mode"]: r for r in runs}
             if "pool" in by_mode and "no_pool" in by_mode:
                 extra["comparison"] = {
-                    "pool_over_no_pool": report.ratios(by_mode["pool"], by_mode["no_pool"])
+                    "pool_over_no_pool": report.ratios(by_mode["pool"], by_mode["no_pool"]),
+                    "by_model": report.model_ratios(runs),
                 }
             report.write_report(args.report, runs, _config(args, self.load, self.modes), extra)
         if args.plot:

@@ -158,6 +158,52 @@ def results_table(runs: list[dict[str, Any]]) -> Table:
     return table
 
 
+def model_ratios(runs: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per model, pool / no_pool for throughput and each latency figure, when both modes ran and several
+    models were loaded (empty otherwise): a mix's totals can gain while a cheap model's tail loses."""
+    by_mode = {r["mode"]: r for r in runs}
+    pool, no_pool = by_mode.get("pool"), by_mode.get("no_pool")
+    if pool is None or no_pool is None:
+        return {}
+    theirs = no_pool.get("by_model", {})
+    return {m: ratios(run, theirs[m]) for m, run in pool.get("by_model", {}).items() if m in theirs}
+
+
+def models_table(runs: list[dict[str, Any]]) -> Table | None:
+    """One row per model (several models loaded): each run's throughput, p50 and p99, and the pool / no_pool
+    ratios of throughput and p99 when both modes ran. None with one model."""
+    models = sorted({m for r in runs for m in r.get("by_model", {})})
+    if not models:
+        return None
+    table = Table()
+    table.add_column("model")
+    for run in runs:
+        for label in ("req/s", "p50 ms", "p99 ms"):
+            table.add_column(f"{run['mode']} {label}", justify="right")
+    compare = model_ratios(runs)
+    if compare:
+        table.add_column("req/s pool / no_pool", justify="right")
+        table.add_column("p99 pool / no_pool", justify="right")
+    for m in models:
+        cells = []
+        for run in runs:
+            one = run.get("by_model", {}).get(m)
+            if one is None:
+                cells += ["-", "-", "-"]
+                continue
+            lat = one["latency_ms"]
+            cells += [f"{one['throughput_rps']:.1f}", _ms(lat["p50"]), _ms(lat["p99"])]
+        if compare:
+            r = compare.get(m, {})
+            cells += [_x(r.get("throughput_rps")), _x(r.get("latency_p99"))]
+        table.add_row(m, *cells)
+    return table
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
 def markdown_table(runs: list[dict[str, Any]]) -> str:
     """The same table as Markdown (for a README)."""
     table = results_table(runs)

@@ -101,6 +101,30 @@ def test_ratios_and_table():
     assert "| errors | 1 (504: 1) | 1 (504: 1) | - |" in text
 
 
+def test_per_model_ratios_and_table():
+    # a mix whose totals gain can hide a cheap model whose tail loses: each model gets its own ratios
+    def samples(mode, mlp_s, cnn_s):
+        out = [Sample(i * 0.01, mlp_s, 200, mode, "mlp") for i in range(10)]
+        return out + [Sample(i * 0.01, cnn_s, 200, mode, "cnn") for i in range(5)]
+
+    pool = report.summarize(samples("pool", 0.006, 0.006), "pool", 1.0)
+    no_pool = report.summarize(samples("no_pool", 0.003, 0.018), "no_pool", 2.0)
+    by_model = report.model_ratios([pool, no_pool])
+    assert set(by_model) == {"mlp", "cnn"}
+    assert by_model["mlp"]["latency_p99"] == pytest.approx(2.0)
+    assert by_model["cnn"]["latency_p99"] == pytest.approx(1 / 3)
+    assert by_model["cnn"]["throughput_rps"] == pytest.approx(2.0)
+    table = report.models_table([pool, no_pool])
+    assert table is not None
+    columns = [list(c.cells) for c in table.columns]
+    assert columns[0] == ["cnn", "mlp"]
+    assert [col[1] for col in columns][-2:] == ["2.00x", "2.00x"]  # mlp: throughput kept up, p99 doubled
+    # one model, or one mode: nothing per model to compare
+    one = report.summarize([Sample(0.0, 0.001, 200, "pool", "mlp")], "pool", 1.0)
+    assert report.models_table([one]) is None
+    assert report.model_ratios([pool]) == {}
+
+
 def test_generator_warnings():
     assert report.generator_warnings(0.5, 1.0, None, 0, 0.0, 0.0) == []
     (cpu,) = report.generator_warnings(0.97, 1.0, None, 0, 0.0, 0.0)
@@ -438,7 +462,12 @@ def test_compare_pool_offers_both_modes_the_same_open_loop(server, tmp_path, cap
     counts = [{m: v["requests"] for m, v in run["by_model"].items()} for run in (pool, no_pool)]
     assert counts[0] == counts[1] and set(counts[0]) == {"mlp", "cnn"}
     assert sum(counts[0].values()) == 24
-    capsys.readouterr()
+    by_model = json.loads(out.read_text())["comparison"]["by_model"]
+    for m in ("mlp", "cnn"):
+        want = pool["by_model"][m]["latency_ms"]["p99"] / no_pool["by_model"][m]["latency_ms"]["p99"]
+        assert by_model[m]["latency_p99"] == pytest.approx(want)
+    printed = capsys.readouterr().out
+    assert f"{by_model['cnn']['latency_p99']:.2f}x" in printed.split("cnn")[-1]
 
 
 def test_kserve_grpc_closed_loop_and_timeouts(server_process, tmp_path, capsys):
