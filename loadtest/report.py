@@ -121,6 +121,10 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
 def _errors_text(run: dict[str, Any]) -> str:
     if not run["errors"]:
         return "0"
@@ -143,8 +147,7 @@ def results_table(runs: list[dict[str, Any]]) -> Table:
     def row(name: str, cells: list[str], ratio_key: str | None = None) -> None:
         extra = []
         if compare:
-            value = ratio.get(ratio_key) if ratio_key else None
-            extra = ["-" if value is None else f"{value:.2f}x"]
+            extra = [_x(ratio.get(ratio_key) if ratio_key else None)]
         table.add_row(name, *cells, *extra)
 
     row("requests", [str(r["requests"]) for r in runs])
@@ -198,10 +201,6 @@ def models_table(runs: list[dict[str, Any]]) -> Table | None:
             cells += [_x(r.get("throughput_rps")), _x(r.get("latency_p99"))]
         table.add_row(m, *cells)
     return table
-
-
-def _x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
 
 
 def markdown_table(runs: list[dict[str, Any]]) -> str:
