@@ -227,7 +227,7 @@ class SessionCallable:
             or options.report_tensor_allocations_upon_oom
         ):
             return self._slow(self._default[0], feeds, options, run_metadata)
-        if session.uses_run_handler_pool(options):
+        if session.uses_run_handler_pool(options) and not session._bypasses_pool(self._plan, feeds, options):
             return self._run_pooled(program, feeds, options, run_metadata)
         index = options.inter_op_thread_pool
         if not (index == -1 or (index == 0 and program.all_cheap())):

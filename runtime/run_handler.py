@@ -367,6 +367,7 @@ class RunHandlerPool:
         self._entries_n = 0
         self._entries_lane = 0  # of those, the ones that may take the lane (short or interpreter-only)
         self._vtime: dict[int, float] = {}  # per priority: the tag of the flow furthest behind
+        self._urgent = 0  # active flows of a priority above 0
         # per worker: the thread CPU time and kernel time when its closure started
         self._local = threading.local()
         self._kernel_threads = KernelThreads()
@@ -789,12 +790,16 @@ class RunHandlerPool:
             vtime = self._vtime.get(priority, 0.0)
             if vtime > g.tag:
                 g.tag = vtime
+            if priority > 0:
+                self._urgent += 1
         return g
 
     def _quit_flow(self, g: _Group) -> None:
         g.active -= 1
         if g.active:
             return
+        if g.priority > 0:
+            self._urgent -= 1
         key = (g.key, g.priority)
         del self._groups[key]
         idle = self._idle_flows
@@ -824,6 +829,13 @@ class RunHandlerPool:
             if other is not g and other.priority == priority and other.tag < tag:
                 return False
         return True
+
+    def holds_long_work(self) -> bool:
+        """Whether the pool holds work that short steps must queue with: a request that is not a short
+        step (a run handler, a slot of a step not known to be short, a step in the lane, a caller waiting
+        for a handler), or a request of a priority above 0. Read without the lock: a hint (see
+        ``Session._bypasses_pool``)."""
+        return bool(self._active or self._long or self._lane or self._waiters or self._urgent)
 
     def _running(self) -> int:
         """With the lock held: how many threads run the pool's work now (the slots taken and the lane)."""

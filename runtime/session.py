@@ -310,6 +310,36 @@ class Session:
             slot_id = pool.enter(priority, short, plan, interp, loop)
         return None if slot_id is None else (pool, slot_id, priority)
 
+    def _bypasses_pool(self, plan: Plan, feeds: list[Any], options: config_pb2.RunOptions) -> bool:
+        """Whether a synchronous run that asked for the RunHandlerPool runs as without it: a short step
+        (expected to take under ``SLOT_STEP_S`` of CPU) while the pool holds no long work
+        (``RunHandlerPool.holds_long_work``).
+
+        Why: such a step is bound by the GIL, and the pool has nothing to protect it from. Its order
+        costs a wake-up and a hand-off of the GIL per step, where threads without the pool run their own
+        steps back to back until the GIL's switch interval. On two cores, 8 callers in a closed loop,
+        branches2.b1 (100-150 us of CPU a step) ran at 0.72-0.84x its no-pool throughput through a slot;
+        open loops at 0.7-0.9 of the no-pool capacity overloaded the pool (p99 2-300x). Schemes that
+        hand over less often traded the p99 back (see the README: a combining runner, a kept slot).
+        Once a long step is in the pool, short ones take slots again, so the long work is not starved
+        (without the pool, branches8.b64 beside branches1.b1 had a p99 of 480 ms, 68 ms with it). A request
+        of a priority above 0 never bypasses it, and while one is in the pool no request does: they queue
+        in priority order. The plan's cost must have been measured on a slot, which notes the size of the
+        feed it was measured on (``expected_cpu`` scales it up for a larger one).
+
+        An interpreter-only step (``INTERP_SHARE``) keeps to the pool: it never lets the GIL go, so
+        without the pool one thread runs step after step for the whole switch interval while the others
+        wait. chain200.b1 (about 0.5 ms) had a p99 of 50-100 ms without the pool, 15-32 ms in the pool's
+        order, and 76-92 ms when it bypassed it; steps whose kernels let the GIL go interleave without it
+        (branches2.b1: 5-9 ms)."""
+        if options.experimental.run_handler_pool_options.priority > 0:
+            return False
+        if not plan.feed_size:  # its cost not yet measured on a slot, with its feed's size
+            return False
+        if plan.cheap and 0.0 <= plan.kernel_share < INTERP_SHARE:  # interpreter-only: keeps to the pool
+            return False
+        return 0.0 < expected_cpu(plan, feeds) < SLOT_STEP_S and not self.run_handler_pool().holds_long_work()
+
     def _run_in_slot(
         self,
         slot: tuple[RunHandlerPool, int, int],
@@ -505,11 +535,16 @@ class Session:
             finished.release()
 
         with np.errstate(all="ignore"):
-            slot = self._enter_pool(sig, feeds, options, SLOT_STEP_S, True, deadline, wait=True)
+            pooled = self.uses_run_handler_pool(options)
+            slot = None
+            if pooled and not self._bypasses_pool(sig.plan, feeds, options):  # type: ignore[arg-type]
+                slot = self._enter_pool(sig, feeds, options, SLOT_STEP_S, True, deadline, wait=True)
+            elif pooled:
+                pooled = False  # a short step while the pool holds no long work: as without the pool
             if slot is not None:
                 self._run_in_slot(slot, sig, feeds, options, run_metadata, on_done, deadline, True)
             else:
-                handler = self._take_handler(options, deadline)
+                handler = self._take_handler(options, deadline) if pooled else None
                 self._launch(sig, feeds, scheduler, options, run_metadata, on_done, True, handler, deadline)
                 if handler is not None:
                     handler.help()

@@ -13,6 +13,7 @@ from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
 from poolserve.runtime.executor import SAMPLE_EVERY, SAMPLE_FIRST, Plan
 from poolserve.runtime.run_handler import (
+    INTERP_SHARE,
     MAX_RUNNING_PER_REQUEST,
     SHORT_STEP_S,
     SLOT_STEP_S,
@@ -20,6 +21,13 @@ from poolserve.runtime.run_handler import (
     get_pool,
 )
 from poolserve.runtime.session import Session
+
+
+@pytest.fixture
+def through_slots(monkeypatch):
+    """Short steps take the pool's slots even while it holds no long work (``Session._bypasses_pool``):
+    for tests of the slots themselves."""
+    monkeypatch.setattr(Session, "_bypasses_pool", lambda self, plan, feeds, options: False)
 
 
 def blocker(pool, seconds=0.0):
@@ -267,7 +275,7 @@ def test_session_learns_the_cpu_time_of_its_steps_on_the_pool():
         assert learned[0] == 0.0 and learned[1] > 0.0
 
 
-def test_steps_on_a_pool_slot_measure_their_cpu_time_on_sampled_steps(monkeypatch):
+def test_steps_on_a_pool_slot_measure_their_cpu_time_on_sampled_steps(monkeypatch, through_slots):
     b = GraphBuilder()
     x = b.placeholder("x", np.float32, (None, 4))
     y = b.matmul(x, b.constant(np.ones((4, 4), np.float32)))
@@ -531,7 +539,7 @@ def test_fallbacks_do_not_use_the_pool():
         assert not s.uses_run_handler_pool(config_pb2.RunOptions())
 
 
-def test_many_threads_many_sessions_under_the_pool():
+def test_many_threads_many_sessions_under_the_pool(through_slots):
     graphs = []
     for k in range(3):
         b = GraphBuilder()
@@ -719,7 +727,7 @@ def test_a_short_step_runs_in_the_lane_while_every_slot_holds_a_long_step():
     pool.leave("A", 0, 0.001, 0.0, short_step)
 
 
-def test_a_short_step_with_a_free_slot_runs_on_its_callers_thread_without_a_handler():
+def test_a_short_step_with_a_free_slot_runs_on_its_callers_thread_without_a_handler(through_slots):
     graph_def, x, y = short_graph()
     pool = RunHandlerPool(num_threads=2)
     opts = pool_options()
@@ -775,7 +783,7 @@ def test_an_interpreter_only_step_takes_the_lane_whatever_the_slots_hold():
     assert stats.running_closures == 0 and stats.active_handlers == 0 and stats.waiting_requests == 0
 
 
-def test_a_session_passes_a_plan_as_interpreter_only_when_its_kernels_took_almost_nothing():
+def test_a_session_passes_a_plan_as_interpreter_only_when_its_kernels_took_almost_nothing(through_slots):
     b = GraphBuilder()
     x = b.placeholder("x", np.float32, (None, 64))
     chain = x
@@ -1024,7 +1032,7 @@ def test_arun_runs_a_short_step_on_the_loop_while_the_pool_is_busy():
     assert pool.stats().running_closures == 0 and pool.stats().active_handlers == 0
 
 
-def test_a_synchronous_short_step_waits_for_a_slot_without_a_run_handler():
+def test_a_synchronous_short_step_waits_for_a_slot_without_a_run_handler(through_slots):
     graph_def, x, y = short_graph()
     pool = RunHandlerPool(num_threads=1)
     opts = pool_options()
@@ -1050,7 +1058,7 @@ def test_a_synchronous_short_step_waits_for_a_slot_without_a_run_handler():
     assert stats.running_closures == 0 and stats.active_handlers == 0 and stats.waiting_requests == 0
 
 
-def test_a_wait_for_a_slot_ends_at_the_deadline_and_leaves_nothing_behind():
+def test_a_wait_for_a_slot_ends_at_the_deadline_and_leaves_nothing_behind(through_slots):
     graph_def, x, y = short_graph()
     pool = RunHandlerPool(num_threads=1)
     with Session(graph_def, run_handler_pool=pool) as s:
@@ -1098,3 +1106,85 @@ def test_waiting_steps_get_the_slot_in_the_flows_order():
     tb.join(5)
     assert order == ["B", "A"]
     assert pool.stats().waiting_requests == 0
+
+
+def kernel_graph():
+    """A short step whose time is mostly in a kernel (a product): not interpreter-only."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None, 64))
+    y = b.relu(b.matmul(x, b.constant(np.full((64, 64), 2, np.float32))))
+    return b.graph_def, x, y
+
+
+def measured_on_a_slot(s, y, feed):
+    """Runs steps until the plan is known short, with kernels, and measured on a slot with its feed's size
+    (what ``Session._bypasses_pool`` asks of it)."""
+    learn_short(s, y, feed, pool_options())
+    (plan,) = set(s._calls.plans.values())
+    for _ in range(2 * SAMPLE_FIRST):
+        if plan.feed_size:
+            break
+        s.run(y, feed, options=pool_options())
+    assert plan.feed_size == sum(v.size for v in feed.values())
+    assert plan.kernel_share >= INTERP_SHARE  # not interpreter-only
+    return plan
+
+
+def test_a_short_step_runs_as_without_the_pool_while_the_pool_holds_no_long_work():
+    graph_def, x, y = kernel_graph()
+    pool = RunHandlerPool(num_threads=1)
+    opts = pool_options()
+    feed = np.ones((1, 64), np.float32)
+    want = np.full((1, 64), 128, np.float32)
+    with Session(graph_def, run_handler_pool=pool) as s:
+        measured_on_a_slot(s, y, {x: feed})
+        acquired = pool.stats().handlers_acquired
+        np.testing.assert_array_equal(s.run(y, {x: feed}, options=opts), want)
+        f = s.make_callable(y, [x], accept_options=True)
+        np.testing.assert_array_equal(f(feed, options=opts), want)
+        assert pool.stats().handlers_acquired == acquired  # neither took a slot or a handler
+        long_request = pool.get()  # a long request in the pool: short steps take its slots again
+        try:
+            assert pool.holds_long_work()
+            np.testing.assert_array_equal(s.run(y, {x: feed}, options=opts), want)
+            np.testing.assert_array_equal(f(feed, options=opts), want)
+            assert pool.stats().handlers_acquired == acquired + 3
+        finally:
+            long_request.release()
+        assert not pool.holds_long_work()
+    stats = pool.stats()
+    assert stats.running_closures == 0 and stats.active_handlers == 0 and stats.waiting_requests == 0
+
+
+def test_short_steps_keep_to_the_pool_while_a_request_of_a_higher_priority_is_in_it():
+    graph_def, x, y = kernel_graph()
+    pool = RunHandlerPool(num_threads=2)
+    feed = np.ones((1, 64), np.float32)
+    with Session(graph_def, run_handler_pool=pool) as s:
+        measured_on_a_slot(s, y, {x: feed})
+        acquired = pool.stats().handlers_acquired
+        s.run(y, {x: feed}, options=pool_options(priority=1))  # never bypasses the pool
+        assert pool.stats().handlers_acquired == acquired + 1
+        urgent = pool.enter(priority=1, kind="urgent")  # a short step of priority 1 holds a slot
+        assert urgent is not None and pool.holds_long_work()
+        s.run(y, {x: feed}, options=pool_options())  # priority 0 queues with it, in the pool
+        assert pool.stats().handlers_acquired == acquired + 3
+        pool.leave("urgent", 1, 1e-4, 0.0, urgent)
+        assert not pool.holds_long_work()
+        s.run(y, {x: feed}, options=pool_options())
+        assert pool.stats().handlers_acquired == acquired + 3
+
+
+def test_an_interpreter_only_short_step_keeps_to_the_pool():
+    graph_def, x, y = short_graph()  # elementwise nodes: no time in timed kernels
+    pool = RunHandlerPool(num_threads=1)
+    feed = {x: np.arange(4, dtype=np.float32)}
+    with Session(graph_def, run_handler_pool=pool) as s:
+        learn_short(s, y, feed, pool_options())
+        (plan,) = set(s._calls.plans.values())
+        for _ in range(2 * SAMPLE_FIRST):
+            s.run(y, feed, options=pool_options())
+        assert plan.feed_size and plan.kernel_share < INTERP_SHARE
+        acquired = pool.stats().handlers_acquired
+        s.run(y, feed, options=pool_options())
+        assert pool.stats().handlers_acquired == acquired + 1
