@@ -26,10 +26,11 @@ up and free soon rather than wake another. A synchronous caller (``RunHandler.he
 when a slot is free on its arrival, else waits for the step to end, woken once. A synchronous caller whose
 step has nothing to hand off (short, or with no expensive node) takes no run handler at all: it waits for
 a slot in the flows' order and is handed one directly (``enter_wait``); such a step counts in its flow
-as a handler's does. Between expensive nodes a
-step checks whether a request ahead of it waits for a slot, and if so puts its next nodes back in its
-queue (``preempted``): a long step cannot hold a thread while a more urgent request waits for more than
-one node's time.
+as a handler's does. A short step with kernels skips the pool altogether while the pool holds no long work
+(``holds_long_work``, see ``Session._bypasses_pool``): its order would cost a hand-off per step. Between
+expensive nodes a step checks whether a request ahead of it waits for a slot, and if so puts its next nodes
+back in its queue (``preempted``): a long step cannot hold a thread while a more urgent request waits for
+more than one node's time.
 
 Why not TensorFlow's spread (each thread starts its search at a different request)? On few cores it sends
 a thread to a younger request while the oldest still has ready work, which is processor sharing again;
