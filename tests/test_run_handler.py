@@ -1033,18 +1033,20 @@ def test_arun_runs_a_short_step_on_the_loop_while_the_pool_is_busy():
 
 
 def test_a_synchronous_short_step_waits_for_a_slot_without_a_run_handler(through_slots):
-    graph_def, x, y = short_graph()
+    # a step with a kernel: an interpreter-only one would take the lane beside the held slot
+    graph_def, x, y = kernel_graph()
     pool = RunHandlerPool(num_threads=1)
     opts = pool_options()
+    feed = np.ones((1, 64), np.float32)
     with Session(graph_def, run_handler_pool=pool) as s:
-        learn_short(s, y, {x: np.arange(4, dtype=np.float32)}, opts)  # learns that its steps are short
+        learn_short(s, y, {x: feed}, opts)  # learns that its steps are short
         held = pool.enter(kind="other")  # another short step holds the only slot: no lane
         assert held is not None
         gets = []
         get = pool.get
         pool.get = lambda *a, **k: gets.append(a) or get(*a, **k)
         out = []
-        t = threading.Thread(target=lambda: out.append(s.run(y, {x: np.ones(4, np.float32)}, options=opts)))
+        t = threading.Thread(target=lambda: out.append(s.run(y, {x: feed}, options=opts)))
         t.start()
         deadline = time.monotonic() + 5
         while pool.stats().waiting_requests == 0 and time.monotonic() < deadline:
@@ -1052,26 +1054,27 @@ def test_a_synchronous_short_step_waits_for_a_slot_without_a_run_handler(through
         assert pool.stats().waiting_requests == 1 and not out  # it waits for the slot
         pool.leave("other", 0, 0.0001, 0.0, held)  # the slot goes straight to it
         t.join(5)
-        np.testing.assert_array_equal(out[0], np.full((2, 2), 2, np.float32))
+        np.testing.assert_array_equal(out[0], np.full((1, 64), 128, np.float32))
         assert gets == []  # it never took a run handler
     stats = pool.stats()
     assert stats.running_closures == 0 and stats.active_handlers == 0 and stats.waiting_requests == 0
 
 
 def test_a_wait_for_a_slot_ends_at_the_deadline_and_leaves_nothing_behind(through_slots):
-    graph_def, x, y = short_graph()
+    graph_def, x, y = kernel_graph()  # not interpreter-only: it may not take the lane
     pool = RunHandlerPool(num_threads=1)
+    feed = np.ones((1, 64), np.float32)
     with Session(graph_def, run_handler_pool=pool) as s:
-        learn_short(s, y, {x: np.arange(4, dtype=np.float32)}, pool_options())
+        learn_short(s, y, {x: feed}, pool_options())
         held = pool.enter(kind="other")
         t0 = time.monotonic()
         with pytest.raises(DeadlineExceededError, match="RunHandlerPool slot"):
-            s.run(y, {x: np.ones(4, np.float32)}, options=pool_options(timeout_ms=50))
+            s.run(y, {x: feed}, options=pool_options(timeout_ms=50))
         assert 0.04 <= time.monotonic() - t0 < 5
         assert pool.stats().waiting_requests == 0
         pool.leave("other", 0, 0.0001, 0.0, held)
-        out = s.run(y, {x: np.ones(4, np.float32)}, options=pool_options())  # the slot is free again
-        np.testing.assert_array_equal(out, np.full((2, 2), 2, np.float32))
+        out = s.run(y, {x: feed}, options=pool_options())  # the slot is free again
+        np.testing.assert_array_equal(out, np.full((1, 64), 128, np.float32))
     assert pool.stats().active_handlers == 0
 
 
