@@ -195,10 +195,16 @@ async def test_stream_deadline_stops_its_step(kserve: Any, app: Any) -> None:
     await steps_end(service)
     started = time.monotonic()
     call = kserve.ModelStreamInfer(iter([sleepy_request("late")]), timeout=0.2)
-    with pytest.raises(grpc.aio.AioRpcError) as info:
-        async for _ in call:
-            pass
-    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    answers = []
+    try:
+        async for response in call:
+            answers.append(response)
+    except grpc.aio.AioRpcError as e:
+        assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    else:
+        # the step's timeout is the call's deadline: it may answer in the stream a moment before the
+        # client's own clock ends the call (seen once on a loaded machine)
+        assert len(answers) == 1 and "deadline" in answers[0].error_message, answers
     await steps_end(service)
     assert time.monotonic() - started < 0.5 * SLEEPS * 0.05
     assert f"snap{SLEEPS - 1}" not in RUNS
