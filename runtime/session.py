@@ -536,11 +536,14 @@ class Session:
 
         with np.errstate(all="ignore"):
             pooled = self.uses_run_handler_pool(options)
-            slot = None
-            if pooled and not self._bypasses_pool(sig.plan, feeds, options):  # type: ignore[arg-type]
-                slot = self._enter_pool(sig, feeds, options, SLOT_STEP_S, True, deadline, wait=True)
-            elif pooled:
-                pooled = False  # a short step while the pool holds no long work: as without the pool
+            if pooled:  # a short step while the pool holds no long work runs as without the pool
+                assert options is not None
+                pooled = not self._bypasses_pool(sig.plan, feeds, options)
+            slot = (
+                self._enter_pool(sig, feeds, options, SLOT_STEP_S, True, deadline, wait=True)
+                if pooled
+                else None
+            )
             if slot is not None:
                 self._run_in_slot(slot, sig, feeds, options, run_metadata, on_done, deadline, True)
             else:
