@@ -102,6 +102,12 @@ _live: weakref.WeakSet[Session] = weakref.WeakSet()  # in-process sessions not y
 DEFAULT_CONTAINER = "localhost"
 
 
+def interpreter_only(plan: Plan) -> bool:
+    """Whether ``plan``'s steps need the interpreter only: no expensive node, and its measured steps spent
+    under ``INTERP_SHARE`` of their CPU in timed kernels (unmeasured: no)."""
+    return plan.cheap and 0.0 <= plan.kernel_share < INTERP_SHARE
+
+
 class Session:
     """Runs a graph. ``Session(target="", graph=None, config=None)`` as TensorFlow's: an empty ``target``
     runs in this process; ``http://host:port`` runs against a poolserve server (``RemoteSession``), and
@@ -302,7 +308,7 @@ class Session:
         assert options is not None
         pool = self.run_handler_pool()
         priority = options.experimental.run_handler_pool_options.priority
-        interp = plan.cheap and 0.0 <= plan.kernel_share < INTERP_SHARE
+        interp = interpreter_only(plan)
         if wait:
             timeout = None if deadline is None else deadline.remaining_ms() / 1000.0
             slot_id = pool.enter_wait(priority, short, plan, timeout, interp)
@@ -336,7 +342,7 @@ class Session:
             return False
         if not plan.feed_size:  # its cost not yet measured on a slot, with its feed's size
             return False
-        if plan.cheap and 0.0 <= plan.kernel_share < INTERP_SHARE:  # interpreter-only: keeps to the pool
+        if interpreter_only(plan):
             return False
         return 0.0 < expected_cpu(plan, feeds) < SLOT_STEP_S and not self.run_handler_pool().holds_long_work()
 
