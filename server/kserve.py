@@ -31,10 +31,12 @@ from poolserve.runtime.types import Array
 from poolserve.server import codec
 from poolserve.server.adapter import Adapter, Encoded, route
 from poolserve.server.models import ModelEntry
+from poolserve.server.protocol import header
 from poolserve.server.routes import Route
 from poolserve.server.service import InferenceService, InferRequest, InferResult
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+HEADER_KEY = HEADER_LENGTH.lower().encode("latin-1")
 
 # KServe datatype -> numpy dtype (the codec's table)
 DATATYPES = codec.KSERVE_DATATYPES
@@ -381,11 +383,11 @@ class KServeAdapter(Adapter[DecodedRequest]):
     """JSON, or a JSON header and binary tensors; the answer likewise, for the outputs asked in binary."""
 
     def decode_size(self, request: Request, body: bytes) -> int:
-        length = _parse_header_length(request.headers.get(HEADER_LENGTH), len(body))
+        length = _parse_header_length(header(request.scope, HEADER_KEY), len(body))
         return len(body) if length is None else length
 
     def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, DecodedRequest]:
-        header_length = request.headers.get(HEADER_LENGTH)
+        header_length = header(request.scope, HEADER_KEY)
         raw = _raw_input(entry) if _parse_header_length(header_length, len(body)) == 0 else None
         decoded = decode_request(body, header_length, raw)
         return infer_request(entry, decoded), decoded

@@ -27,6 +27,7 @@ from poolserve.runtime.types import Array
 from poolserve.server import codec
 from poolserve.server.adapter import Adapter, Encoded, route
 from poolserve.server.models import ModelEntry
+from poolserve.server.protocol import header
 from poolserve.server.routes import Route
 from poolserve.server.service import InferenceService, InferRequest, InferResult
 
@@ -228,11 +229,11 @@ class NativeAdapter(Adapter[bool]):
     """JSON or protobuf in; the answer in protobuf when the request was, or accepts it (the context)."""
 
     def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, bool]:
-        content_type = request.headers.get("content-type", "application/json")
+        content_type = header(request.scope, b"content-type") or "application/json"
         if _is_protobuf(content_type):
             return decode_protobuf(body, entry, entry.version), True
         if content_type.split(";")[0].strip().lower() in _JSON_TYPES:
-            protobuf = _is_protobuf(request.headers.get("accept", ""))
+            protobuf = _is_protobuf(header(request.scope, b"accept") or "")
             return decode_json(body, entry, entry.version), protobuf
         raise InvalidArgumentError(
             f"Unsupported Content-Type '{content_type}': use application/json or {PROTOBUF}"

@@ -397,6 +397,16 @@ class ServingProtocol(HttpToolsProtocol):
         self.on_response_complete()
 
 
+def header(scope: Any, name: bytes) -> str | None:
+    """The first value of the header ``name`` (lower case, as ASGI gives names), read from the scope's list:
+    what ``Request.headers.get`` answers, without building Starlette's ``Headers`` on the hot path."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            text: str = value.decode("latin-1")
+            return text
+    return None
+
+
 def declared_length(scope: Any) -> int | None:
     """A request's body length from its one Content-Length header; None when it has none, several, one
     that is not a number, or a Transfer-Encoding (the parser must read such a body to find its end)."""
