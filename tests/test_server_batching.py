@@ -16,6 +16,7 @@ from poolserve.proto import config_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import DeadlineExceededError, InvalidArgumentError
 from poolserve.runtime.graph import load_graph_def
+from poolserve.server import batching
 from poolserve.server.config import make_config
 from poolserve.server.service import InferenceService, InferRequest, InferResult
 
@@ -91,6 +92,32 @@ def test_auto_a_lone_request_runs_at_once_and_alone(tmp_path):
         assert r.timings.batch is not None and (r.timings.batch.members, r.timings.batch.rows) == (1, 2)
     assert len({r.timings.batch.batch_id for r in results if r.timings.batch}) == 5
     assert alone.timings.batch is not None and alone.timings.batch.members == 1
+
+
+def test_auto_batches_again_when_requests_come_back_to_back_after_a_quiet_spell(tmp_path, monkeypatch):
+    # a request whose step runs on the loop holds the loop to its answer: with no overlap seen lately, a
+    # burst of requests then ran one at a time, each alone (a server after a spell of one client)
+    monkeypatch.setattr(batching, "COMPANY_WINDOW_S", 0.05)
+    monkeypatch.setattr(batching, "PROBE_EVERY_S", 0.05)
+    rt = service(tmp_path, {"max_batch_size": 64})  # "auto"
+    inputs = [rows(1, 10.0 * i) for i in range(16)]
+
+    async def quiet_then_burst() -> list[InferResult]:
+        for i in range(8):  # one client: the plan's cost is learned, its steps run on the loop
+            await rt.infer(InferRequest("add", {"x": rows(1, i)}))
+        await asyncio.sleep(0.1)  # longer than the company window, a probe's period and BACK_TO_BACK_S
+        return await infer_all(rt, inputs)
+
+    try:
+        results = asyncio.run(quiet_then_burst())
+    finally:
+        rt.close()
+    for x, r in zip(inputs, results, strict=True):
+        np.testing.assert_array_equal(r.outputs["out"], x * 2 + 1)
+    batches = {r.timings.batch.batch_id: r.timings.batch for r in results if r.timings.batch}
+    # the first comes after the quiet spell and runs alone; the second comes back to back, waits a probe's
+    # time, and the requests the loop reads meanwhile join it
+    assert [b.members for b in batches.values()] == [1, 15]
 
 
 def test_a_batched_mlp_gives_what_each_request_gets_alone(tmp_path):
