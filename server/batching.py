@@ -137,6 +137,33 @@ class Batcher:
                 return 0
         return rows if 0 < rows <= self.max_batch_size else 0
 
+    def claim_alone(self, rows: int) -> BatchInfo | None:
+        """With ``auto``, a request of ``rows`` that would run at once and alone in ``run`` (the model idle,
+        nobody waiting, no company lately and no probe due): it takes the model's batch slot and the caller
+        runs its step as an unbatched request, then calls ``end_alone``. None: it goes through ``run``.
+
+        Why: through ``run``'s member, future and batch options a lone example mlp request cost ~72k more
+        instructions than unbatched (882k against 810k, callgrind, in process), 224 against 178 us p50."""
+        if self.delay is not None or self.running >= self.max_concurrent or self._queues or self._full(rows):
+            return None
+        now = time.monotonic()
+        if now - self._overlap_at < COMPANY_WINDOW_S:
+            return None
+        if now - self._last_end < BACK_TO_BACK_S and now - self._probed_at >= PROBE_EVERY_S:
+            return None  # a probe is due: run() makes it
+        self.running += 1
+        self._in_flight += 1  # a request arriving meanwhile counts it as company, and queues
+        return BatchInfo(next(_batch_ids), rows, 1, now, now)
+
+    def end_alone(self, info: BatchInfo) -> None:
+        """The request ``claim_alone`` let run alone has its answer (or failed): the slot is given back, and
+        the requests that queued meanwhile start."""
+        self._in_flight -= 1
+        self._last_end = time.monotonic()
+        if self.observe is not None:
+            self.observe(info.rows, 0.0)
+        self._release()
+
     async def run(
         self,
         feeds: dict[str, Array],

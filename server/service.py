@@ -398,9 +398,11 @@ class InferenceService:
         if deadline is not None:
             deadline.check("decoding the request")
         batcher = entry.batcher
+        lone: BatchInfo | None = None  # a batch of this request alone, run by the path below
         if batcher is not None and not request.targets and _batchable_options(given):
             rows = batcher.batchable(feeds)
-            if rows:
+            lone = batcher.claim_alone(rows) if rows else None
+            if rows and lone is None:
                 priority = given.experimental.run_handler_pool_options.priority if given is not None else 0
                 got = await batcher.run(
                     feeds, fetches, rows, use_pool, deadline, priority, traced, self.loop_free()
@@ -432,6 +434,10 @@ class InferenceService:
                 alone=self.loop_free(),
             )
         finally:
+            if lone is not None:
+                assert batcher is not None
+                batcher.end_alone(lone)
+                timings.batch = lone
             if not pooled:
                 self._unpooled_steps -= 1
                 self._kernel_threads.running(self._unpooled_steps)

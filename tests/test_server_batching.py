@@ -213,6 +213,23 @@ def test_a_traced_member_shows_its_wait_and_the_batch_and_metrics_count_batches(
     assert 'poolserve_batch_size_count{model="add"} 4.0' in exposition
 
 
+def test_auto_a_lone_request_is_a_batch_of_one_in_its_trace_and_the_metrics(tmp_path):
+    # it runs as an unbatched request would (no member, no batch options), and still counts as a batch
+    rt = service(tmp_path, {"max_batch_size": 64})  # "auto"
+    try:
+        result = asyncio.run(rt.infer(InferRequest("add", {"x": rows(2, 0)}, trace=True)))
+        exposition = rt.metrics.exposition()[0].decode()
+    finally:
+        rt.close()
+    np.testing.assert_array_equal(result.outputs["out"], rows(2, 0) * 2 + 1)
+    assert result.timings.batch is not None
+    assert (result.timings.batch.members, result.timings.batch.rows) == (1, 2)
+    spans = {e["name"]: e["args"] for e in result.trace["traceEvents"] if e.get("ph") == "X"}
+    assert spans["wait for batch"]["members"] == 1 and spans["compute"]["rows"] == 2
+    assert result.run_metadata is not None and result.run_metadata.step_stats.dev_stats
+    assert 'poolserve_batch_size_sum{model="add"} 2.0' in exposition
+
+
 def test_a_fixed_delay_waits_for_company_and_a_preferred_size_does_not(tmp_path):
     rt = service(tmp_path, {"max_queue_delay_us": 30000, "preferred_batch_sizes": [2]})
     try:
