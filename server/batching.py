@@ -160,9 +160,9 @@ class Batcher:
         the requests that queued meanwhile start."""
         self._in_flight -= 1
         self._last_end = time.monotonic()
+        self._release()
         if self.observe is not None:
             self.observe(info.rows, 0.0)
-        self._release()
 
     async def run(
         self,

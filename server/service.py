@@ -420,10 +420,10 @@ class InferenceService:
         # within the deadline and cancels the step at it; cancelling this task cancels the step
         record = StepRecord()
         pooled = entry.session.uses_run_handler_pool(options)
-        if not pooled:
-            self._unpooled_steps += 1
-            self._kernel_threads.running(self._unpooled_steps)
-        try:
+        try:  # from here on, a batch slot claimed above is given back however the step ends
+            if not pooled:
+                self._unpooled_steps += 1
+                self._kernel_threads.running(self._unpooled_steps)
             values = await entry.session.arun(
                 fetches + list(request.targets) if request.targets else fetches,
                 feeds,

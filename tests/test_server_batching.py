@@ -230,6 +230,29 @@ def test_auto_a_lone_request_is_a_batch_of_one_in_its_trace_and_the_metrics(tmp_
     assert 'poolserve_batch_size_sum{model="add"} 2.0' in exposition
 
 
+def test_auto_a_lone_request_cancelled_in_its_step_gives_the_model_back(tmp_path):
+    rt = service(tmp_path, {"max_batch_size": 64}, slow_add_graph(0.2))  # "auto"
+    try:
+
+        async def go() -> tuple[Any, InferResult, InferResult]:
+            lone = asyncio.ensure_future(rt.infer(InferRequest("add", {"x": rows(1, 0)})))
+            await asyncio.sleep(0.05)  # it runs alone, in its step
+            queued = asyncio.ensure_future(rt.infer(InferRequest("add", {"x": rows(1, 1)})))
+            await asyncio.sleep(0.01)  # this one waits for the model
+            lone.cancel()
+            gone = await asyncio.gather(lone, return_exceptions=True)
+            after = await asyncio.wait_for(queued, 5.0)
+            again = await asyncio.wait_for(rt.infer(InferRequest("add", {"x": rows(1, 2)})), 5.0)
+            return gone[0], after, again
+
+        gone, after, again = asyncio.run(go())
+    finally:
+        rt.close()
+    assert isinstance(gone, asyncio.CancelledError)
+    np.testing.assert_array_equal(after.outputs["out"], rows(1, 1) * 2 + 1)
+    np.testing.assert_array_equal(again.outputs["out"], rows(1, 2) * 2 + 1)
+
+
 def test_a_fixed_delay_waits_for_company_and_a_preferred_size_does_not(tmp_path):
     rt = service(tmp_path, {"max_queue_delay_us": 30000, "preferred_batch_sizes": [2]})
     try:
