@@ -9,10 +9,10 @@ A batch forms as soon as its queue holds ``max_batch_size`` rows, or a preferred
 
 - ``max_queue_delay_us = "auto"`` (the default): when fewer than ``max_concurrent_batches`` of the
   model's batches are running, one event loop iteration after the first member joined (so that requests
-  the loop read together batch together; only while the model's requests overlap, see ``Batcher._lone``),
-  else when one ends. Requests that arrive while the model computes wait for it, so batches grow with the
-  load and a lone request does not wait for company (but for a short probe now and then while requests
-  come back to back: ``PROBE_WAIT_S``);
+  the loop read together batch together; only while the model's requests overlap, see
+  ``Batcher._company_wait``), else when one ends. Requests that arrive while the model computes wait for
+  it, so batches grow with the load and a lone request does not wait for company (but for a short probe
+  now and then while requests come back to back: ``PROBE_WAIT_S``);
 - a number: when the oldest member has waited that long (Triton's ``max_queue_delay_microseconds``).
 
 Members are taken by priority, then arrival. One whose deadline passed while it waited is answered
@@ -83,10 +83,10 @@ class _Queue:
 Key = tuple[tuple[str, ...], tuple[str, ...], bool, tuple[tuple[str, tuple[int, ...]], ...]]
 
 # With "auto", a request that finds the model idle yields one loop iteration for company only if, within this
-# many seconds, a request of this model arrived while another was in flight (see Batcher._lone).
+# many seconds, a request of this model arrived while another was in flight (see Batcher._company_wait).
 COMPANY_WINDOW_S = 1.0
 # Without such company, a request that came within BACK_TO_BACK_S of the model's last answer holds the model
-# for PROBE_WAIT_S once every PROBE_EVERY_S, to let the loop read what waits (see Batcher._lone): requests
+# for PROBE_WAIT_S once every PROBE_EVERY_S, to let the loop read what waits (Batcher._company_wait): requests
 # that each ran their step on the loop from start to end never overlapped, so after a quiet spell a burst
 # stayed one request a batch. The example cnn at 32 clients, after one client alone: 1.0 rows a batch over
 # native JSON and gRPC, at about half the throughput of the same load on a fresh server (28-30 and 16 rows).
@@ -147,10 +147,8 @@ class Batcher:
         if self.delay is not None or self.running >= self.max_concurrent or self._queues or self._full(rows):
             return None
         now = time.monotonic()
-        if now - self._overlap_at < COMPANY_WINDOW_S:
-            return None
-        if now - self._last_end < BACK_TO_BACK_S and now - self._probed_at >= PROBE_EVERY_S:
-            return None  # a probe is due: run() makes it
+        if self._company_wait(now, probing=False) is not None:
+            return None  # it waits for company in run()
         self.running += 1
         self._in_flight += 1  # a request arriving meanwhile counts it as company, and queues
         return BatchInfo(next(_batch_ids), rows, 1, now, now)
@@ -173,11 +171,11 @@ class Batcher:
         deadline: Deadline | None,
         priority: int,
         traced: bool,
-        alone: bool = False,
     ) -> tuple[list[Any], BatchInfo, config_pb2.RunMetadata | None] | None:
         """Runs a request as a member of a batch: its outputs (in ``fetches`` order), the batch it ran in,
-        and the batch's RunMetadata when traced. None: this signature cannot be batched, run it alone.
-        ``alone``: no other request is in flight in the server (``Session.arun``'s ``alone``)."""
+        and the batch's RunMetadata when traced. None: this signature cannot be batched, run it alone. A
+        request ``claim_alone`` would let run at once goes through this too, as a batch of one started on
+        the next loop iteration."""
         names = tuple(sorted(feeds))
         arrays = [feeds[n] for n in names]
         key: Key = (names, tuple(fetches), use_pool, tuple((a.dtype.str, a.shape[1:]) for a in arrays))
@@ -201,16 +199,9 @@ class Batcher:
                 and len(queue.members) == 1
                 and not self._full(rows)
             ):
-                company = now - self._overlap_at < COMPANY_WINDOW_S
-                probe = (
-                    not company
-                    and now - self._last_end < BACK_TO_BACK_S
-                    and now - self._probed_at >= PROBE_EVERY_S
-                )
-                if probe:
-                    self._probed_at = now
-                wait = 0.0 if company else PROBE_WAIT_S if probe else None
-                return await self._lone(key, queue, member, wait, alone and wait is None)
+                wait = self._company_wait(now, probing=True)
+                if wait is not None:
+                    return await self._lone(key, queue, member, wait)
             self._consider(key, queue)
             # cancelled (the client went away, or the deadline passed while it waited for a batch): the
             # member is dropped, or its rows discarded
@@ -219,34 +210,44 @@ class Batcher:
             self._in_flight -= 1
             self._last_end = time.monotonic()
 
-    async def _lone(
-        self, key: Key, queue: _Queue, member: _Member, wait: float | None, alone: bool = False
-    ) -> tuple[list[Any], BatchInfo, config_pb2.RunMetadata | None]:
-        """With ``auto``, a request that finds the model idle and nobody waiting: it holds the model's
-        batch slot for ``wait`` seconds (requests the loop reads meanwhile join it), then, if still alone,
-        runs its step in its own task. A batch of one through the batch's task cost a lone client two more
-        task hand-offs and ``wait_for``'s task: 0.2-0.4 ms a request (example mlp, MobileNetV2).
+    def _company_wait(self, now: float, probing: bool) -> float | None:
+        """How long a request that finds the model idle and nobody waiting holds it for company (``_lone``):
+        0, one loop iteration (the requests the loop has already read), when requests of this model
+        overlapped within ``COMPANY_WINDOW_S``; ``PROBE_WAIT_S`` when a probe is due; else None, and it runs
+        at once (``claim_alone``), so a client alone gets no added wait.
 
-        ``wait`` is 0 (one loop iteration: the requests the loop has already read) when company is likely
-        (requests of this model overlapped within ``COMPANY_WINDOW_S``); None (no wait) when nothing
-        overlapped lately, so a client alone gets no added wait; and ``PROBE_WAIT_S`` for a probe
-        (``BACK_TO_BACK_S``): a request that runs its step on the loop holds the loop until its answer, so
-        the next request is read only after it, and requests coming back to back never overlap however
-        many clients send them. A probe lets the loop read what waits; a client alone pays it once every
-        ``PROBE_EVERY_S``."""
+        A probe: a request that runs its step on the loop holds the loop until its answer, so the next
+        request is read only after it, and requests coming back to back (``BACK_TO_BACK_S``) never overlap
+        however many clients send them. Once every ``PROBE_EVERY_S`` one of them waits, the loop reads what
+        waits meanwhile, and a client alone pays that wait. ``probing``: a probe due is taken now."""
+        if now - self._overlap_at < COMPANY_WINDOW_S:
+            return 0.0
+        if now - self._last_end < BACK_TO_BACK_S and now - self._probed_at >= PROBE_EVERY_S:
+            if probing:
+                self._probed_at = now
+            return PROBE_WAIT_S
+        return None
+
+    async def _lone(
+        self, key: Key, queue: _Queue, member: _Member, wait: float
+    ) -> tuple[list[Any], BatchInfo, config_pb2.RunMetadata | None]:
+        """With ``auto``, a request that finds the model idle and nobody waiting, and waits for company
+        (``_company_wait``): it holds the model's batch slot for ``wait`` seconds (requests the loop reads
+        meanwhile join it), then, if still alone, runs its step in its own task. A batch of one through the
+        batch's task cost a lone client two more task hand-offs and ``wait_for``'s task: 0.2-0.4 ms a
+        request (example mlp, MobileNetV2)."""
         self.running += 1
         released = False
         try:
-            if wait is not None:
-                await asyncio.sleep(wait)
-                if queue.members != [member] or len(self._queues) != 1:  # company came: batch as usual
-                    self._release()
-                    released = True
-                    return await self._await_member(member)
+            await asyncio.sleep(wait)
+            if queue.members != [member] or len(self._queues) != 1:  # company came: batch as usual
+                self._release()
+                released = True
+                return await self._await_member(member)
             queue.members.clear()
             self._queues.pop(key, None)
             info = BatchInfo(next(_batch_ids), member.rows, 1, member.arrived, time.monotonic())
-            values, metadata = await self._step(queue, [member], alone)
+            values, metadata = await self._step(queue, [member])
             if self.observe is not None:
                 self.observe(member.rows, info.started_at - member.arrived)
             return values, info, metadata
@@ -379,7 +380,7 @@ class Batcher:
             start = end
 
     async def _step(
-        self, queue: _Queue, members: list[_Member], alone: bool = False
+        self, queue: _Queue, members: list[_Member]
     ) -> tuple[list[Any], config_pb2.RunMetadata | None]:
         if len(members) == 1:
             feeds = dict(zip(queue.feed_names, members[0].feeds, strict=True))
@@ -398,9 +399,7 @@ class Batcher:
         if any(m.traced for m in members):
             options.trace_level = config_pb2.RunOptions.FULL_TRACE
             metadata = config_pb2.RunMetadata()
-        values = await self.session.arun(
-            list(queue.fetches), feeds, options, metadata, deadline=deadline, alone=alone
-        )
+        values = await self.session.arun(list(queue.fetches), feeds, options, metadata, deadline=deadline)
         return list(values), metadata
 
     async def _alone_each(self, queue: _Queue, members: list[_Member], info: BatchInfo) -> None:

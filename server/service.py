@@ -404,9 +404,7 @@ class InferenceService:
             lone = batcher.claim_alone(rows) if rows else None
             if rows and lone is None:
                 priority = given.experimental.run_handler_pool_options.priority if given is not None else 0
-                got = await batcher.run(
-                    feeds, fetches, rows, use_pool, deadline, priority, traced, self.loop_free()
-                )
+                got = await batcher.run(feeds, fetches, rows, use_pool, deadline, priority, traced)
                 if got is not None:
                     values, info, metadata = got
                     if run_metadata is not None and metadata is not None:
