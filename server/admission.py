@@ -53,7 +53,7 @@ from poolserve.runtime.errors import (
     UnavailableError,
 )
 from poolserve.server import codec, errors
-from poolserve.server.protocol import OVER_CONNECTIONS_KEY, Refusal, arrival, declared_length
+from poolserve.server.protocol import OVER_CONNECTIONS_KEY, Refusal, arrival, declared_length, header
 
 if TYPE_CHECKING:  # the service keeps the server's Admission (server.service imports this module)
     from poolserve.server.service import InferenceService, InferRequest
@@ -308,15 +308,15 @@ MAX_TIMEOUT_MS = 2**31 - 1
 
 def _header_timeout(scope: Scope) -> int | None:
     """The header's timeout in ms (None without one); InvalidArgumentError for one that is no integer."""
-    for key, value in scope.get("headers", ()):
-        if key == _TIMEOUT_KEY:
-            text = value.decode("latin-1").strip()
-            if not text.isdigit() or not text.isascii() or int(text) <= 0:
-                raise InvalidArgumentError(
-                    f"{TIMEOUT_HEADER} must be a positive integer (milliseconds), got {text[:40]!r}"
-                )
-            return min(int(text), MAX_TIMEOUT_MS)
-    return None
+    given = header(scope, _TIMEOUT_KEY)
+    if given is None:
+        return None
+    text = given.strip()
+    if not text.isdigit() or not text.isascii() or int(text) <= 0:
+        raise InvalidArgumentError(
+            f"{TIMEOUT_HEADER} must be a positive integer (milliseconds), got {text[:40]!r}"
+        )
+    return min(int(text), MAX_TIMEOUT_MS)
 
 
 def check_decoded(scope: Scope, request: InferRequest, service: InferenceService) -> None:
