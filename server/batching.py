@@ -119,9 +119,9 @@ class Batcher:
         self._queues: dict[Key, _Queue] = {}
         self._seq = itertools.count()
         self._alone: set[Key] = set()  # signatures whose outputs cannot be split by rows
-        self._in_flight = 0  # requests inside run()
+        self._in_flight = 0  # requests inside run(), or running alone (claim_alone)
         self._overlap_at = -math.inf  # when a request last arrived while another was in flight
-        self._last_end = -math.inf  # when a request last left run()
+        self._last_end = -math.inf  # when a request last left run() or ended alone
         self._probed_at = -math.inf  # when a lone request last waited PROBE_WAIT_S for company
 
     def batchable(self, feeds: dict[str, Array]) -> int:
