@@ -292,8 +292,23 @@ def encode_response(
 
 # --- the routes -----------------------------------------------------------------------------------------
 
-PLATFORM = "tensorflow_graphdef"
-EXTENSIONS = ["binary_tensor_data", "model_repository"]
+GRAPH_DEF = "tensorflow_graphdef"
+SAVED_MODEL = "tensorflow_savedmodel"
+# what Triton lists for the same features: the binary tensor extension, the repository calls, the model
+# configuration, request parameters, and the schedule policy (the request parameters priority and timeout)
+EXTENSIONS = [
+    "binary_tensor_data",
+    "model_repository",
+    "model_configuration",
+    "parameters",
+    "schedule_policy",
+]
+
+
+def platform(entry: ModelEntry) -> str:
+    """Triton's platform name for a served model: a SavedModel's (its signatures have methods) or a
+    GraphDef's."""
+    return SAVED_MODEL if entry.methods else GRAPH_DEF
 
 
 def _server_version() -> str:
@@ -330,6 +345,20 @@ def _raw_input(entry: ModelEntry) -> RawInput | None:
     return RawInput(spec.name, datatype, spec.shape)
 
 
+# Priority levels past this one are all the lowest (Triton's are uint64; the pool's int64)
+_LOWEST_LEVEL = 1 << 31
+
+
+def pool_priority(level: int) -> int:
+    """The pool's priority (larger first, TensorFlow's ``RunHandlerPoolOptions.priority``) for a KServe
+    request's ``priority`` parameter (Triton's schedule policy: 1 is the highest level, then 2, 3, ...;
+    0 is the model's default level). The default level is 2, as in a Triton model configured with
+    ``default_priority_level: 2``: 1 goes ahead of requests that set no priority, 3 and on after them."""
+    if level == 0:
+        return 0
+    return 2 - min(level, _LOWEST_LEVEL)
+
+
 def _run_options(params: dict[str, Any]) -> config_pb2.RunOptions | None:
     options = config_pb2.RunOptions()
     timeout = params.get("timeout")
@@ -342,9 +371,11 @@ def _run_options(params: dict[str, Any]) -> config_pb2.RunOptions | None:
         options.timeout_in_ms = math.ceil(timeout / 1000)
     priority = params.get("priority")
     if priority is not None:
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise InvalidArgumentError(f"parameter 'priority' must be an integer, got {priority!r}")
-        options.experimental.run_handler_pool_options.priority = priority
+        if not isinstance(priority, int) or isinstance(priority, bool) or priority < 0:
+            raise InvalidArgumentError(
+                f"parameter 'priority' must be a non-negative integer (1 is the highest), got {priority!r}"
+            )
+        options.experimental.run_handler_pool_options.priority = pool_priority(priority)
     if params.get("sequence_id"):
         raise UnimplementedError("sequence batching (parameter 'sequence_id') is not supported")
     return options if options.ByteSize() else None
@@ -444,7 +475,7 @@ def router(service: InferenceService) -> APIRouter:
         return {
             "name": entry.name,
             "versions": [str(v) for v in sorted(service.models[entry.name])],
-            "platform": PLATFORM,
+            "platform": platform(entry),
             "inputs": [_tensor_metadata(s) for s in entry.inputs],
             "outputs": [_tensor_metadata(s) for s in entry.outputs],
         }

@@ -27,9 +27,6 @@ from poolserve.server import kserve
 from poolserve.server.config import ModelConfig
 from poolserve.server.service import InferenceService
 
-SAVED_MODEL = "tensorflow_savedmodel"
-GRAPH_DEF = "tensorflow_graphdef"
-
 
 def data_type(spec: TensorSpec) -> int:
     """Triton's DataType of a tensor: ``TYPE_`` and its KServe datatype (BYTES is Triton's TYPE_STRING)."""
@@ -84,7 +81,7 @@ def model_config(service: InferenceService, name: str, version: int | None) -> m
     batcher = entry.batcher
     config = mc_pb.ModelConfig(
         name=entry.name,
-        platform=SAVED_MODEL if entry.methods else GRAPH_DEF,
+        platform=kserve.platform(entry),
         max_batch_size=batcher.max_batch_size if batcher is not None else 0,
     )
     batching = batcher is not None

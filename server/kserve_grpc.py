@@ -253,7 +253,7 @@ class KServeServicer:
         return pb.ModelMetadataResponse(
             name=entry.name,
             versions=[str(v) for v in sorted(self.service.models[entry.name])],
-            platform=kserve.PLATFORM,
+            platform=kserve.platform(entry),
             inputs=[Tensor(**kserve._tensor_metadata(s)) for s in entry.inputs],
             outputs=[Tensor(**kserve._tensor_metadata(s)) for s in entry.outputs],
         )

@@ -228,7 +228,7 @@ def model_metadata(entry: ModelEntry) -> dict[str, Any]:
         name: {
             "inputs": {s.name: _tensor_info(s) for s in sig.inputs},
             "outputs": {s.name: _tensor_info(s) for s in sig.outputs},
-            "method_name": PREDICT_METHOD,
+            "method_name": entry.methods.get(name, PREDICT_METHOD),
         }
         for name, sig in entry.signatures.items()
     }

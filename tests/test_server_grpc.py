@@ -146,7 +146,13 @@ async def test_health_and_metadata_match_http(kserve: Any, http: httpx.AsyncClie
     assert not (await kserve.ModelReady(pb.ModelReadyRequest(name="nope"))).ready
     meta = await kserve.ServerMetadata(pb.ServerMetadataRequest())
     assert (meta.name, list(meta.extensions)) == ("poolserve", (await http.get("/v2")).json()["extensions"])
-    assert list(meta.extensions) == ["binary_tensor_data", "model_repository"]
+    assert list(meta.extensions) == [
+        "binary_tensor_data",
+        "model_repository",
+        "model_configuration",
+        "parameters",
+        "schedule_policy",
+    ]
     model = await kserve.ModelMetadata(pb.ModelMetadataRequest(name="calc"))
     expected = (await http.get("/v2/models/calc")).json()
     got = {
@@ -317,9 +323,23 @@ async def test_priority_timeout_and_pool_parameters_reach_the_request(app: Any) 
     request.parameters["use_run_handler_pool"].bool_param = False
     infer, _ = ModelInferAdapter().decode(request, service_of(app).model("calc"))
     assert infer.run_options is not None
-    assert infer.run_options.experimental.run_handler_pool_options.priority == 5
+    # Triton's level 5 (1 is the highest, 2 the default's) is below the default in the pool's order
+    assert infer.run_options.experimental.run_handler_pool_options.priority == -3
     assert infer.run_options.timeout_in_ms == 3
     assert infer.use_run_handler_pool is False
+
+
+async def test_priority_follows_triton_levels_up_to_the_largest_uint64(app: Any) -> None:
+    def pool_priority(level: int) -> int:
+        request = raw_request("calc", x=np.ones((1, 3), np.float32))
+        request.parameters["priority"].uint64_param = level
+        infer, _ = ModelInferAdapter().decode(request, service_of(app).model("calc"))
+        assert infer.run_options is not None
+        return infer.run_options.experimental.run_handler_pool_options.priority
+
+    levels = [1, 0, 2, 3, 2**63 + 5, 2**64 - 1]
+    got = [pool_priority(level) for level in levels]
+    assert got[0] > got[1] == got[2] > got[3] > got[4] == got[5]
 
 
 @pytest.mark.parametrize("pool", [True, False])
@@ -532,6 +552,19 @@ async def test_model_metadata_and_status(tfs: Any, channel: Any, http: httpx.Asy
     request.metadata_field[:] = ["graph"]
     details = await expect_error(tfs.GetModelMetadata(request), grpc.StatusCode.INVALID_ARGUMENT)
     assert "Metadata field graph is not supported" in details
+
+    # a SavedModel's signatures keep their methods, over REST as over gRPC
+    request.model_spec.name = "classify"
+    request.metadata_field[:] = ["signature_def"]
+    response = await tfs.GetModelMetadata(request)
+    assert response.metadata["signature_def"].Unpack(sigs)
+    rest = (await http.get("/v1/models/classify/metadata")).json()["metadata"]["signature_def"][
+        "signature_def"
+    ]
+    methods = {name: sd.method_name for name, sd in sigs.signature_def.items()}
+    assert methods == {name: sd["method_name"] for name, sd in rest.items()}
+    assert methods["serving_default"] == "tensorflow/serving/classify"
+    assert methods["regress"] == "tensorflow/serving/regress"
 
     models = model_service_pb2_grpc.ModelServiceStub(channel)
     status = await models.GetModelStatus(

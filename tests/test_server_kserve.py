@@ -466,7 +466,13 @@ async def test_infer_timeout_answers_504(client):
             "calc",
             calc_request(np.ones((1, 3)), parameters={"priority": "high"}),
             400,
-            "parameter 'priority' must be an integer",
+            "parameter 'priority' must be a non-negative integer",
+        ),
+        (
+            "calc",
+            calc_request(np.ones((1, 3)), parameters={"priority": -1}),
+            400,
+            r"parameter 'priority' must be a non-negative integer \(1 is the highest\), got -1",
         ),
         (
             "calc",

@@ -80,6 +80,10 @@ async def test_config_of_a_batching_model_leaves_out_the_batch_dimension(
 async def test_config_of_a_saved_model(kserve: Any, http: httpx.AsyncClient) -> None:
     config = await config_of(kserve, http, "classify")
     assert config["platform"] == "tensorflow_savedmodel"
+    # the model metadata says the same, over both protocols
+    assert (await http.get("/v2/models/classify")).json()["platform"] == "tensorflow_savedmodel"
+    meta = await kserve.ModelMetadata(pb.ModelMetadataRequest(name="classify"))
+    assert meta.platform == "tensorflow_savedmodel"
     assert config["parameters"]["signature_name"] == {"string_value": "serving_default"}
     assert config["version_policy"] == {"latest": {"num_versions": 1}}
     assert [i["data_type"] for i in config["input"]] == ["TYPE_STRING"]
