@@ -321,7 +321,8 @@ def _header_timeout(scope: Scope) -> int | None:
 
 def check_decoded(scope: Scope, request: InferRequest, service: InferenceService) -> None:
     """After decoding: applies the header's timeout when the body set none, and sheds the request
-    (ShedError, 503) if its own timeout leaves too little for the work admitted before it."""
+    (ShedError, 503) if its own timeout leaves too little for the work admitted before it (none: it is
+    admitted, whatever its own cost)."""
     ticket: Ticket | None = scope.get(_TICKET_KEY)
     if ticket is None:
         return
@@ -334,8 +335,13 @@ def check_decoded(scope: Scope, request: InferRequest, service: InferenceService
     if timeout_ms <= 0 or not service.config.server.shed:
         return
     admission = ticket.admission
+    ahead = admission.ahead(ticket)
+    if ahead <= admission.cost.get(ticket.model, 0.0):
+        # nothing admitted before it: as at arrival, an idle server admits (a retry would find the same
+        # server; a timeout too short for the work itself is the step's 504)
+        return
     now = time.monotonic()
-    expected = admission.ahead(ticket) * _SAFETY
+    expected = ahead * _SAFETY
     late = now + expected - (ticket.arrived + timeout_ms / 1000.0)
     if late > 0 and now < ticket.arrived + timeout_ms / 1000.0:  # past the deadline: the service's 504
         admission.shed += 1

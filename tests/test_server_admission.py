@@ -173,6 +173,23 @@ async def test_the_body_timeout_is_checked_again_after_decoding(app: FastAPI) ->
         assert r.status_code == 503
 
 
+async def test_an_idle_server_admits_a_decoded_request_whose_own_cost_passes_its_timeout(
+    app: FastAPI,
+) -> None:
+    # the model is known to take 2 s and nothing is in flight: a retry would find the same server, so
+    # the request runs, and its step stops at its deadline (504), with no 503 "retry later"
+    app.state.admission.cost["nap"] = 2.0
+    async with client(app) as c:
+        body: dict[str, Any] = {**BODY, "run_options": {"timeout_in_ms": 30}}
+        r = await c.post("/v1/models/nap:run", json=body)
+        assert r.status_code == 504 and "Retry-After" not in r.headers, r.text
+        kserve = {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}],
+                  "parameters": {"timeout": 1_000_000}}  # fmt: skip
+        r = await c.post("/v2/models/nap/infer", json=kserve)
+        assert r.status_code == 200, r.text
+    assert app.state.admission.shed == 0
+
+
 async def test_the_header_timeout_applies_when_the_body_sets_none(app: FastAPI) -> None:
     async with client(app) as c:
         r = await c.post("/v1/models/nap:run", json=BODY, headers={"X-Request-Timeout-Ms": "20"})
