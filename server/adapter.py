@@ -8,18 +8,23 @@ body, decode it (in a thread when big), await the service, encode (in a thread w
 
 from __future__ import annotations
 
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.server import codec, errors
 from poolserve.server.admission import check_decoded, scope_arrivals
+from poolserve.server.hot import too_large_message
 from poolserve.server.models import ModelEntry
+from poolserve.server.protocol import header
 from poolserve.server.routes import Route
 from poolserve.server.service import InferenceService, InferRequest, InferResult, request_info
 
@@ -71,6 +76,10 @@ async def serve_body(
     with service.repository.hold(request.path_params["model"], version) as entry:
         if body is None:
             body = await request.body()
+        encoding = header(request.scope, _CONTENT_ENCODING)
+        if encoding is not None:
+            limit = service.config.server.max_request_bytes
+            body = await codec.sized(len(body) * _INFLATION, decompressed, body, encoding, limit)
         size = adapter.decode_size(request, body)
         arrivals = scope_arrivals(request.scope)
         alone = service.alone(arrivals)
@@ -85,6 +94,62 @@ async def serve_body(
         [(b"content-type", out.media_type.encode("latin-1")), *errors.raw_headers(out.headers)],
         out.content,
     )
+
+
+_CONTENT_ENCODING = b"content-encoding"
+# a compressed body is sized for the codec thread as this many times its bytes: what it inflates to
+_INFLATION = 4
+# zlib's window bits per content coding: gzip's header, zlib's (HTTP's "deflate"), or none (raw deflate,
+# which some clients send as "deflate")
+_WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
+
+
+def decompressed(body: bytes, encoding: str, limit: int) -> bytes:
+    """A request body as it was before its Content-Encoding (``encoding``: the header's codings, in the
+    order they were applied), as Triton and TF Serving accept it (tritonclient's
+    ``request_compression_algorithm``): gzip and deflate, and identity. At most ``limit`` bytes
+    decompressed (413 past it, as a plain body's size); 415 for a coding the server cannot decode; 400 for
+    a body its coding cannot read."""
+    for coding in reversed([c.strip().lower() for c in encoding.split(",")]):
+        if coding in ("", "identity"):
+            continue
+        wbits = _WBITS.get(coding)
+        if wbits is None:
+            raise HTTPException(
+                415, f"Content-Encoding {coding!r} is not supported: send gzip, deflate or identity"
+            )
+        try:
+            body = _inflate(body, wbits, coding == "deflate", limit)
+        except zlib.error as e:
+            raise InvalidArgumentError(f"the request body is not valid {coding} data: {e}") from None
+    return body
+
+
+def _inflate(data: bytes, wbits: int, raw_ok: bool, limit: int) -> bytes:
+    """``data`` decompressed (every gzip member of it), at most ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        d: Any = zlib.decompressobj(wbits)
+        try:
+            out = d.decompress(data, limit + 1 - size)
+        except zlib.error:
+            if not raw_ok or parts:
+                raise
+            wbits, raw_ok = -15, False  # a raw deflate stream, without zlib's header
+            continue
+        size += len(out)
+        if size > limit or d.unconsumed_tail:
+            raise HTTPException(413, too_large_message(limit) + " once decompressed")
+        parts.append(out)
+        if not d.eof:
+            raise zlib.error("the compressed data is truncated")
+        data = d.unused_data
+        if not data or wbits != 31:
+            break  # a zlib or raw stream ends the body; gzip members may follow one another
+    if data:
+        raise zlib.error(f"{len(data)} bytes follow the compressed data")
+    return b"".join(parts)
 
 
 Handler = Callable[[Request], Awaitable[Response]]

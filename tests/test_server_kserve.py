@@ -3,8 +3,10 @@ and runtime. The tensor codec on its own is tested in test_server_kserve_codec.p
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import zlib
 from pathlib import Path
 
 import httpx
@@ -559,3 +561,92 @@ async def test_raw_request_needs_one_input(client):
     )
     assert r.status_code == 400
     assert "needs a model with exactly one input" in r.json()["error"]
+
+
+# --- compressed request bodies (Content-Encoding), on every protocol ------------------------------------
+
+
+def _deflate_raw(data: bytes) -> bytes:
+    c = zlib.compressobj(wbits=-15)
+    return c.compress(data) + c.flush()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [
+        ("gzip", gzip.compress),
+        ("deflate", zlib.compress),
+        ("deflate", _deflate_raw),
+        ("gzip, deflate", lambda b: zlib.compress(gzip.compress(b))),
+        ("identity", lambda b: b),
+    ],
+)
+async def test_a_compressed_body_is_decompressed_on_every_protocol(client, encoding, compress):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for path, body, answer in (
+        ("/v2/models/calc/infer", calc_request(x), lambda r: outputs_of(r)["y"]),
+        (
+            "/v1/models/calc:predict",
+            {"instances": x.tolist()},
+            lambda r: [p["y"] for p in r.json()["predictions"]],
+        ),
+        (
+            "/v1/models/calc:run",
+            {"feeds": {"x": x.tolist()}},
+            lambda r: np.reshape(r.json()["outputs"]["y"]["data"], (2, 3)),
+        ),
+    ):
+        raw = json.dumps(body).encode()
+        r = await client.post(path, content=compress(raw), headers={"Content-Encoding": encoding})
+        assert r.status_code == 200, (path, r.text)
+        np.testing.assert_array_equal(answer(r), x * 3 + 1)
+
+
+@pytest.mark.anyio
+async def test_a_binary_kserve_body_is_decompressed_before_its_header_length_is_read(client):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    head = json.dumps({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32",
+                                   "parameters": {"binary_data_size": 24}}]}).encode()  # fmt: skip
+    r = await client.post(
+        "/v2/models/calc/infer",
+        content=gzip.compress(head + x.tobytes()),
+        headers={"Content-Encoding": "gzip", "Inference-Header-Content-Length": str(len(head))},
+    )
+    assert r.status_code == 200, r.text
+    np.testing.assert_array_equal(outputs_of(r)["y"], x * 3 + 1)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("encoding", "body", "status", "message"),
+    [
+        ("br", b"{}", 415, "Content-Encoding 'br' is not supported: send gzip, deflate or identity"),
+        ("gzip", b"{not gzip}", 400, "the request body is not valid gzip data"),
+        ("gzip", gzip.compress(b'{"inputs": []}')[:-6], 400, "the compressed data is truncated"),
+        ("deflate", zlib.compress(b"{}") + b"??", 400, "2 bytes follow the compressed data"),
+    ],
+)
+async def test_a_body_its_encoding_cannot_read_is_refused_with_the_reason(
+    client, encoding, body, status, message
+):
+    r = await client.post("/v2/models/calc/infer", content=body, headers={"Content-Encoding": encoding})
+    assert r.status_code == status and message in r.json()["error"], r.text
+
+
+@pytest.mark.anyio
+async def test_a_compressed_body_past_max_request_bytes_once_decompressed_is_413(tmp_path):
+    write_models(tmp_path)
+    (tmp_path / "poolserve.toml").write_text(
+        CONFIG.replace("[server]", "[server]\nmax_request_bytes = 32768", 1)
+    )
+    app = create_app(load_config(tmp_path / "poolserve.toml"))
+    bomb = gzip.compress(b" " * 10_000_000)  # ~10 KB that inflates to 10 MB
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://k") as c,
+    ):
+        r = await c.post("/v2/models/calc/infer", content=bomb, headers={"Content-Encoding": "gzip"})
+        assert r.status_code == 413, r.text
+        assert "larger than max_request_bytes (32768) once decompressed" in r.json()["error"]

@@ -68,6 +68,16 @@ def test_infer(client, binary_in, binary_out):
     assert ("data" in response["outputs"][0]) == (not binary_out)
 
 
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+@pytest.mark.parametrize("binary", [True, False])
+def test_infer_with_a_compressed_request(client, algorithm, binary):
+    x = np.random.default_rng(2).standard_normal((4, 3)).astype(np.float32)
+    inp = triton.InferInput("x", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=binary)
+    result = client.infer("calc", [inp], request_compression_algorithm=algorithm)
+    np.testing.assert_array_equal(result.as_numpy("y"), x * 3 + 1)
+
+
 def test_infer_version_and_default_outputs(client):
     x = np.ones((2, 3), np.float32)
     inp = triton.InferInput("x", [2, 3], "FP32")
