@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.proto import config_pb2, debug_pb2
-from poolserve.runtime.errors import UnimplementedError
+from poolserve.runtime.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
 from poolserve.runtime.kernels.registry import Compute, OpContext
 from poolserve.runtime.node import Node
 
@@ -30,6 +30,10 @@ def debug_wrapper(
     """Wraps watched nodes' kernels so their outputs are dumped as .npy files under file:// debug URLs."""
     watches: dict[str, list[debug_pb2.DebugTensorWatch]] = {}
     for w in debug_options.debug_tensor_watch_opts:
+        if w.output_slot < 0:
+            raise InvalidArgumentError(
+                f"Debug watch of node '{w.node_name}': output_slot must be 0 or more, got {w.output_slot}"
+            )
         for op in w.debug_ops or ["DebugIdentity"]:
             if op != "DebugIdentity":
                 raise UnimplementedError(f"Debug op '{op}' is not supported (only DebugIdentity)")
@@ -52,8 +56,13 @@ def debug_wrapper(
                 for url in w.debug_urls:
                     root = Path(url[len("file://") :])
                     path = root / f"{node.name}_{w.output_slot}_DebugIdentity_{stamp}.npy"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    np.save(path, np.asarray(outs[w.output_slot]), allow_pickle=False)
+                    try:
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        np.save(path, np.asarray(outs[w.output_slot]), allow_pickle=False)
+                    except OSError as e:
+                        raise FailedPreconditionError(
+                            f"Cannot write the debug dump of {node.name}:{w.output_slot} to {url}: {e}"
+                        ) from None
             return outs
 
         return watched

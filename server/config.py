@@ -48,6 +48,10 @@ class ServerSettings(_Section):
     default_timeout_ms: int = Field(default=30000, ge=0)
     max_request_bytes: int = Field(default=64 * MiB, gt=0)
     admin_token: str | None = None
+    # RunOptions.debug_options (native :run, remote sessions) dump watched tensors to file:// URLs, which
+    # writes files on the server: refused (403) unless this names a folder, and then only under it
+    # (relative to this file, as model paths are; "file://name" is the folder's "name")
+    debug_dump_dir: str | None = None
     drain_seconds: float = Field(default=30.0, ge=0)
     max_in_flight: int = Field(default=256, gt=0)
     # seconds between looks at the models' files (base paths, .pb files) and the config file for changes
@@ -323,6 +327,9 @@ def make_config(data: Mapping[str, Any], base_dir: Path | None = None) -> Config
         traces = config.traces
         if traces.path not in ("auto", ":memory:", "") and not Path(traces.path).is_absolute():
             traces.path = str((base_dir / traces.path).resolve())
+        dump = config.server.debug_dump_dir
+        if dump and not Path(dump).is_absolute():
+            config.server.debug_dump_dir = str((base_dir / dump).resolve())
     return config
 
 

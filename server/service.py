@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from poolserve.proto import config_pb2
@@ -323,6 +324,36 @@ class InferenceService:
         if not secrets.compare_digest(given.strip().encode(), token.encode()):
             raise PermissionDeniedError("The admin token is not valid")
 
+    def guard_options(self, options: config_pb2.RunOptions | None) -> None:
+        """Refuses what a client's RunOptions may not do on this server: ``debug_options`` dumps write
+        files, so they are refused (PermissionDeniedError, 403) unless ``[server] debug_dump_dir`` names a
+        folder, and then every file:// URL must lie under it (a relative one is taken from it, an absolute
+        one must be inside it; each is rewritten to its absolute path there). Called for every request
+        that carries RunOptions of its own (native ``:run``, remote sessions)."""
+        if options is None or not options.HasField("debug_options"):
+            return
+        watches = options.debug_options.debug_tensor_watch_opts
+        if not any(w.debug_urls for w in watches):
+            return
+        folder = self.config.server.debug_dump_dir
+        if not folder:
+            raise PermissionDeniedError(
+                "RunOptions.debug_options would write files on the server, which this server does not "
+                "allow: set [server] debug_dump_dir to a folder for the dumps"
+            )
+        root = Path(folder).resolve()
+        for w in watches:
+            for i, url in enumerate(w.debug_urls):
+                if not url.startswith("file://"):
+                    continue  # the runtime refuses other schemes with its own message
+                path = (root / url[len("file://") :]).resolve()  # an absolute path stays one
+                if not path.is_relative_to(root):
+                    raise PermissionDeniedError(
+                        f"Debug URL {url!r} leads out of the server's debug_dump_dir ({root}): give a path "
+                        "relative to it, e.g. file://run1"
+                    )
+                w.debug_urls[i] = f"file://{path}"
+
     def timeout_ms(self, options: config_pb2.RunOptions | None) -> int:
         if options is not None and options.timeout_in_ms > 0:
             return int(options.timeout_in_ms)
@@ -343,6 +374,7 @@ class InferenceService:
         trace_json: dict[str, Any] | None = None
         try:
             entry = self.model(request.model, request.version)
+            self.guard_options(options)
             outputs = await self._run(entry, request, options, traced, run_metadata, timings)
         except OpError as e:
             status = http_status(e.code)

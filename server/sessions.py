@@ -235,6 +235,7 @@ async def _run_held(
     feeds = _feeds(request)
     fetches = [*request.fetch, *request.target]
     options = request.options if request.HasField("options") else None
+    service.guard_options(options)
     # a run that sets no timeout gets the server's default, as every other request does
     timeout_ms = service.timeout_ms(options)
     deadline = Deadline(timeout_ms) if timeout_ms > 0 else None
