@@ -20,6 +20,12 @@ DeadlineExceededError and left out; one whose client went away is dropped (befor
 discarded (after it). The batch runs under the highest member priority and the earliest deadline. If a
 batch fails for another reason, or an output does not have one row per input row, its members run alone,
 so that each gets its own answer and no rows cross between requests.
+
+An output is split by rows only once it is known to have a batch dimension: its static shape says dimension
+0 is unknown, or it had as many rows as its step's input at two different row counts (lone steps count).
+One that had another size, or is a scalar, or whose static dimension 0 is known, makes every request that
+fetches it run alone: a [10] bias fetched by ten one-row requests batched together has ten rows too, and
+was handed out one value per request.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from poolserve.proto import config_pb2
 from poolserve.runtime.deadline import Deadline
 from poolserve.runtime.errors import CancelledError, DeadlineExceededError, OpError
 from poolserve.runtime.session import Session
+from poolserve.runtime.signature import tensor_spec
 from poolserve.runtime.types import Array
 
 _batch_ids = itertools.count(1)
@@ -123,6 +130,11 @@ class Batcher:
         self._overlap_at = -math.inf  # when a request last arrived while another was in flight
         self._last_end = -math.inf  # when a request last left run() or ended alone
         self._probed_at = -math.inf  # when a lone request last waited PROBE_WAIT_S for company
+        # per fetched tensor: known to have a batch dimension (split by rows), known not to (run alone), or
+        # the row count of the one step so far where it had one row per input row
+        self._aligned: set[str] = set()
+        self._unaligned: set[str] = set()
+        self._rows_seen: dict[str, int] = {}
 
     def batchable(self, feeds: dict[str, Array]) -> int:
         """The rows of a request that can join a batch, or 0 (it runs alone): every feed an array with
@@ -162,6 +174,38 @@ class Batcher:
         if self.observe is not None:
             self.observe(info.rows, 0.0)
 
+    def learn(self, fetches: Sequence[str], rows: int, values: Sequence[Any]) -> None:
+        """What a step of ``rows`` input rows gave for ``fetches`` says about their batch dimension (see
+        the module docstring); called for every step of a request that could have been batched (lone ones
+        by the service). Costs a set lookup per fetch once they are known."""
+        aligned = self._aligned
+        for name, value in zip(fetches, values, strict=True):
+            if name in aligned or name in self._unaligned:
+                continue
+            if not isinstance(value, np.ndarray) or value.ndim == 0 or value.shape[0] != rows:
+                self._unaligned.add(name)
+                continue
+            seen = self._rows_seen.get(name)
+            if seen is None:
+                seen = self._rows_seen[name] = self._static_rows(name, rows)
+            if seen != rows:
+                aligned.add(name)
+                del self._rows_seen[name]
+
+    def _static_rows(self, name: str, rows: int) -> int:
+        """The row count to remember for ``name``'s first step: -1 (no real count, so the next step of any
+        size settles it) when its static shape says dimension 0 is unknown, else ``rows``."""
+        try:
+            shape = tensor_spec(self.session.graph, name).shape
+        except OpError:
+            return rows
+        return -1 if shape and shape[0] == -1 else rows
+
+    def _splits(self, fetches: Sequence[str]) -> bool:
+        """Whether a batch's outputs can be split back by rows: every fetch known to have a batch
+        dimension."""
+        return all(name in self._aligned for name in fetches)
+
     async def run(
         self,
         feeds: dict[str, Array],
@@ -176,6 +220,8 @@ class Batcher:
         and the batch's RunMetadata when traced. None: this signature cannot be batched, run it alone. A
         request ``claim_alone`` would let run at once goes through this too, as a batch of one started on
         the next loop iteration."""
+        if self._unaligned and not self._unaligned.isdisjoint(fetches):
+            return None  # an output without a batch dimension: rows could not be split back
         names = tuple(sorted(feeds))
         arrays = [feeds[n] for n in names]
         key: Key = (names, tuple(fetches), use_pool, tuple((a.dtype.str, a.shape[1:]) for a in arrays))
@@ -248,6 +294,7 @@ class Batcher:
             self._queues.pop(key, None)
             info = BatchInfo(next(_batch_ids), member.rows, 1, member.arrived, time.monotonic())
             values, metadata = await self._step(queue, [member])
+            self.learn(queue.fetches, member.rows, values)
             if self.observe is not None:
                 self.observe(member.rows, info.started_at - member.arrived)
             return values, info, metadata
@@ -364,8 +411,11 @@ class Batcher:
                 if not m.future.done():
                     m.future.set_exception(e)
             return
-        if len(members) > 1 and not _splittable(values, rows):
-            self._alone.add(key)
+        self.learn(queue.fetches, rows, values)
+        if len(members) > 1 and not self._splits(queue.fetches):
+            if not self._unaligned.isdisjoint(queue.fetches):
+                self._alone.add(key)
+            # else not known yet (this step is the first that tells): the members run alone this once
             await self._alone_each(queue, members, info)
             return
         start = 0
@@ -412,13 +462,10 @@ class Batcher:
                 if not m.future.done():
                     m.future.set_exception(e)
                 continue
+            self.learn(queue.fetches, m.rows, values)
             if not m.future.done():
                 alone = BatchInfo(info.batch_id, m.rows, 1, m.arrived, info.started_at)
                 m.future.set_result((values, alone, metadata))
-
-
-def _splittable(values: list[Any], rows: int) -> bool:
-    return all(isinstance(v, np.ndarray) and v.ndim > 0 and v.shape[0] == rows for v in values)
 
 
 def _drop_if_abandoned(task: asyncio.Task[None], members: list[_Member], _: object) -> None:

@@ -463,6 +463,9 @@ class InferenceService:
                 record=record,
                 alone=self.loop_free(),
             )
+            if lone is not None:
+                assert batcher is not None
+                batcher.learn(fetches, lone.rows, values)
         finally:
             if lone is not None:
                 assert batcher is not None

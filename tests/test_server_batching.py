@@ -306,3 +306,61 @@ def test_auto_a_lone_request_runs_its_step_in_its_own_task_and_a_cancelled_one_r
     np.testing.assert_array_equal(result.outputs["out"], rows(1, 0) * 2 + 1)
     assert result.timings.batch is not None and result.timings.batch.members == 1
     assert isinstance(gone, asyncio.CancelledError)
+
+
+def table_graph(static: bool) -> Any:
+    """out = x * 2 + 1 (x float32 [None, 3]) and ``table``: ten values that do not depend on x (a
+    lookup table, a bias), with its static shape [10] in ``_output_shapes`` when ``static``."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, 3])
+    b.identity(b.add(b.mul(x, b.constant(2.0)), b.constant(1.0)), name="out")
+    b.identity(b.constant(np.arange(10, dtype=np.float32)), name="table")
+    graph = b.graph_def
+    if static:
+        node = next(n for n in graph.node if n.name == "table")
+        node.attr["_output_shapes"].list.shape.add().dim.add(size=10)
+    return graph
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_an_output_without_a_batch_dimension_is_never_split_between_members(tmp_path, static):
+    # ten one-row requests make a batch of ten rows, as many as the table has values: it used to be handed
+    # out one value per request
+    rt = service(tmp_path, {"max_batch_size": 16, "max_queue_delay_us": 50_000}, table_graph(static))
+    inputs = [rows(1, 10.0 * i) for i in range(10)]
+
+    async def burst(fetches: list[str]) -> list[InferResult]:
+        return await asyncio.gather(
+            *(rt.infer(InferRequest("add", {"x": x}, fetches=fetches)) for x in inputs)
+        )
+
+    try:
+        first = asyncio.run(burst(["out", "table"]))
+        second = asyncio.run(burst(["out", "table"]))
+        plain = asyncio.run(burst(["out"]))  # without the table the requests still batch
+    finally:
+        rt.close()
+    for results in (first, second):
+        for x, r in zip(inputs, results, strict=True):
+            np.testing.assert_array_equal(r.outputs["table"], np.arange(10, dtype=np.float32))
+            np.testing.assert_array_equal(r.outputs["out"], x * 2 + 1)
+    assert all(r.timings.batch is None or r.timings.batch.members == 1 for r in second)
+    for x, r in zip(inputs, plain, strict=True):
+        np.testing.assert_array_equal(r.outputs["out"], x * 2 + 1)
+    assert max(r.timings.batch.members for r in plain) > 1
+
+
+def test_an_output_of_unknown_static_shape_is_split_once_two_row_counts_showed_its_batch_dimension(tmp_path):
+    rt = service(tmp_path, {"max_batch_size": 16, "max_queue_delay_us": 50_000})  # no _output_shapes
+    inputs = [rows(1 + i % 2, 10.0 * i) for i in range(8)]
+    try:
+        first = asyncio.run(infer_all(rt, inputs))
+        second = asyncio.run(infer_all(rt, inputs))
+    finally:
+        rt.close()
+    for results in (first, second):
+        for x, r in zip(inputs, results, strict=True):
+            np.testing.assert_array_equal(r.outputs["out"], x * 2 + 1)
+    # the first batch was the first step seen: its members ran alone, which showed the batch dimension
+    assert all(r.timings.batch.members == 1 for r in first)
+    assert [r.timings.batch.members for r in second] == [8] * 8
