@@ -8,7 +8,15 @@ Everything here keeps its name and meaning across releases; modules below ``pool
 ``poolserve.server`` are the implementation and may change.
 """
 
-from poolserve.proto.config_pb2 import ConfigProto, GraphOptions, OptimizerOptions, RunMetadata, RunOptions
+from poolserve.proto.config_pb2 import (
+    ConfigProto,
+    GPUOptions,
+    GraphOptions,
+    OptimizerOptions,
+    RewriterConfig,
+    RunMetadata,
+    RunOptions,
+)
 from poolserve.proto.graph_pb2 import GraphDef
 from poolserve.runtime import errors
 from poolserve.runtime.builder import GraphBuilder
@@ -24,6 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigProto",
+    "GPUOptions",
     "Graph",
     "GraphBuilder",
     "GraphDef",
@@ -31,6 +40,7 @@ __all__ = [
     "InteractiveSession",
     "OpError",
     "OptimizerOptions",
+    "RewriterConfig",
     "RunFuture",
     "RunHandlerPool",
     "RunMetadata",

@@ -1,3 +1,4 @@
+from poolserve.proto import attr_value_pb2 as _attr_value_pb2
 from poolserve.proto import cost_graph_pb2 as _cost_graph_pb2
 from poolserve.proto import debug_pb2 as _debug_pb2
 from poolserve.proto import graph_pb2 as _graph_pb2
@@ -46,7 +47,7 @@ class OptimizerOptions(_message.Message):
     def __init__(self, do_common_subexpression_elimination: _Optional[bool] = ..., do_constant_folding: _Optional[bool] = ..., max_folded_constant_in_bytes: _Optional[int] = ..., do_function_inlining: _Optional[bool] = ..., opt_level: _Optional[_Union[OptimizerOptions.Level, str]] = ..., global_jit_level: _Optional[_Union[OptimizerOptions.GlobalJitLevel, str]] = ..., cpu_global_jit: _Optional[bool] = ...) -> None: ...
 
 class RewriterConfig(_message.Message):
-    __slots__ = ("memory_optimization", "arithmetic_optimization", "dependency_optimization", "remapping", "disable_meta_optimizer")
+    __slots__ = ("cpu_layout_conversion", "layout_optimizer", "constant_folding", "shape_optimization", "remapping", "common_subgraph_elimination", "arithmetic_optimization", "dependency_optimization", "loop_optimization", "function_optimization", "debug_stripper", "disable_model_pruning", "scoped_allocator_optimization", "pin_to_host_optimization", "implementation_selector", "auto_mixed_precision", "auto_mixed_precision_mkl", "auto_mixed_precision_onednn_bfloat16", "auto_mixed_precision_cpu", "disable_meta_optimizer", "disable_tfg_optimizer", "use_plugin_optimizers", "experimental_conditional_code_motion", "meta_optimizer_iterations", "min_graph_nodes", "experimental_disable_compressed_tensor_optimization", "experimental_disable_folding_quantization_emulation", "memory_optimization", "memory_optimizer_target_node_name_scope", "meta_optimizer_timeout_ms", "auto_parallel", "fail_on_optimizer_errors", "scoped_allocator_opts", "optimizers", "custom_optimizers", "inter_optimizer_verifier_config", "post_optimization_verifier_config")
     class Toggle(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         DEFAULT: _ClassVar[RewriterConfig.Toggle]
@@ -61,6 +62,22 @@ class RewriterConfig(_message.Message):
     AGGRESSIVE: RewriterConfig.Toggle
     EXPERIMENTAL_MLIR: RewriterConfig.Toggle
     EXPERIMENTAL_BOTH: RewriterConfig.Toggle
+    class CpuLayout(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        NO_CONVERSION_ON_CPU: _ClassVar[RewriterConfig.CpuLayout]
+        NCHW_TO_NHWC: _ClassVar[RewriterConfig.CpuLayout]
+        NHWC_TO_NCHW: _ClassVar[RewriterConfig.CpuLayout]
+    NO_CONVERSION_ON_CPU: RewriterConfig.CpuLayout
+    NCHW_TO_NHWC: RewriterConfig.CpuLayout
+    NHWC_TO_NCHW: RewriterConfig.CpuLayout
+    class NumIterationsType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        DEFAULT_NUM_ITERS: _ClassVar[RewriterConfig.NumIterationsType]
+        ONE: _ClassVar[RewriterConfig.NumIterationsType]
+        TWO: _ClassVar[RewriterConfig.NumIterationsType]
+    DEFAULT_NUM_ITERS: RewriterConfig.NumIterationsType
+    ONE: RewriterConfig.NumIterationsType
+    TWO: RewriterConfig.NumIterationsType
     class MemOptType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         DEFAULT_MEM_OPT: _ClassVar[RewriterConfig.MemOptType]
@@ -77,17 +94,241 @@ class RewriterConfig(_message.Message):
     SWAPPING_HEURISTICS: RewriterConfig.MemOptType
     RECOMPUTATION_HEURISTICS: RewriterConfig.MemOptType
     SCHEDULING_HEURISTICS: RewriterConfig.MemOptType
-    MEMORY_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
+    class CustomGraphOptimizer(_message.Message):
+        __slots__ = ("name", "parameter_map")
+        class ParameterMapEntry(_message.Message):
+            __slots__ = ("key", "value")
+            KEY_FIELD_NUMBER: _ClassVar[int]
+            VALUE_FIELD_NUMBER: _ClassVar[int]
+            key: str
+            value: _attr_value_pb2.AttrValue
+            def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_attr_value_pb2.AttrValue, _Mapping]] = ...) -> None: ...
+        NAME_FIELD_NUMBER: _ClassVar[int]
+        PARAMETER_MAP_FIELD_NUMBER: _ClassVar[int]
+        name: str
+        parameter_map: _containers.MessageMap[str, _attr_value_pb2.AttrValue]
+        def __init__(self, name: _Optional[str] = ..., parameter_map: _Optional[_Mapping[str, _attr_value_pb2.AttrValue]] = ...) -> None: ...
+    CPU_LAYOUT_CONVERSION_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    CONSTANT_FOLDING_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
+    REMAPPING_FIELD_NUMBER: _ClassVar[int]
+    COMMON_SUBGRAPH_ELIMINATION_FIELD_NUMBER: _ClassVar[int]
     ARITHMETIC_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
     DEPENDENCY_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
-    REMAPPING_FIELD_NUMBER: _ClassVar[int]
+    LOOP_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
+    DEBUG_STRIPPER_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_MODEL_PRUNING_FIELD_NUMBER: _ClassVar[int]
+    SCOPED_ALLOCATOR_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
+    PIN_TO_HOST_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
+    IMPLEMENTATION_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    AUTO_MIXED_PRECISION_FIELD_NUMBER: _ClassVar[int]
+    AUTO_MIXED_PRECISION_MKL_FIELD_NUMBER: _ClassVar[int]
+    AUTO_MIXED_PRECISION_ONEDNN_BFLOAT16_FIELD_NUMBER: _ClassVar[int]
+    AUTO_MIXED_PRECISION_CPU_FIELD_NUMBER: _ClassVar[int]
     DISABLE_META_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
-    memory_optimization: RewriterConfig.MemOptType
+    DISABLE_TFG_OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    USE_PLUGIN_OPTIMIZERS_FIELD_NUMBER: _ClassVar[int]
+    EXPERIMENTAL_CONDITIONAL_CODE_MOTION_FIELD_NUMBER: _ClassVar[int]
+    META_OPTIMIZER_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    MIN_GRAPH_NODES_FIELD_NUMBER: _ClassVar[int]
+    EXPERIMENTAL_DISABLE_COMPRESSED_TENSOR_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
+    EXPERIMENTAL_DISABLE_FOLDING_QUANTIZATION_EMULATION_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_OPTIMIZATION_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_OPTIMIZER_TARGET_NODE_NAME_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    META_OPTIMIZER_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    AUTO_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    FAIL_ON_OPTIMIZER_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    SCOPED_ALLOCATOR_OPTS_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZERS_FIELD_NUMBER: _ClassVar[int]
+    CUSTOM_OPTIMIZERS_FIELD_NUMBER: _ClassVar[int]
+    INTER_OPTIMIZER_VERIFIER_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    POST_OPTIMIZATION_VERIFIER_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    cpu_layout_conversion: RewriterConfig.CpuLayout
+    layout_optimizer: RewriterConfig.Toggle
+    constant_folding: RewriterConfig.Toggle
+    shape_optimization: RewriterConfig.Toggle
+    remapping: RewriterConfig.Toggle
+    common_subgraph_elimination: RewriterConfig.Toggle
     arithmetic_optimization: RewriterConfig.Toggle
     dependency_optimization: RewriterConfig.Toggle
-    remapping: RewriterConfig.Toggle
+    loop_optimization: RewriterConfig.Toggle
+    function_optimization: RewriterConfig.Toggle
+    debug_stripper: RewriterConfig.Toggle
+    disable_model_pruning: bool
+    scoped_allocator_optimization: RewriterConfig.Toggle
+    pin_to_host_optimization: RewriterConfig.Toggle
+    implementation_selector: RewriterConfig.Toggle
+    auto_mixed_precision: RewriterConfig.Toggle
+    auto_mixed_precision_mkl: RewriterConfig.Toggle
+    auto_mixed_precision_onednn_bfloat16: RewriterConfig.Toggle
+    auto_mixed_precision_cpu: RewriterConfig.Toggle
     disable_meta_optimizer: bool
-    def __init__(self, memory_optimization: _Optional[_Union[RewriterConfig.MemOptType, str]] = ..., arithmetic_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., dependency_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., remapping: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., disable_meta_optimizer: _Optional[bool] = ...) -> None: ...
+    disable_tfg_optimizer: bool
+    use_plugin_optimizers: RewriterConfig.Toggle
+    experimental_conditional_code_motion: RewriterConfig.Toggle
+    meta_optimizer_iterations: RewriterConfig.NumIterationsType
+    min_graph_nodes: int
+    experimental_disable_compressed_tensor_optimization: bool
+    experimental_disable_folding_quantization_emulation: bool
+    memory_optimization: RewriterConfig.MemOptType
+    memory_optimizer_target_node_name_scope: str
+    meta_optimizer_timeout_ms: int
+    auto_parallel: AutoParallelOptions
+    fail_on_optimizer_errors: bool
+    scoped_allocator_opts: ScopedAllocatorOptions
+    optimizers: _containers.RepeatedScalarFieldContainer[str]
+    custom_optimizers: _containers.RepeatedCompositeFieldContainer[RewriterConfig.CustomGraphOptimizer]
+    inter_optimizer_verifier_config: VerifierConfig
+    post_optimization_verifier_config: VerifierConfig
+    def __init__(self, cpu_layout_conversion: _Optional[_Union[RewriterConfig.CpuLayout, str]] = ..., layout_optimizer: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., constant_folding: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., shape_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., remapping: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., common_subgraph_elimination: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., arithmetic_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., dependency_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., loop_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., function_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., debug_stripper: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., disable_model_pruning: _Optional[bool] = ..., scoped_allocator_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., pin_to_host_optimization: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., implementation_selector: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., auto_mixed_precision: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., auto_mixed_precision_mkl: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., auto_mixed_precision_onednn_bfloat16: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., auto_mixed_precision_cpu: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., disable_meta_optimizer: _Optional[bool] = ..., disable_tfg_optimizer: _Optional[bool] = ..., use_plugin_optimizers: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., experimental_conditional_code_motion: _Optional[_Union[RewriterConfig.Toggle, str]] = ..., meta_optimizer_iterations: _Optional[_Union[RewriterConfig.NumIterationsType, str]] = ..., min_graph_nodes: _Optional[int] = ..., experimental_disable_compressed_tensor_optimization: _Optional[bool] = ..., experimental_disable_folding_quantization_emulation: _Optional[bool] = ..., memory_optimization: _Optional[_Union[RewriterConfig.MemOptType, str]] = ..., memory_optimizer_target_node_name_scope: _Optional[str] = ..., meta_optimizer_timeout_ms: _Optional[int] = ..., auto_parallel: _Optional[_Union[AutoParallelOptions, _Mapping]] = ..., fail_on_optimizer_errors: _Optional[bool] = ..., scoped_allocator_opts: _Optional[_Union[ScopedAllocatorOptions, _Mapping]] = ..., optimizers: _Optional[_Iterable[str]] = ..., custom_optimizers: _Optional[_Iterable[_Union[RewriterConfig.CustomGraphOptimizer, _Mapping]]] = ..., inter_optimizer_verifier_config: _Optional[_Union[VerifierConfig, _Mapping]] = ..., post_optimization_verifier_config: _Optional[_Union[VerifierConfig, _Mapping]] = ...) -> None: ...
+
+class AutoParallelOptions(_message.Message):
+    __slots__ = ("enable", "num_replicas")
+    ENABLE_FIELD_NUMBER: _ClassVar[int]
+    NUM_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    enable: bool
+    num_replicas: int
+    def __init__(self, enable: _Optional[bool] = ..., num_replicas: _Optional[int] = ...) -> None: ...
+
+class ScopedAllocatorOptions(_message.Message):
+    __slots__ = ("enable_op",)
+    ENABLE_OP_FIELD_NUMBER: _ClassVar[int]
+    enable_op: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, enable_op: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class VerifierConfig(_message.Message):
+    __slots__ = ("verification_timeout_in_ms", "structure_verifier")
+    class Toggle(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        DEFAULT: _ClassVar[VerifierConfig.Toggle]
+        ON: _ClassVar[VerifierConfig.Toggle]
+        OFF: _ClassVar[VerifierConfig.Toggle]
+    DEFAULT: VerifierConfig.Toggle
+    ON: VerifierConfig.Toggle
+    OFF: VerifierConfig.Toggle
+    VERIFICATION_TIMEOUT_IN_MS_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURE_VERIFIER_FIELD_NUMBER: _ClassVar[int]
+    verification_timeout_in_ms: int
+    structure_verifier: VerifierConfig.Toggle
+    def __init__(self, verification_timeout_in_ms: _Optional[int] = ..., structure_verifier: _Optional[_Union[VerifierConfig.Toggle, str]] = ...) -> None: ...
+
+class GPUOptions(_message.Message):
+    __slots__ = ("per_process_gpu_memory_fraction", "allow_growth", "allocator_type", "deferred_deletion_bytes", "visible_device_list", "polling_active_delay_usecs", "polling_inactive_delay_msecs", "force_gpu_compatible", "experimental")
+    class Experimental(_message.Message):
+        __slots__ = ("virtual_devices", "num_virtual_devices_per_gpu", "use_unified_memory", "num_dev_to_dev_copy_streams", "collective_ring_order", "timestamped_allocator", "kernel_tracker_max_interval", "kernel_tracker_max_bytes", "kernel_tracker_max_pending", "internal_fragmentation_fraction", "use_cuda_malloc_async", "disallow_retry_on_allocation_failure", "gpu_host_mem_limit_in_mb", "gpu_host_mem_disallow_growth", "gpu_system_memory_size_in_mb", "populate_pjrt_gpu_client_creation_info", "node_id", "stream_merge_options")
+        class VirtualDevices(_message.Message):
+            __slots__ = ("memory_limit_mb", "priority", "device_ordinal")
+            MEMORY_LIMIT_MB_FIELD_NUMBER: _ClassVar[int]
+            PRIORITY_FIELD_NUMBER: _ClassVar[int]
+            DEVICE_ORDINAL_FIELD_NUMBER: _ClassVar[int]
+            memory_limit_mb: _containers.RepeatedScalarFieldContainer[float]
+            priority: _containers.RepeatedScalarFieldContainer[int]
+            device_ordinal: _containers.RepeatedScalarFieldContainer[int]
+            def __init__(self, memory_limit_mb: _Optional[_Iterable[float]] = ..., priority: _Optional[_Iterable[int]] = ..., device_ordinal: _Optional[_Iterable[int]] = ...) -> None: ...
+        class StreamMergeOptions(_message.Message):
+            __slots__ = ("merge_host_to_device_stream", "merge_device_to_host_stream", "merge_device_to_device_stream")
+            MERGE_HOST_TO_DEVICE_STREAM_FIELD_NUMBER: _ClassVar[int]
+            MERGE_DEVICE_TO_HOST_STREAM_FIELD_NUMBER: _ClassVar[int]
+            MERGE_DEVICE_TO_DEVICE_STREAM_FIELD_NUMBER: _ClassVar[int]
+            merge_host_to_device_stream: bool
+            merge_device_to_host_stream: bool
+            merge_device_to_device_stream: bool
+            def __init__(self, merge_host_to_device_stream: _Optional[bool] = ..., merge_device_to_host_stream: _Optional[bool] = ..., merge_device_to_device_stream: _Optional[bool] = ...) -> None: ...
+        VIRTUAL_DEVICES_FIELD_NUMBER: _ClassVar[int]
+        NUM_VIRTUAL_DEVICES_PER_GPU_FIELD_NUMBER: _ClassVar[int]
+        USE_UNIFIED_MEMORY_FIELD_NUMBER: _ClassVar[int]
+        NUM_DEV_TO_DEV_COPY_STREAMS_FIELD_NUMBER: _ClassVar[int]
+        COLLECTIVE_RING_ORDER_FIELD_NUMBER: _ClassVar[int]
+        TIMESTAMPED_ALLOCATOR_FIELD_NUMBER: _ClassVar[int]
+        KERNEL_TRACKER_MAX_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+        KERNEL_TRACKER_MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+        KERNEL_TRACKER_MAX_PENDING_FIELD_NUMBER: _ClassVar[int]
+        INTERNAL_FRAGMENTATION_FRACTION_FIELD_NUMBER: _ClassVar[int]
+        USE_CUDA_MALLOC_ASYNC_FIELD_NUMBER: _ClassVar[int]
+        DISALLOW_RETRY_ON_ALLOCATION_FAILURE_FIELD_NUMBER: _ClassVar[int]
+        GPU_HOST_MEM_LIMIT_IN_MB_FIELD_NUMBER: _ClassVar[int]
+        GPU_HOST_MEM_DISALLOW_GROWTH_FIELD_NUMBER: _ClassVar[int]
+        GPU_SYSTEM_MEMORY_SIZE_IN_MB_FIELD_NUMBER: _ClassVar[int]
+        POPULATE_PJRT_GPU_CLIENT_CREATION_INFO_FIELD_NUMBER: _ClassVar[int]
+        NODE_ID_FIELD_NUMBER: _ClassVar[int]
+        STREAM_MERGE_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+        virtual_devices: _containers.RepeatedCompositeFieldContainer[GPUOptions.Experimental.VirtualDevices]
+        num_virtual_devices_per_gpu: int
+        use_unified_memory: bool
+        num_dev_to_dev_copy_streams: int
+        collective_ring_order: str
+        timestamped_allocator: bool
+        kernel_tracker_max_interval: int
+        kernel_tracker_max_bytes: int
+        kernel_tracker_max_pending: int
+        internal_fragmentation_fraction: float
+        use_cuda_malloc_async: bool
+        disallow_retry_on_allocation_failure: bool
+        gpu_host_mem_limit_in_mb: float
+        gpu_host_mem_disallow_growth: bool
+        gpu_system_memory_size_in_mb: int
+        populate_pjrt_gpu_client_creation_info: bool
+        node_id: int
+        stream_merge_options: GPUOptions.Experimental.StreamMergeOptions
+        def __init__(self, virtual_devices: _Optional[_Iterable[_Union[GPUOptions.Experimental.VirtualDevices, _Mapping]]] = ..., num_virtual_devices_per_gpu: _Optional[int] = ..., use_unified_memory: _Optional[bool] = ..., num_dev_to_dev_copy_streams: _Optional[int] = ..., collective_ring_order: _Optional[str] = ..., timestamped_allocator: _Optional[bool] = ..., kernel_tracker_max_interval: _Optional[int] = ..., kernel_tracker_max_bytes: _Optional[int] = ..., kernel_tracker_max_pending: _Optional[int] = ..., internal_fragmentation_fraction: _Optional[float] = ..., use_cuda_malloc_async: _Optional[bool] = ..., disallow_retry_on_allocation_failure: _Optional[bool] = ..., gpu_host_mem_limit_in_mb: _Optional[float] = ..., gpu_host_mem_disallow_growth: _Optional[bool] = ..., gpu_system_memory_size_in_mb: _Optional[int] = ..., populate_pjrt_gpu_client_creation_info: _Optional[bool] = ..., node_id: _Optional[int] = ..., stream_merge_options: _Optional[_Union[GPUOptions.Experimental.StreamMergeOptions, _Mapping]] = ...) -> None: ...
+    PER_PROCESS_GPU_MEMORY_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_GROWTH_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATOR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DEFERRED_DELETION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    VISIBLE_DEVICE_LIST_FIELD_NUMBER: _ClassVar[int]
+    POLLING_ACTIVE_DELAY_USECS_FIELD_NUMBER: _ClassVar[int]
+    POLLING_INACTIVE_DELAY_MSECS_FIELD_NUMBER: _ClassVar[int]
+    FORCE_GPU_COMPATIBLE_FIELD_NUMBER: _ClassVar[int]
+    EXPERIMENTAL_FIELD_NUMBER: _ClassVar[int]
+    per_process_gpu_memory_fraction: float
+    allow_growth: bool
+    allocator_type: str
+    deferred_deletion_bytes: int
+    visible_device_list: str
+    polling_active_delay_usecs: int
+    polling_inactive_delay_msecs: int
+    force_gpu_compatible: bool
+    experimental: GPUOptions.Experimental
+    def __init__(self, per_process_gpu_memory_fraction: _Optional[float] = ..., allow_growth: _Optional[bool] = ..., allocator_type: _Optional[str] = ..., deferred_deletion_bytes: _Optional[int] = ..., visible_device_list: _Optional[str] = ..., polling_active_delay_usecs: _Optional[int] = ..., polling_inactive_delay_msecs: _Optional[int] = ..., force_gpu_compatible: _Optional[bool] = ..., experimental: _Optional[_Union[GPUOptions.Experimental, _Mapping]] = ...) -> None: ...
+
+class RPCOptions(_message.Message):
+    __slots__ = ("use_rpc_for_inprocess_master", "compression_algorithm", "compression_level", "cache_rpc_response", "disable_session_connection_sharing", "num_channels_per_target")
+    USE_RPC_FOR_INPROCESS_MASTER_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    CACHE_RPC_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_SESSION_CONNECTION_SHARING_FIELD_NUMBER: _ClassVar[int]
+    NUM_CHANNELS_PER_TARGET_FIELD_NUMBER: _ClassVar[int]
+    use_rpc_for_inprocess_master: bool
+    compression_algorithm: str
+    compression_level: int
+    cache_rpc_response: bool
+    disable_session_connection_sharing: bool
+    num_channels_per_target: int
+    def __init__(self, use_rpc_for_inprocess_master: _Optional[bool] = ..., compression_algorithm: _Optional[str] = ..., compression_level: _Optional[int] = ..., cache_rpc_response: _Optional[bool] = ..., disable_session_connection_sharing: _Optional[bool] = ..., num_channels_per_target: _Optional[int] = ...) -> None: ...
+
+class JobDef(_message.Message):
+    __slots__ = ("name", "tasks")
+    class TasksEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: str
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tasks: _containers.ScalarMap[int, str]
+    def __init__(self, name: _Optional[str] = ..., tasks: _Optional[_Mapping[int, str]] = ...) -> None: ...
+
+class ClusterDef(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _containers.RepeatedCompositeFieldContainer[JobDef]
+    def __init__(self, job: _Optional[_Iterable[_Union[JobDef, _Mapping]]] = ...) -> None: ...
 
 class GraphOptions(_message.Message):
     __slots__ = ("enable_recv_scheduling", "optimizer_options", "build_cost_model", "build_cost_model_after", "infer_shapes", "place_pruned_graph", "enable_bfloat16_sendrecv", "timeline_step", "rewrite_options")
@@ -128,7 +369,7 @@ class SessionMetadata(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ...) -> None: ...
 
 class ConfigProto(_message.Message):
-    __slots__ = ("device_count", "intra_op_parallelism_threads", "inter_op_parallelism_threads", "use_per_session_threads", "session_inter_op_thread_pool", "placement_period", "device_filters", "allow_soft_placement", "log_device_placement", "graph_options", "operation_timeout_in_ms", "isolate_session_state", "share_cluster_devices_in_session", "experimental")
+    __slots__ = ("device_count", "intra_op_parallelism_threads", "inter_op_parallelism_threads", "use_per_session_threads", "session_inter_op_thread_pool", "placement_period", "device_filters", "gpu_options", "pluggable_device_options", "allow_soft_placement", "log_device_placement", "graph_options", "operation_timeout_in_ms", "rpc_options", "cluster_def", "isolate_session_state", "share_cluster_devices_in_session", "experimental")
     class DeviceCountEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -216,10 +457,14 @@ class ConfigProto(_message.Message):
     SESSION_INTER_OP_THREAD_POOL_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_PERIOD_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FILTERS_FIELD_NUMBER: _ClassVar[int]
+    GPU_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    PLUGGABLE_DEVICE_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_SOFT_PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     LOG_DEVICE_PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     GRAPH_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     OPERATION_TIMEOUT_IN_MS_FIELD_NUMBER: _ClassVar[int]
+    RPC_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_DEF_FIELD_NUMBER: _ClassVar[int]
     ISOLATE_SESSION_STATE_FIELD_NUMBER: _ClassVar[int]
     SHARE_CLUSTER_DEVICES_IN_SESSION_FIELD_NUMBER: _ClassVar[int]
     EXPERIMENTAL_FIELD_NUMBER: _ClassVar[int]
@@ -230,14 +475,18 @@ class ConfigProto(_message.Message):
     session_inter_op_thread_pool: _containers.RepeatedCompositeFieldContainer[ThreadPoolOptionProto]
     placement_period: int
     device_filters: _containers.RepeatedScalarFieldContainer[str]
+    gpu_options: GPUOptions
+    pluggable_device_options: GPUOptions
     allow_soft_placement: bool
     log_device_placement: bool
     graph_options: GraphOptions
     operation_timeout_in_ms: int
+    rpc_options: RPCOptions
+    cluster_def: ClusterDef
     isolate_session_state: bool
     share_cluster_devices_in_session: bool
     experimental: ConfigProto.Experimental
-    def __init__(self, device_count: _Optional[_Mapping[str, int]] = ..., intra_op_parallelism_threads: _Optional[int] = ..., inter_op_parallelism_threads: _Optional[int] = ..., use_per_session_threads: _Optional[bool] = ..., session_inter_op_thread_pool: _Optional[_Iterable[_Union[ThreadPoolOptionProto, _Mapping]]] = ..., placement_period: _Optional[int] = ..., device_filters: _Optional[_Iterable[str]] = ..., allow_soft_placement: _Optional[bool] = ..., log_device_placement: _Optional[bool] = ..., graph_options: _Optional[_Union[GraphOptions, _Mapping]] = ..., operation_timeout_in_ms: _Optional[int] = ..., isolate_session_state: _Optional[bool] = ..., share_cluster_devices_in_session: _Optional[bool] = ..., experimental: _Optional[_Union[ConfigProto.Experimental, _Mapping]] = ...) -> None: ...
+    def __init__(self, device_count: _Optional[_Mapping[str, int]] = ..., intra_op_parallelism_threads: _Optional[int] = ..., inter_op_parallelism_threads: _Optional[int] = ..., use_per_session_threads: _Optional[bool] = ..., session_inter_op_thread_pool: _Optional[_Iterable[_Union[ThreadPoolOptionProto, _Mapping]]] = ..., placement_period: _Optional[int] = ..., device_filters: _Optional[_Iterable[str]] = ..., gpu_options: _Optional[_Union[GPUOptions, _Mapping]] = ..., pluggable_device_options: _Optional[_Union[GPUOptions, _Mapping]] = ..., allow_soft_placement: _Optional[bool] = ..., log_device_placement: _Optional[bool] = ..., graph_options: _Optional[_Union[GraphOptions, _Mapping]] = ..., operation_timeout_in_ms: _Optional[int] = ..., rpc_options: _Optional[_Union[RPCOptions, _Mapping]] = ..., cluster_def: _Optional[_Union[ClusterDef, _Mapping]] = ..., isolate_session_state: _Optional[bool] = ..., share_cluster_devices_in_session: _Optional[bool] = ..., experimental: _Optional[_Union[ConfigProto.Experimental, _Mapping]] = ...) -> None: ...
 
 class RunOptions(_message.Message):
     __slots__ = ("trace_level", "timeout_in_ms", "inter_op_thread_pool", "output_partition_graphs", "debug_options", "report_tensor_allocations_upon_oom", "experimental")

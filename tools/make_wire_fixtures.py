@@ -9,8 +9,9 @@ Messages (serialized by TensorFlow's own modules; ``messages.json`` holds, for e
 paths of those undeclared fields):
 
 - ``run_options.bin``: a RunOptions with every field set;
-- ``config_proto.bin``: a ConfigProto with thread pools, timeouts, optimizer options and fields poolserve
-  does not declare (gpu_options, experimental.coordination_config) and rewrite_options (declared in part);
+- ``config_proto.bin``: a ConfigProto with thread pools, timeouts, optimizer and rewriter options, the GPU,
+  RPC and cluster settings poolserve reads and ignores, and a field it does not declare
+  (experimental.coordination_config);
 - ``run_metadata.bin``: a RunMetadata with step stats, a cost graph, partition and function graphs;
 - ``graph_def.bin``: a GraphDef made by ``tf.Graph`` (Placeholder + Const + AddV2, a library function) with
   debug_info and a node's experimental_type (both undeclared).
@@ -41,7 +42,7 @@ from tensorflow.core.framework import (
     tensor_pb2,
     types_pb2,
 )
-from tensorflow.core.protobuf import config_pb2
+from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "wire"
 
@@ -98,10 +99,21 @@ def config_proto() -> config_pb2.ConfigProto:
     opt.opt_level = config_pb2.OptimizerOptions.L0
     opt.global_jit_level = config_pb2.OptimizerOptions.ON_1
     opt.cpu_global_jit = True
-    # Undeclared in poolserve: these must survive as unknown fields.
-    graph.rewrite_options.disable_meta_optimizer = True
+    rewrite = graph.rewrite_options
+    rewrite.disable_meta_optimizer = True
+    rewrite.constant_folding = rewriter_config_pb2.RewriterConfig.OFF
+    rewrite.layout_optimizer = rewriter_config_pb2.RewriterConfig.AGGRESSIVE
+    rewrite.meta_optimizer_iterations = rewriter_config_pb2.RewriterConfig.ONE
+    rewrite.optimizers.extend(["constfold", "layout"])
+    rewrite.custom_optimizers.add(name="custom").parameter_map["k"].i = 3
+    # read and ignored by poolserve (one process, CPU only)
     config.gpu_options.allow_growth = True
     config.gpu_options.visible_device_list = "0"
+    config.gpu_options.experimental.virtual_devices.add(memory_limit_mb=[512.0, 256.0])
+    config.rpc_options.compression_algorithm = "gzip"
+    config.rpc_options.num_channels_per_target = 2
+    config.cluster_def.job.add(name="worker").tasks[0] = "localhost:2222"
+    # Undeclared in poolserve: must survive as an unknown field.
     config.experimental.coordination_config.service_type = "standalone"
     exp = config.experimental
     exp.executor_type = "DEFAULT"
@@ -299,7 +311,7 @@ def main() -> None:
         "run_options": (run_options(), []),
         "config_proto": (
             config_proto(),
-            ["gpu_options", "experimental.coordination_config"],
+            ["experimental.coordination_config"],
         ),
         "run_metadata": (
             run_metadata(graph),
