@@ -115,9 +115,7 @@ class Calls:
         graph = self.graph
         feed_values: dict[TensorId, Any] = {}
         for name, value in (feed_dict or {}).items():
-            if not isinstance(name, str):
-                raise TypeError(f"feed_dict keys must be tensor names, got {name!r}")
-            tid = graph.tensor(name)
+            tid = graph.feed_tensor(name)
             if tid in feed_values:
                 raise InvalidArgumentError(f"Tensor '{name}' is fed twice")
             feed_values[tid] = prepare_feed(graph, tid, value)
@@ -135,12 +133,12 @@ class Calls:
         seen: dict[TensorId, int] = {}
         for name in mapper.names:
             if is_op_name(name):
-                graph.node(name)
+                graph.fetch_node(name)
                 if name not in targets:
                     targets.append(name)
                 fetch_index.append(None)
                 continue
-            tid = graph.tensor(name)
+            tid = graph.fetch_tensor(name)
             if tid not in seen:
                 seen[tid] = len(fetch_ids)
                 fetch_ids.append(tid)

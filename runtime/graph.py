@@ -16,7 +16,15 @@ from google.protobuf import message, text_format
 
 from poolserve.proto import graph_pb2, node_def_pb2
 from poolserve.runtime import dtypes, kernels
-from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, OpError
+from poolserve.runtime.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidArgumentValueError,
+    NotFoundError,
+    NotFoundTypeError,
+    NotFoundValueError,
+    OpError,
+)
 from poolserve.runtime.functions import FunctionLibrary
 from poolserve.runtime.kernels.control_flow_ops import NEXT_ITERATION_OPS
 from poolserve.runtime.kernels.registry import Compute, KernelDef
@@ -200,6 +208,36 @@ class Graph:
             )
         return node, port
 
+    def feed_tensor(self, name: object) -> TensorId:
+        """``tensor`` for a feed_dict key; its errors are also TypeErrors, as TensorFlow's "Cannot interpret
+        feed_dict key as Tensor" is. An operation's name stands for its output 0 (``"x"`` for ``"x:0"``):
+        TensorFlow refuses it, poolserve keeps taking it, as the servers' clients name inputs by node."""
+        if not isinstance(name, str):
+            raise InvalidArgumentTypeError(f"feed_dict keys must be tensor names, got {name!r}")
+        try:
+            return self.tensor(name)
+        except NotFoundError as e:
+            raise NotFoundTypeError(e.message) from None
+        except InvalidArgumentError as e:
+            raise InvalidArgumentTypeError(e.message) from None
+
+    def fetch_tensor(self, name: str) -> TensorId:
+        """``tensor`` for a fetch; its errors are also ValueErrors, as TensorFlow's "cannot be interpreted as
+        a Tensor" is."""
+        try:
+            return self.tensor(name)
+        except NotFoundError as e:
+            raise NotFoundValueError(e.message) from None
+        except InvalidArgumentError as e:
+            raise InvalidArgumentValueError(e.message) from None
+
+    def fetch_node(self, name: str) -> Node:
+        """``node`` for an operation fetched or run as a target; a missing one is also a ValueError."""
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise NotFoundValueError(f"Node '{name}' not found in the graph") from None
+
     def feed_spec(self, name: str) -> tuple[int, np.dtype[Any], tuple[int, ...] | None] | None:
         """(dtype, numpy dtype, shape) of a placeholder, read once; None for other nodes."""
         try:
@@ -294,19 +332,22 @@ def prepare_feed(graph: Graph, tensor: TensorId, value: Any) -> np.ndarray[Any, 
                 or (value.dtype.kind == "f" and np_want.kind in "iub")
             )
         ):
-            raise InvalidArgumentError(
+            raise InvalidArgumentTypeError(
                 f"Cannot feed value of dtype {value.dtype} for Tensor '{_name(tensor)}', which has dtype "
                 f"{dtypes.name(want)}"
             )
         arr = as_array(value, want)
+    except OpError:
+        raise
     except (ValueError, TypeError, OverflowError) as e:
-        raise InvalidArgumentError(
+        kind = InvalidArgumentValueError if isinstance(e, ValueError) else InvalidArgumentTypeError
+        raise kind(
             f"Cannot convert the value fed for Tensor '{_name(tensor)}' to {dtypes.name(want)}: {e}"
         ) from None
     if shape is not None and (
         len(shape) != arr.ndim or any(d >= 0 and d != s for d, s in zip(shape, arr.shape, strict=False))
     ):
-        raise InvalidArgumentError(
+        raise InvalidArgumentValueError(
             f"Cannot feed value of shape {_shape_text(arr.shape)} for Tensor '{_name(tensor)}', which has "
             f"shape {_shape_text(shape)}"
         )

@@ -42,11 +42,11 @@ class PartialRuns:
         targets = set()
         for name in mapper.names:
             if is_op_name(name):
-                graph.node(name)
+                graph.fetch_node(name)
                 targets.add(name)
             else:
-                fetch_names.add(graph.tensor(name))
-        feed_ids = {graph.tensor(f) for f in feeds or ()}
+                fetch_names.add(graph.fetch_tensor(name))
+        feed_ids = {graph.feed_tensor(f) for f in feeds or ()}
         with self._lock:
             self._ids += 1
             handle = f"partial_run_{self._ids}"
@@ -76,7 +76,7 @@ class PartialRuns:
                     raise InvalidArgumentError(f"Target '{name}' was not declared in partial_run_setup")
                 targets.append(name)
                 continue
-            tid = graph.tensor(name)
+            tid = graph.fetch_tensor(name)
             if tid not in state.fetches:
                 raise InvalidArgumentError(f"Fetch '{name}' was not declared in partial_run_setup")
             if tid in state.fetched:
@@ -84,7 +84,7 @@ class PartialRuns:
             wanted.append(tid)
         new_values: dict[TensorId, Any] = {}
         for name, value in (feed_dict or {}).items():
-            tid = graph.tensor(name)
+            tid = graph.feed_tensor(name)
             if tid not in state.feeds:
                 raise InvalidArgumentError(f"Tensor '{name}' was not declared as a feed in partial_run_setup")
             if tid in state.values:

@@ -572,7 +572,7 @@ class Session:
         ``run_metadata=`` keywords."""
         self._check_open()
         graph = self._graph
-        feed_ids = [graph.tensor(n) for n in feed_list or ()]
+        feed_ids = [graph.feed_tensor(n) for n in feed_list or ()]
         if len(set(feed_ids)) != len(feed_ids):
             raise InvalidArgumentError(f"A tensor is fed twice in feed_list {list(feed_list or ())}")
         bound: dict[str, tuple[Signature, list[int]]] = {}

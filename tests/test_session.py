@@ -92,6 +92,33 @@ def test_feed_errors_name_the_feed():
             s.run(42)
 
 
+def test_argument_errors_are_also_the_python_errors_tensorflow_raises():
+    # TensorFlow's Session.run raises ValueError for a feed of the wrong shape and for a fetch it cannot
+    # interpret, TypeError for a feed_dict key it cannot interpret; poolserve's keep their canonical codes
+    b, x, y = mlp_graph()
+    with Session(b.graph_def) as s:
+        with pytest.raises(ValueError, match=r"shape \(2, 4\) for Tensor 'x:0'") as shape_error:
+            s.run(y, {x: np.zeros((2, 4), np.float32)})
+        assert isinstance(shape_error.value, InvalidArgumentError)
+        for fetch in ("nope:0", "nope", "y:1"):
+            with pytest.raises(ValueError, match=fetch.split(":")[0]) as fetch_error:
+                s.run(fetch, {x: X})
+            assert isinstance(fetch_error.value, NotFoundError)
+        with pytest.raises(TypeError, match="nonexistent") as key_error:
+            s.run(y, {"nonexistent:0": X})
+        assert isinstance(key_error.value, NotFoundError)
+        for key in ("x:zz", "y:1", 7):
+            with pytest.raises(TypeError) as key_error:
+                s.run(y, {key: X})
+            assert isinstance(key_error.value, (InvalidArgumentError, NotFoundError))
+        with pytest.raises(TypeError, match=r"dtype complex64 for Tensor 'x:0'") as dtype_error:
+            s.run(y, {x: np.ones((1, 3), np.complex64)})
+        assert isinstance(dtype_error.value, InvalidArgumentError)
+        # an operation's name as a feed key stands for its output 0: TensorFlow refuses it (TypeError),
+        # poolserve keeps taking it, as the servers' clients name inputs by node
+        np.testing.assert_allclose(s.run(y, {"x": X}), expected_y(X))
+
+
 def test_lossy_feed_dtype_is_refused():
     b = GraphBuilder()
     i = b.placeholder("i", np.int32, (2,))
