@@ -131,6 +131,23 @@ def test_lossy_feed_dtype_is_refused():
             s.run(y, {i: np.array([1.5, 2.0])})
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix
+def test_array_subclasses_are_fed_as_their_plain_arrays():
+    # TensorFlow feeds np.asarray(value): an np.matrix or a masked array goes in as its plain data
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None, 3))
+    axis = b.constant(np.int32(0), name="axis")
+    m = b.op("Max", [x, axis], {"T": np.float32, "Tidx": np.int32, "keep_dims": False}, name="m")
+    with Session(b.graph_def) as s:
+        out = s.run(m, {x: np.matrix([[1, 5, 3], [4, 2, 6]], np.float32)})
+        assert type(out) is np.ndarray and out.tolist() == [4, 5, 6]
+        masked = np.ma.masked_array(np.array([[1, 5, 3]], np.float32), mask=[[0, 1, 0]])
+        out = s.run(m, {x: masked})
+        assert type(out) is np.ndarray and out.tolist() == [1, 5, 3]
+        fed = s.run(x, {x: np.matrix([[1, 2, 3]], np.float64)})
+        assert type(fed) is np.ndarray and fed.dtype == np.float32
+
+
 def test_feeding_an_inner_tensor_overrides_it():
     b, x, y = mlp_graph()
     with Session(b.graph_def) as s:
