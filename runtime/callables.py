@@ -136,7 +136,7 @@ def _feed_check(graph: Graph, tid: TensorId) -> Callable[[Any], Any]:
     """Checks a value fed for ``tid`` as ``prepare_feed`` does, taking an array of the placeholder's own
     dtype and a fitting shape as it is (what ``prepare_feed`` would return for it) without its steps."""
     spec = graph.feed_spec(tid[0])
-    if spec is None:
+    if spec is None or spec[1].kind == "O":  # strings are checked item by item
         return lambda v: prepare_feed(graph, tid, v)
     _, np_want, shape = spec
     if shape is None:

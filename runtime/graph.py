@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from google.protobuf import message, text_format
 
-from poolserve.proto import graph_pb2, node_def_pb2
+from poolserve.proto import graph_pb2, node_def_pb2, types_pb2
 from poolserve.runtime import dtypes, kernels
 from poolserve.runtime.errors import (
     InvalidArgumentError,
@@ -316,34 +316,17 @@ def prepare_feed(graph: Graph, tensor: TensorId, value: Any) -> np.ndarray[Any, 
 
     Lists and scalars are converted to the placeholder's dtype; an array of another dtype is accepted only
     when the cast loses nothing (``int32`` into ``float32`` is fine, ``float64`` into ``int32`` is not).
-    Feeds of other nodes' tensors are taken as given.
+    Integers out of an integer dtype's range are refused (numpy would wrap them), and so are numbers fed
+    to a string tensor. Feeds of other nodes' tensors are taken as given.
     """
     spec = graph.feed_spec(tensor[0])
     if spec is None:
         return as_array(value)
     want, np_want, shape = spec
-    try:
-        if (
-            isinstance(value, np.ndarray)
-            and value.dtype != np_want
-            and value.dtype.kind not in "SUO"
-            and (
-                not np.can_cast(value.dtype, np_want, "same_kind")
-                or (value.dtype.kind == "f" and np_want.kind in "iub")
-            )
-        ):
-            raise InvalidArgumentTypeError(
-                f"Cannot feed value of dtype {value.dtype} for Tensor '{_name(tensor)}', which has dtype "
-                f"{dtypes.name(want)}"
-            )
-        arr = as_array(value, want)
-    except OpError:
-        raise
-    except (ValueError, TypeError, OverflowError) as e:
-        kind = InvalidArgumentValueError if isinstance(e, ValueError) else InvalidArgumentTypeError
-        raise kind(
-            f"Cannot convert the value fed for Tensor '{_name(tensor)}' to {dtypes.name(want)}: {e}"
-        ) from None
+    if type(value) is np.ndarray and value.dtype is np_want and np_want.kind != "O":
+        arr = value  # what a server feeds: nothing to convert (strings are checked item by item)
+    else:
+        arr = _convert(value, want, np_want, tensor)
     if shape is not None and (
         len(shape) != arr.ndim or any(d >= 0 and d != s for d, s in zip(shape, arr.shape, strict=False))
     ):
@@ -352,3 +335,58 @@ def prepare_feed(graph: Graph, tensor: TensorId, value: Any) -> np.ndarray[Any, 
             f"shape {_shape_text(shape)}"
         )
     return arr
+
+
+def _convert(value: Any, want: int, np_want: np.dtype[Any], tensor: TensorId) -> np.ndarray[Any, Any]:
+    """``value`` as an array of dtype ``want`` (``prepare_feed``'s rules); errors name the tensor."""
+    try:
+        if np_want.kind == "O" and want != types_pb2.DT_STRING:  # resources, variants: Python objects
+            return as_array(value, want)
+        arr = as_array(value)  # an array's own dtype, or numpy's for lists and scalars (str as bytes)
+    except OpError as e:  # an object array holding something else than str or bytes
+        raise InvalidArgumentTypeError(f"Cannot feed the value {_where(tensor, want)}: {e.message}") from None
+    except (ValueError, TypeError, OverflowError) as e:
+        raise _conversion_error(e, tensor, want) from None
+    have = arr.dtype
+    if have == np_want:
+        return arr
+    if want == types_pb2.DT_STRING:
+        raise InvalidArgumentTypeError(
+            f"Cannot feed a value of dtype {have} {_where(tensor, want)}: feed str or bytes"
+        )
+    if (
+        isinstance(value, np.ndarray)
+        and have.kind not in "SUO"
+        and (not np.can_cast(have, np_want, "same_kind") or (have.kind == "f" and np_want.kind in "iub"))
+    ):
+        raise InvalidArgumentTypeError(f"Cannot feed value of dtype {have} {_where(tensor, want)}")
+    bounds = _INT_RANGE.get(np_want)
+    if bounds is not None and have.kind in "iu" and arr.size and not np.can_cast(have, np_want, "safe"):
+        low, high = arr.min(), arr.max()
+        if low < bounds[0] or high > bounds[1]:
+            raise InvalidArgumentTypeError(
+                f"Cannot feed value {low if low < bounds[0] else high} {_where(tensor, want)}: it is out "
+                f"of the range of {np_want} [{bounds[0]}, {bounds[1]}]"
+            )
+    try:
+        return arr.astype(np_want, copy=False)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise _conversion_error(e, tensor, want) from None
+
+
+# the values each integer dtype holds (np.iinfo takes microseconds to make)
+_INT_RANGE: dict[np.dtype[Any], tuple[int, int]] = {
+    np.dtype(t): (int(np.iinfo(t).min), int(np.iinfo(t).max))
+    for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+}
+
+
+def _where(tensor: TensorId, want: int) -> str:
+    return f"for Tensor '{_name(tensor)}', which has dtype {dtypes.name(want)}"
+
+
+def _conversion_error(e: Exception, tensor: TensorId, want: int) -> InvalidArgumentError:
+    """numpy could not convert a fed value: TensorFlow's error would be numpy's (ValueError for text that
+    is no number, TypeError otherwise), and so is this one's Python class."""
+    kind = InvalidArgumentValueError if isinstance(e, ValueError) else InvalidArgumentTypeError
+    return kind(f"Cannot convert the value fed {_where(tensor, want)}: {e}")

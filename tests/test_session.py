@@ -148,6 +148,37 @@ def test_array_subclasses_are_fed_as_their_plain_arrays():
         assert type(fed) is np.ndarray and fed.dtype == np.float32
 
 
+def test_feeds_that_would_wrap_or_are_not_strings_are_refused():
+    # TensorFlow refuses a Python int its tensor's dtype cannot hold (TypeError) where numpy would wrap it,
+    # and numbers fed to a string tensor
+    b = GraphBuilder()
+    i = b.placeholder("i", np.int32, ())
+    v = b.placeholder("v", np.int32, (None,))
+    u = b.placeholder("u", np.uint8, (None,))
+    t = b.placeholder("t", object, ())
+    with Session(b.graph_def) as s:
+        assert s.run(i, {i: -(2**31)}) == -(2**31) and s.run(v, {v: [2**31 - 1]}).tolist() == [2**31 - 1]
+        for tensor, value, shown in (
+            (i, 2**31, "2147483648"),
+            (i, 2**63, "9223372036854775808"),
+            (v, [1, -(2**31) - 1], "-2147483649"),
+            (v, np.array([1, 2**40], np.int64), "1099511627776"),
+            (u, [255, 256], "256"),
+            (u, -1, "-1"),
+        ):
+            with pytest.raises(TypeError, match=rf"{shown} .*out of the range of") as e:
+                s.run(tensor, {tensor: value})
+            assert isinstance(e.value, InvalidArgumentError)
+        assert s.run(t, {t: "caf\u00e9"}) == "caf\u00e9".encode()
+        fed_t = s.make_callable(t, [t])
+        for value in (5, 5.0, True, np.array(5), np.array(5, object)):
+            with pytest.raises(TypeError, match=r"Tensor 't:0', which has dtype string") as e:
+                s.run(t, {t: value})
+            assert isinstance(e.value, InvalidArgumentError)
+            with pytest.raises(TypeError, match=r"Tensor 't:0', which has dtype string"):
+                fed_t(value)
+
+
 def test_feeding_an_inner_tensor_overrides_it():
     b, x, y = mlp_graph()
     with Session(b.graph_def) as s:
