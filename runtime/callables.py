@@ -133,9 +133,9 @@ def run_serial(program: SerialProgram, values: list[Any], ctx: OpContext, step: 
 
 
 def _feed_check(graph: Graph, tid: TensorId) -> Callable[[Any], Any]:
-    """Checks a value fed for ``tid`` as ``prepare_feed`` does, taking an array of the placeholder's own
-    dtype and a fitting shape as it is (what ``prepare_feed`` would return for it) without its steps."""
-    spec = graph.feed_spec(tid[0])
+    """Checks a value fed for ``tid`` as ``prepare_feed`` does, taking an array of the tensor's own dtype
+    and a fitting shape as it is (what ``prepare_feed`` would return for it) without its steps."""
+    spec = graph.feed_spec(tid)
     if spec is None or spec[1].kind == "O":  # strings are checked item by item
         return lambda v: prepare_feed(graph, tid, v)
     _, np_want, shape = spec

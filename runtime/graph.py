@@ -15,7 +15,7 @@ import numpy as np
 from google.protobuf import message, text_format
 
 from poolserve.proto import graph_pb2, node_def_pb2, types_pb2
-from poolserve.runtime import dtypes, kernels
+from poolserve.runtime import dtypes, kernels, op_types
 from poolserve.runtime.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -29,7 +29,7 @@ from poolserve.runtime.functions import FunctionLibrary
 from poolserve.runtime.kernels.control_flow_ops import NEXT_ITERATION_OPS
 from poolserve.runtime.kernels.registry import Compute, KernelDef
 from poolserve.runtime.node import Node, parse_tensor_name
-from poolserve.runtime.tensor import as_array
+from poolserve.runtime.tensor import as_array, shape_from_proto
 from poolserve.runtime.types import TensorId
 
 
@@ -85,7 +85,7 @@ class Graph:
         self._check_inputs()
         self.order: list[Node] = self._topological_order()
         self.position = {node.name: i for i, node in enumerate(self.order)}
-        self._feed_specs: dict[str, tuple[int, np.dtype[Any], tuple[int, ...] | None] | None] = {}
+        self._feed_specs: dict[TensorId, tuple[int, np.dtype[Any], tuple[int, ...] | None] | None] = {}
         self.kernels: dict[str, Compute] = {}
         for node in self.order:
             self.kernels[node.name] = self._bind(node)
@@ -238,18 +238,30 @@ class Graph:
         except KeyError:
             raise NotFoundValueError(f"Node '{name}' not found in the graph") from None
 
-    def feed_spec(self, name: str) -> tuple[int, np.dtype[Any], tuple[int, ...] | None] | None:
-        """(dtype, numpy dtype, shape) of a placeholder, read once; None for other nodes."""
+    def feed_spec(self, tensor: TensorId) -> tuple[int, np.dtype[Any], tuple[int, ...] | None] | None:
+        """(dtype, numpy dtype, shape) a value fed for ``tensor`` must have, read once. A placeholder's from
+        its attrs; any other tensor's dtype from its op's definition (``op_types``) and its shape where the
+        graph tells it (a Const's value, ``_output_shapes``; else None: any shape). None when the dtype is
+        not known: the value is then taken as given."""
         try:
-            return self._feed_specs[name]
+            return self._feed_specs[tensor]
         except KeyError:
             pass
+        name, port = tensor
         node = self.nodes[name]
         spec = None
         if node.op in ("Placeholder", "PlaceholderWithDefault"):
             want = node.attr_type("dtype")
             spec = (want, dtypes.as_numpy_dtype(want), node.attr_shape("shape", None))
-        self._feed_specs[name] = spec
+        else:
+            want = op_types.output_dtype(node, port)
+            try:
+                np_want = dtypes.as_numpy_dtype(want) if want else None
+            except OpError:  # a dtype numpy cannot hold (bfloat16): nothing to convert to
+                np_want = None
+            if want is not None and np_want is not None:
+                spec = (want, np_want, _known_shape(node, port))
+        self._feed_specs[tensor] = spec
         return spec
 
     def node(self, name: str) -> Node:
@@ -301,6 +313,19 @@ class Graph:
         return out
 
 
+def _known_shape(node: Node, port: int) -> tuple[int, ...] | None:
+    """The shape the graph gives a node's output: a Const's value's, or the ``_output_shapes`` attr
+    TensorFlow writes when asked (``add_shapes``); None when it gives none."""
+    attrs = node.attrs
+    if node.op == "Const" and "value" in attrs and attrs["value"].HasField("tensor"):
+        return shape_from_proto(attrs["value"].tensor.tensor_shape)
+    if "_output_shapes" in attrs:
+        shapes = attrs["_output_shapes"].list.shape
+        if port < len(shapes):
+            return shape_from_proto(shapes[port])
+    return None
+
+
 def _shape_text(shape: tuple[int, ...] | None) -> str:
     if shape is None:
         return "<unknown>"
@@ -312,14 +337,16 @@ def _name(tensor: TensorId) -> str:
 
 
 def prepare_feed(graph: Graph, tensor: TensorId, value: Any) -> np.ndarray[Any, Any]:
-    """Converts a fed value to an array and checks it against a Placeholder's dtype and shape.
+    """Converts a fed value to an array and checks it against the tensor's dtype and shape
+    (``Graph.feed_spec``: a placeholder's, or what the graph tells of any other tensor, as TensorFlow
+    checks every fed tensor).
 
-    Lists and scalars are converted to the placeholder's dtype; an array of another dtype is accepted only
+    Lists and scalars are converted to the tensor's dtype; an array of another dtype is accepted only
     when the cast loses nothing (``int32`` into ``float32`` is fine, ``float64`` into ``int32`` is not).
     Integers out of an integer dtype's range are refused (numpy would wrap them), and so are numbers fed
-    to a string tensor. Feeds of other nodes' tensors are taken as given.
+    to a string tensor. A tensor whose dtype the graph does not tell takes the value as given.
     """
-    spec = graph.feed_spec(tensor[0])
+    spec = graph.feed_spec(tensor)
     if spec is None:
         return as_array(value)
     want, np_want, shape = spec

@@ -8,7 +8,7 @@ import pytest
 from support import RUNS, sleep_op
 
 from poolserve.proto import config_pb2
-from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.builder import GraphBuilder, shape
 from poolserve.runtime.errors import (
     CancelledError,
     DeadlineExceededError,
@@ -184,6 +184,35 @@ def test_feeding_an_inner_tensor_overrides_it():
     with Session(b.graph_def) as s:
         out = s.run(y, {"mm:0": np.zeros((1, 2), np.float32)})  # x need not be fed: mm is cut off
     np.testing.assert_array_equal(out, [[1, 1]])
+
+
+def test_a_value_fed_for_an_inner_tensor_takes_its_dtype_and_shape():
+    # TensorFlow converts a value fed for any tensor to that tensor's dtype (from its op's definition and
+    # attrs) and checks it against the shape the graph knows (a Const's, _output_shapes); poolserve
+    # applies the conversion rules of placeholders
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None, 3))
+    one = b.constant(np.float32(1), name="one")
+    mid = b.op("AddV2", [x, one], {"T": np.float32, "_output_shapes": [shape([None, 3])]}, name="mid")
+    out = b.matmul(mid, b.constant(np.ones((3, 2), np.float32)), name="out")
+    ci = b.constant(np.array([1, 2], np.int32), name="ci")
+    cic = b.add(ci, b.constant(np.int32(1)), name="cic")
+    eq = b.op("Equal", [x, x], {"T": np.float32}, name="eq")
+    parts = b.op("Split", [b.constant(np.int32(0)), x], {"T": np.float32, "num_split": 3}, num_outputs=3)
+    with Session(b.graph_def) as s:
+        got = s.run(out, {mid: np.ones((1, 3))})  # float64 fed: float32, as TensorFlow's [[3., 3.]]
+        assert got.dtype == np.float32 and got.tolist() == [[3, 3]]
+        got = s.run(cic, {ci: [5.7, 6.2]})  # a list converts, as TensorFlow's [6, 7]
+        assert got.dtype == np.int32 and got.tolist() == [6, 7]
+        fed = s.run(eq, {eq: [1, 0]})  # Equal's output is bool, whatever its T
+        assert fed.dtype == np.bool_ and fed.tolist() == [True, False]
+        assert s.run(parts[2], {parts[2]: [[7]]}).dtype == np.float32  # port 2 of T * num_split
+        with pytest.raises(ValueError, match=r"shape \(1, 4\) for Tensor 'mid:0', which has shape \(\?, 3\)"):
+            s.run(out, {mid: np.ones((1, 4), np.float32)})
+        with pytest.raises(ValueError, match=r"shape \(3,\) for Tensor 'ci:0', which has shape \(2,\)"):
+            s.run(cic, {ci: [1, 2, 3]})
+        with pytest.raises(TypeError, match=r"dtype float64 for Tensor 'ci:0', which has dtype int32"):
+            s.run(cic, {ci: np.array([1.5, 2.5])})
 
 
 def test_kernel_error_names_the_node():
