@@ -254,13 +254,13 @@ class Graph:
             want = node.attr_type("dtype")
             spec = (want, dtypes.as_numpy_dtype(want), node.attr_shape("shape", None))
         else:
-            want = op_types.output_dtype(node, port)
+            code = op_types.output_dtype(node, port)
             try:
-                np_want = dtypes.as_numpy_dtype(want) if want else None
+                np_want = dtypes.as_numpy_dtype(code) if code else None
             except OpError:  # a dtype numpy cannot hold (bfloat16): nothing to convert to
                 np_want = None
-            if want is not None and np_want is not None:
-                spec = (want, np_want, _known_shape(node, port))
+            if code and np_want is not None:
+                spec = (code, np_want, _known_shape(node, port))
         self._feed_specs[tensor] = spec
         return spec
 

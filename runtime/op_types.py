@@ -14,32 +14,31 @@ from poolserve.proto import types_pb2
 from poolserve.runtime.node import Node
 
 # An output arg: (a DataType, or the attr naming one or a list of them; whether it is a list; the attr
-# giving how many times the arg repeats, or "")
-_Arg = tuple[int | str, bool, str]
+# giving how many times the arg repeats, or ""; the type attr's default, or 0)
+_Arg = tuple[int | str, bool, str, int]
 
 # --- begin: written by tools/make_op_types.py from TensorFlow's OpDefs; do not edit ---
 # TensorFlow 2.21.0: output args -> the ops that have them
 _BY_SPEC = {
     "T": (
-        "Abs Acos Acosh Add AddN AddV2 AdjustContrastv2 AdjustSaturation Asin Asinh Assign AssignAdd "
-        "AssignSub Atan Atan2 Atanh AvgPool AvgPool3D BatchMatMul BatchMatMulV2 "
-        "BatchNormWithGlobalNormalization BatchToSpace BatchToSpaceND BiasAdd BiasAddV1 Bincount "
-        "BitwiseAnd BitwiseOr BitwiseXor BroadcastArgs BroadcastTo Ceil CheckNumerics CheckNumericsV2 "
-        "Cholesky ClipByValue Concat ConcatV2 Conj Conv2D Conv2DBackpropInput Conv3D Conv3DBackpropInput "
-        "Conv3DBackpropInputV2 Cos Cosh Cross Cumprod Cumsum CumulativeLogsumexp DenseBincount "
-        "DepthToSpace DepthwiseConv2dNative Diag DiagPart Digamma Div DivNoNan DynamicStitch Einsum Elu "
-        "EnsureShape Enter Erf Erfc Erfinv EuclideanNorm Exit Exp ExpandDims Expm1 ExtractImagePatches "
-        "Fill Floor FloorDiv FloorMod HSVToRGB Identity Inv Invert L2Loss LRN LeakyRelu LeftShift Lgamma "
-        "LinSpace Log Log1p LogSoftmax MatMul MatrixBandPart MatrixDeterminant MatrixDiag MatrixDiagPart "
-        "MatrixDiagPartV2 MatrixDiagPartV3 MatrixDiagV2 MatrixDiagV3 MatrixInverse MatrixSetDiag "
-        "MatrixSetDiagV2 MatrixSetDiagV3 MatrixSolve MatrixTriangularSolve Max MaxPool MaxPool3D "
-        "MaxPoolV2 Maximum Mean Min Minimum MirrorPad Mul Ndtri Neg NextIteration OneHot OnesLike Pack "
-        "Pad PadV2 ParallelDynamicStitch Pow PreventGradient Print Prod QuantizeAndDequantizeV2 "
-        "QuantizeAndDequantizeV3 QuantizeAndDequantizeV4 RGBToHSV RaggedTensorToTensor RealDiv Reciprocal "
-        "RefEnter RefExit RefNextIteration Relu Relu6 Reshape ResizeNearestNeighbor Reverse "
-        "ReverseSequence ReverseV2 RightShift Rint Roll Round Rsqrt ScatterNd SegmentMax SegmentMean "
-        "SegmentMin SegmentProd SegmentSum Select SelectV2 Selu Sigmoid Sign Sin Sinh Slice Snapshot "
-        "Softmax Softplus Softsign SpaceToBatch SpaceToBatchND SpaceToDepth SparseSegmentMean "
+        "Abs Acos Acosh Add AddN AddV2 Asin Asinh Assign AssignAdd AssignSub Atan Atan2 Atanh AvgPool "
+        "AvgPool3D BatchMatMul BatchMatMulV2 BatchNormWithGlobalNormalization BatchToSpace BatchToSpaceND "
+        "BiasAdd BiasAddV1 Bincount BitwiseAnd BitwiseOr BitwiseXor BroadcastTo Ceil CheckNumerics "
+        "CheckNumericsV2 Cholesky ClipByValue Concat ConcatV2 Conv2D Conv2DBackpropInput Conv3D "
+        "Conv3DBackpropInput Conv3DBackpropInputV2 Cos Cosh Cross Cumprod Cumsum CumulativeLogsumexp "
+        "DenseBincount DepthToSpace DepthwiseConv2dNative Diag DiagPart Digamma Div DivNoNan "
+        "DynamicStitch Einsum Elu EnsureShape Enter Erf Erfc Erfinv EuclideanNorm Exit Exp ExpandDims "
+        "Expm1 ExtractImagePatches Fill Floor FloorDiv FloorMod Identity Inv Invert L2Loss LeftShift "
+        "Lgamma LinSpace Log Log1p LogSoftmax MatMul MatrixBandPart MatrixDeterminant MatrixDiag "
+        "MatrixDiagPart MatrixDiagPartV2 MatrixDiagPartV3 MatrixDiagV2 MatrixDiagV3 MatrixInverse "
+        "MatrixSetDiag MatrixSetDiagV2 MatrixSetDiagV3 MatrixSolve MatrixTriangularSolve Max MaxPool3D "
+        "Maximum Mean Min Minimum MirrorPad Mul Ndtri Neg NextIteration OneHot OnesLike Pack Pad PadV2 "
+        "ParallelDynamicStitch Pow PreventGradient Print Prod QuantizeAndDequantizeV2 "
+        "QuantizeAndDequantizeV3 QuantizeAndDequantizeV4 RaggedTensorToTensor RealDiv Reciprocal RefEnter "
+        "RefExit RefNextIteration Relu Relu6 Reshape ResizeNearestNeighbor Reverse ReverseSequence "
+        "ReverseV2 RightShift Rint Roll Round Rsqrt ScatterNd SegmentMax SegmentMean SegmentMin "
+        "SegmentProd SegmentSum Select SelectV2 Selu Sigmoid Sign Sin Sinh Slice Snapshot Softmax "
+        "Softplus Softsign SpaceToBatch SpaceToBatchND SpaceToDepth SparseSegmentMean "
         "SparseSegmentMeanWithNumSegments SparseSegmentSqrtN SparseSegmentSqrtNWithNumSegments "
         "SparseSegmentSum SparseSegmentSumWithNumSegments SparseTensorDenseMatMul SparseToDense Sqrt "
         "Square SquaredDifference Squeeze StopGradient StridedSlice Sub Sum Tan Tanh TensorScatterAdd "
@@ -48,18 +47,16 @@ _BY_SPEC = {
         "UnsortedSegmentSum Xdivy Xlog1py Xlogy ZerosLike _FusedConv2D _FusedDepthwiseConv2dNative "
         "_FusedMatMul"
     ),
-    "dtype": (
-        "Const DecodeImage DecodePng DecodeWebP Dequantize Empty HistogramFixedWidth "
-        "ImageProjectiveTransformV2 ImageProjectiveTransformV3 Placeholder PlaceholderWithDefault "
-        "RandomStandardNormal RandomUniform ReadVariableOp ResourceGather StatelessRandomNormal "
-        "StatelessRandomNormalV2 StatelessRandomUniform StatelessRandomUniformInt "
-        "StatelessRandomUniformIntV2 StatelessRandomUniformV2 StatelessTruncatedNormal "
-        "StatelessTruncatedNormalV2 TensorArrayGatherV3 TensorArrayReadV3 TruncatedNormal VariableV2"
-    ),
     "DT_BOOL": (
         "All Any ApproximateEqual Equal Greater GreaterEqual InTopK InTopKV2 IsFinite IsInf IsNan "
         "IsVariableInitialized Less LessEqual LogicalAnd LogicalNot LogicalOr LoopCond NotEqual "
         "RegexFullMatch StaticRegexFullMatch VarIsInitializedOp"
+    ),
+    "dtype": (
+        "Const Empty ImageProjectiveTransformV2 ImageProjectiveTransformV3 Placeholder "
+        "PlaceholderWithDefault RandomStandardNormal RandomUniform ReadVariableOp ResourceGather "
+        "StatelessRandomUniformInt StatelessRandomUniformIntV2 TensorArrayGatherV3 TensorArrayReadV3 "
+        "TruncatedNormal VariableV2"
     ),
     "DT_FLOAT": (
         "AudioSpectrogram CropAndResize FakeQuantWithMinMaxArgs FakeQuantWithMinMaxVars "
@@ -85,32 +82,39 @@ _BY_SPEC = {
         "TensorListScatter TensorListScatterIntoExistingList TensorListScatterV2 TensorListSetItem "
         "TensorListSplit"
     ),
-    "Tcomplex": "FFT FFT2D FFT3D IFFT IFFT2D IFFT3D RFFT RFFT2D RFFT3D",
-    "Tout": "Angle BatchMatMulV3 Complex ComplexAbs Imag LookupTableFindV2 RandomUniformInt Real",
+    "Tcomplex=DT_COMPLEX64": "FFT FFT2D FFT3D IFFT IFFT2D IFFT3D RFFT RFFT2D RFFT3D",
+    "T=DT_FLOAT": "AdjustContrastv2 AdjustSaturation HSVToRGB LRN LeakyRelu MaxPool MaxPoolV2 RGBToHSV",
     "T,T": (
         "LogMatrixDeterminant Qr RefSwitch SelfAdjointEigV2 SoftmaxCrossEntropyWithLogits "
         "SparseSoftmaxCrossEntropyWithLogits Switch"
     ),
-    "out_type": "DecodeRaw LowerBound Shape Size StringToNumber UpperBound",
+    "dtype=DT_FLOAT": (
+        "Dequantize StatelessRandomNormal StatelessRandomNormalV2 StatelessRandomUniform "
+        "StatelessRandomUniformV2 StatelessTruncatedNormal StatelessTruncatedNormalV2"
+    ),
     "DT_INT64": "LookupTableSizeV2 StringToHashBucket StringToHashBucketFast StringToHashBucketStrong Where",
     "DT_UINT8": "DecodeBmp DecodeGif DecodeJpeg PopulationCount",
+    "Tout=DT_FLOAT": "Angle ComplexAbs Imag Real",
     "[Tout]": "If PartitionedCall StatefulPartitionedCall StatelessIf",
+    "out_type=DT_INT32": "LowerBound Shape Size UpperBound",
     "DT_RESOURCE": "HashTableV2 MutableHashTableV2 VarHandleOp",
-    "T,out_idx": "ListDiff Unique UniqueV2",
+    "T,out_idx=DT_INT32": "ListDiff Unique UniqueV2",
+    "Tout": "BatchMatMulV3 LookupTableFindV2 RandomUniformInt",
     "Tparams": "Gather GatherNd GatherV2",
-    "Treal": "IRFFT IRFFT2D IRFFT3D",
+    "Treal=DT_FLOAT": "IRFFT IRFFT2D IRFFT3D",
     "[T]": "IdentityN StatelessWhile While",
+    "dtype=DT_UINT8": "DecodeImage DecodePng DecodeWebP",
     "element_dtype": "TensorListGather TensorListGetItem TensorListStack",
     "T*num_split": "Split SplitV",
     "T,DT_INT32": "Merge RefMerge",
-    "T,out_idx,out_idx": "UniqueWithCounts UniqueWithCountsV2",
+    "T,out_idx=DT_INT32,out_idx=DT_INT32": "UniqueWithCounts UniqueWithCountsV2",
     "element_dtype,DT_INT64": "TensorListConcat TensorListConcatV2",
-    "output_dtype": "Multinomial StatelessMultinomial",
-    "output_type": "ArgMax ArgMin",
+    "output_dtype=DT_INT64": "Multinomial StatelessMultinomial",
+    "output_type=DT_INT64": "ArgMax ArgMin",
     "DT_FLOAT,DT_FLOAT,DT_FLOAT,DT_INT32": "CombinedNonMaxSuppression",
     "DT_FLOAT,DT_INT32": "DecodeWav",
     "DT_INT32,DT_INT32": "NonMaxSuppressionV4",
-    "DT_INT32,T,DT_INT32": "NonMaxSuppressionV5",
+    "DT_INT32,T=DT_FLOAT,DT_INT32": "NonMaxSuppressionV5",
     "DT_INT64*Nsparse,[sparse_types],DT_INT64*Nsparse,[Tdense]": "ParseExample",
     "DT_INT64*num_sparse,[sparse_types],DT_INT64*num_sparse,[Tdense]": "ParseSingleExample",
     (
@@ -118,7 +122,7 @@ _BY_SPEC = {
         "[ragged_split_types]"
     ): "ParseExampleV2",
     "DT_INT64,DT_INT64": "SparseReshape",
-    "DT_INT64,DT_INT64,DT_INT64,T": "CTCGreedyDecoder",
+    "DT_INT64,DT_INT64,DT_INT64,T=DT_FLOAT": "CTCGreedyDecoder",
     "DT_INT64,DT_STRING,DT_INT64": "StringSplitV2",
     "DT_INT64,T": "SparseReorder",
     "DT_INT64,T,DT_BOOL,DT_INT64": "SparseFillEmptyRows",
@@ -131,15 +135,21 @@ _BY_SPEC = {
     "T,DT_FLOAT,DT_FLOAT": "QuantizeV2",
     "T,T,T": "Svd",
     "T,T,T,T,T": "FusedBatchNorm",
-    "T,Targmax": "MaxPoolWithArgmax",
+    "T,Targmax=DT_INT64": "MaxPoolWithArgmax",
     "T,U,U,U,U": "FusedBatchNormV2",
     "T,U,U,U,U,U": "FusedBatchNormV3",
-    "T,index_type": "TopKV2",
-    "Tidx": "Range",
+    "T,index_type=DT_INT32": "TopKV2",
+    "T=DT_COMPLEX64": "Conj",
+    "T=DT_INT32": "BroadcastArgs",
+    "Tidx=DT_INT32": "Range",
     "Tkeys,Tvalues": "LookupTableExportV2",
+    "Tout=DT_COMPLEX64": "Complex",
     "[dtypes]": "RestoreV2",
     "dtype,DT_INT64": "TensorArrayConcatV3",
-    "out_type*N": "ShapeN",
+    "dtype=DT_INT32": "HistogramFixedWidth",
+    "out_type": "DecodeRaw",
+    "out_type=DT_FLOAT": "StringToNumber",
+    "out_type=DT_INT32*N": "ShapeN",
     "shape_type": "TensorListElementShape",
     "type": "Bitcast",
 }
@@ -150,12 +160,15 @@ _OWN = {"_FusedBatchMatMulV2": "T", "_FusedLayerNorm": "T"}
 
 
 def _parse(spec: str) -> tuple[_Arg, ...]:
+    """``"T,out_idx=DT_INT32"`` -> ``(("T", False, "", 0), ("out_idx", False, "", DT_INT32))``."""
     args: list[_Arg] = []
     for text in spec.split(",") if spec else ():
-        kind, _, count = text.partition("*")
+        text, _, count = text.partition("*")
+        kind, _, default = text.partition("=")
         is_list = kind.startswith("[")
         name = kind.strip("[]")
-        args.append((types_pb2.DataType.Value(name) if name.startswith("DT_") else name, is_list, count))
+        fixed = types_pb2.DataType.Value(name) if name.startswith("DT_") else name
+        args.append((fixed, is_list, count, types_pb2.DataType.Value(default) if default else 0))
     return tuple(args)
 
 
@@ -168,12 +181,13 @@ OUTPUTS: dict[str, tuple[_Arg, ...]] = {
 
 def output_dtype(node: Node, port: int) -> int | None:
     """The DataType of ``node``'s output ``port`` (reference types as their value type), or None when
-    the table does not know the op or the node lacks an attr its definition reads."""
+    the table does not know the op or the node lacks an attr its definition reads (and gives no default
+    for)."""
     args = OUTPUTS.get(node.op)
     if args is None:
         return None
     attrs = node.attrs
-    for kind, is_list, count in args:
+    for kind, is_list, count, default in args:
         if is_list:
             if not isinstance(kind, str) or kind not in attrs:
                 return None
@@ -192,7 +206,7 @@ def output_dtype(node: Node, port: int) -> int | None:
             if isinstance(kind, int):
                 return kind
             if kind not in attrs or attrs[kind].WhichOneof("value") != "type":
-                return None
+                return default or None
             code = int(attrs[kind].type)
             return code - 100 if code > 100 else code  # DT_FLOAT_REF -> DT_FLOAT
         port -= n

@@ -34,6 +34,8 @@ def test_dtypes_follow_the_definition_and_the_nodes_attrs() -> None:
     attrs = {"Nsparse": 2, "Ndense": 1, "sparse_types": [np.dtype(object), np.int64], "Tdense": [np.float32]}
     b.op("ParseExample", [], attrs, name="parse")
     b.op("AddV2", [x, x], name="untyped")
+    b.op("TopKV2", [x, b.constant(np.int32(2))], {"T": np.float32}, name="top")  # no index_type: older TF
+    b.op("Shape", [x], {"T": np.float32}, name="shape")
     n = nodes(b)
     assert output_dtype(n["eq"], 0) == types_pb2.DT_BOOL
     assert output_dtype(n["cast"], 0) == types_pb2.DT_INT64
@@ -50,5 +52,8 @@ def test_dtypes_follow_the_definition_and_the_nodes_attrs() -> None:
         types_pb2.DT_INT64,
         types_pb2.DT_FLOAT,
     ]
-    assert output_dtype(n["untyped"], 0) is None  # its T attr is missing: not known
+    assert output_dtype(n["untyped"], 0) is None  # its T attr is missing, and has no default
+    # a type attr left out of a node (graphs older than the attr, defaults stripped) has its default
+    assert [output_dtype(n["top"], p) for p in range(2)] == [types_pb2.DT_FLOAT, types_pb2.DT_INT32]
+    assert output_dtype(n["shape"], 0) == types_pb2.DT_INT32
     assert output_dtype(n["x"], 0) == types_pb2.DT_FLOAT

@@ -25,7 +25,7 @@ BEGIN = "# --- begin: written by tools/make_op_types.py from TensorFlow's OpDefs
 END = "# --- end: written by tools/make_op_types.py ---\n"
 
 # Run in TensorFlow's interpreter: every op's output args as "DT_X" / "attr" / "[list_attr]", with
-# "*number_attr" for an arg repeated N times.
+# "=DT_X" for a type attr's default and "*number_attr" for an arg repeated N times.
 _DUMP = """
 import json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
@@ -43,6 +43,9 @@ for op in json.load(sys.stdin):
             spec = types_pb2.DataType.Name(a.type)
         elif a.type_attr:
             spec = a.type_attr
+            default = [d.default_value for d in op_def.attr if d.name == a.type_attr][0]
+            if default.HasField("type"):  # the attr may be left out of a node: older graphs lack it
+                spec += "=" + types_pb2.DataType.Name(default.type)
         else:
             spec = "[" + a.type_list_attr + "]"
         args.append(spec + ("*" + a.number_attr if a.number_attr else ""))
