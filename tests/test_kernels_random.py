@@ -91,3 +91,38 @@ def test_truncated_normals_keep_tensorflows_draws_under_two():
     np.testing.assert_allclose(
         doubles, [-1.2713582395756344, -1.2514169644010678, 0.8051728990008443], rtol=1e-12
     )
+
+
+def test_the_v2_ops_take_auto_select_as_philox_and_refuse_other_algorithms():
+    # tf.random.stateless_normal([3], seed=[1, 2]) as TensorFlow 2.21 writes it: alg 3 (RNG_ALG_AUTO_SELECT),
+    # which is Philox on CPU; TensorFlow's CPU kernels refuse ids 0 and 2 ("Unsupported algorithm id")
+    b = GraphBuilder()
+    dims = b.constant(np.array([3], np.int32), name="shape")
+    key, counter = b.op(
+        "StatelessRandomGetKeyCounter", [b.constant(seed(1, 2))], {"Tseed": np.int64}, num_outputs=2
+    )
+    alg = b.placeholder("alg", np.int32, ())
+    normal = b.op(
+        "StatelessRandomNormalV2", [dims, key, counter, alg], {"dtype": np.float32, "Tshape": np.int32}
+    )
+    uniform = b.op(
+        "StatelessRandomUniformV2", [dims, key, counter, alg], {"dtype": np.float32, "Tshape": np.int32}
+    )
+    low, high = b.constant(np.int32(-3)), b.constant(np.int32(10))
+    ints = b.op(
+        "StatelessRandomUniformIntV2",
+        [dims, key, counter, alg, low, high],
+        {"dtype": np.int32, "Tshape": np.int32},
+    )
+    with Session(b.graph_def) as sess:
+        for algorithm in (1, 3):
+            got = sess.run([normal, uniform, ints], {alg: algorithm})
+            want = [0.544110119342804, 0.20738030970096588, 0.0735643208026886]
+            np.testing.assert_allclose(got[0], want, rtol=2e-6)  # Box-Muller: within an ulp, as above
+            np.testing.assert_array_equal(
+                got[1], np.array([0.8440604209899902, 0.19204533100128174, 0.9962232112884521], np.float32)
+            )
+            assert got[2].tolist() == [7, -3, -2]
+        for algorithm in (0, 2):
+            with pytest.raises(InvalidArgumentError, match=f"Unsupported algorithm id: {algorithm}"):
+                sess.run(normal, {alg: algorithm})
