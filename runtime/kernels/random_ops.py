@@ -89,11 +89,16 @@ def _normal(bits: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
         r = np.sqrt(-2.0 * np.log(u1))
         return np.stack([np.sin(v1) * r, np.cos(v1) * r], axis=1).ravel()
     u = _uniform_float(bits, np.dtype(np.float32)).reshape(-1, 2)
-    f = np.float32
+    f, d = np.float32, np.float64
     u1 = np.maximum(u[:, 0], f(1.0e-7))
-    v1 = f(2.0) * f(np.pi) * u[:, 1]
-    r = np.sqrt(f(-2.0) * np.log(u1))
-    out = np.stack([np.sin(v1) * r, np.cos(v1) * r], axis=1).ravel()
+    # TensorFlow's BoxMullerFloat: 2 * M_PI * u is a double product (M_PI is a double) rounded to float;
+    # then glibc's logf, sinf and cosf. numpy's float32 SIMD versions of those differ from glibc's in the
+    # last bit for 4 draws in 10; the exact values rounded to float32 (float64 here) for 1 in 60, where
+    # glibc does not round to nearest (within 0.82 ulp): matching those would take glibc's own tables
+    v1 = (2.0 * np.pi * u[:, 1].astype(d)).astype(f)
+    r = np.sqrt(f(-2.0) * np.log(u1.astype(d)).astype(f))
+    v = v1.astype(d)
+    out = np.stack([np.sin(v).astype(f) * r, np.cos(v).astype(f) * r], axis=1).ravel()
     return out.astype(dtype)
 
 
