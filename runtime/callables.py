@@ -209,6 +209,8 @@ class SessionCallable:
     ) -> Any:
         session = self._session
         session._check_open()
+        if run_metadata is not None:  # the steps run here fill nothing: it is left empty, as TensorFlow's
+            run_metadata.Clear()
         if options is not None and options.HasField("debug_options"):
             sig, order = self._signature(options)
             feeds = [prepare_feed(session.graph, sig.plan.feeds[k], values[i]) for k, i in enumerate(order)]

@@ -504,6 +504,9 @@ class Session:
         trace: StepTrace | None,
         options: config_pb2.RunOptions | None,
     ) -> None:
+        """Fills the RunMetadata a run was given, replacing what it held (TensorFlow parses each run's
+        metadata into it): an untraced run leaves it empty."""
+        run_metadata.Clear()
         if trace is not None:
             fill_step_stats(run_metadata.step_stats, plan, trace)
             fill_cost_graph(run_metadata.cost_graph, plan, trace)

@@ -1,6 +1,7 @@
 import collections
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -422,6 +423,34 @@ def test_trace_fills_step_stats_and_cost_graph():
     assert cost["y"].is_final and not cost["mm"].is_final
     assert cost["y"].input_info[0].preceding_node == cost["mm"].id
     assert cost["mm"].output_info[0].size == 16
+
+
+def test_each_run_replaces_what_its_run_metadata_held():
+    # TensorFlow parses each run's RunMetadata into the message given: a traced run replaces what an earlier
+    # run left there, an untraced one leaves it empty, whichever way the run goes
+    import asyncio
+
+    b, x, y = mlp_graph()
+    traced = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE, output_partition_graphs=True)
+    pooled = config_pb2.RunOptions()
+    pooled.CopyFrom(traced)
+    pooled.experimental.use_run_handler_pool = True
+    md = config_pb2.RunMetadata()
+    with Session(b.graph_def, PLAIN) as s:
+        f = s.make_callable(y, [x], accept_options=True)
+        runs: list[Callable[[config_pb2.RunOptions | None], Any]] = [
+            lambda options: s.run(y, {x: X}, options=options, run_metadata=md),
+            lambda options: s.submit(y, {x: X}, options=options, run_metadata=md).result(10),
+            lambda options: asyncio.run(s.arun(y, {x: X}, options=options, run_metadata=md)),
+            lambda options: f(X, options=options, run_metadata=md),
+        ]
+        for run in runs:
+            for options in (traced, pooled, traced):
+                run(options)
+                assert len(md.step_stats.dev_stats) == 1 and len(md.partition_graphs) == 1
+                assert sorted(n.name for n in md.cost_graph.node) == ["mm", "y"]
+            run(None)
+            assert md == config_pb2.RunMetadata()
 
 
 def test_output_partition_graphs():
