@@ -245,6 +245,8 @@ class SessionCallable:
     ) -> Any:
         session = self._session
         scheduler = session._scheduler(options)
+        if options is not None and options.output_partition_graphs:
+            session._check_partition_graphs()
         return session._run_prepared(sig, feeds, scheduler, options, run_metadata, session.deadline(options))
 
     def _run_pooled(

@@ -263,7 +263,18 @@ class Session:
         names exist, the feeds fit, the thread pool index is valid."""
         self._check_open()
         sig, feed_values = self._calls.resolve(fetches, feed_dict, options)
+        if options is not None and options.output_partition_graphs:
+            self._check_partition_graphs()
         return sig, feed_values, self._scheduler(options)
+
+    def _check_partition_graphs(self) -> None:
+        """A run asks for its partition graphs: refused where the config disables them (TensorFlow's rule,
+        and message)."""
+        if self._config.experimental.disable_output_partition_graphs:
+            raise InvalidArgumentError(
+                "RunOptions.output_partition_graphs() is not supported when disable_output_partition_graphs "
+                "is true."
+            )
 
     def _take_handler(
         self, options: config_pb2.RunOptions | None, deadline: Deadline | None

@@ -471,6 +471,32 @@ def test_output_partition_graphs():
     assert ops == {"y": "_FusedMatMul", "w2": "Const", "bias": "Const"}
 
 
+def test_partition_graphs_are_refused_where_the_config_disables_them():
+    # TensorFlow: "RunOptions.output_partition_graphs() is not supported when
+    # disable_output_partition_graphs is true.", before the step runs
+    import asyncio
+
+    b, x, y = mlp_graph()
+    config = config_pb2.ConfigProto()
+    config.experimental.disable_output_partition_graphs = True
+    options = config_pb2.RunOptions(output_partition_graphs=True)
+    refused = r"output_partition_graphs\(\) is not supported when disable_output_partition_graphs is true"
+    with Session(b.graph_def, config) as s:
+        f = s.make_callable(y, [x], accept_options=True)
+        for run in (
+            lambda: s.run(y, {x: X}, options=options),
+            lambda: s.submit(y, {x: X}, options=options),
+            lambda: asyncio.run(s.arun(y, {x: X}, options=options)),
+            lambda: f(X, options=options),
+        ):
+            with pytest.raises(InvalidArgumentError, match=refused):
+                run()
+        md = config_pb2.RunMetadata()
+        traced = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE)
+        np.testing.assert_allclose(s.run(y, {x: X}, options=traced, run_metadata=md), expected_y(X))
+        assert md.step_stats.dev_stats and not md.partition_graphs
+
+
 def big_graph():
     b = GraphBuilder()
     x = b.placeholder("x", np.float32, (None,))
