@@ -216,6 +216,42 @@ def test_a_value_fed_for_an_inner_tensor_takes_its_dtype_and_shape():
             s.run(cic, {ci: np.array([1.5, 2.5])})
 
 
+def test_a_fed_tensors_node_run_anyway_leaves_its_consumers_the_fed_value():
+    # TensorFlow runs the node itself when it is a target (or another of its outputs is needed), while the
+    # fed tensor's consumers read the fed value: a fed Placeholder run as a target fails as unfed
+    import asyncio
+
+    b, x, y = mlp_graph()
+    pooled = config_pb2.RunOptions()
+    pooled.experimental.use_run_handler_pool = True
+    unfed = r"You must feed a value for placeholder tensor 'x' with dtype float32 and shape \[\?,3\]"
+    with Session(b.graph_def) as s:
+        for options in (None, pooled):
+            with pytest.raises(InvalidArgumentError, match=unfed):
+                s.run([y, "x"], {x: X}, options=options)
+            with pytest.raises(InvalidArgumentError, match=unfed):
+                asyncio.run(s.arun([y, "x"], {"x:0": X}, options=options))
+    b = GraphBuilder()
+    v = b.placeholder("v", np.float32, (3,))
+    c = b.constant(np.array([1, 2], np.int32), name="c")
+    pw = b.op(
+        "PlaceholderWithDefault",
+        [b.constant(np.float32([1, 2]))],
+        {"dtype": np.float32, "shape": shape([2])},
+        name="pw",
+    )
+    parts = b.op(
+        "Split", [b.constant(np.int32(0)), v], {"T": np.float32, "num_split": 3}, name="split", num_outputs=3
+    )
+    total = b.add(parts[0], parts[1], name="total")
+    c_out, pw_out = b.identity(c, name="c_out"), b.identity(pw, name="pw_out")
+    with Session(b.graph_def) as s:
+        got = s.run([c_out, "c", pw_out, "pw"], {c: [5, 6], pw: [7, 8]})
+        assert got[0].tolist() == [5, 6] and got[2].tolist() == [7, 8] and got[1] is None is got[3]
+        # split runs for its output 1; total reads the fed output 0
+        assert s.run(total, {v: [1, 2, 3], parts[0]: [100]}).tolist() == [102]
+
+
 def test_kernel_error_names_the_node():
     b = GraphBuilder()
     x = b.placeholder("x", np.float32, None)
