@@ -28,7 +28,7 @@ from poolserve.runtime.calls import Signature
 from poolserve.runtime.deadline import Deadline, deadline_timer
 from poolserve.runtime.errors import CancelledError, OpError, ResourceExhaustedError
 from poolserve.runtime.executor import Plan, PlanNode, _step_ids, kernel_error
-from poolserve.runtime.fetches import as_output
+from poolserve.runtime.fetches import as_output, outputs
 from poolserve.runtime.graph import Graph, prepare_feed
 from poolserve.runtime.kernels.registry import OpContext
 from poolserve.runtime.metadata import OOM_HINT
@@ -195,11 +195,12 @@ class SessionCallable:
         # (position in feed_list, check) per plan feed, in plan order
         self._feeds = [(i, _feed_check(graph, feed_ids[i])) for i in order]
         self._program = SerialProgram(plan) if plan.frames is None else None
-        fetch_slots = plan.fetch_slots
-        self._out_slots = [None if i is None else fetch_slots[i] for i in sig.fetch_index]
+        self._out_slots = sig.out_slots
+        self._fed = len(plan.feeds)
         self._mapper = sig.mapper
-        # one tensor fetched by name: its value is the result, no structure to rebuild
-        self._single: int | None = self._out_slots[0] if isinstance(fetches, str) else None
+        # one computed tensor fetched by name: its value is the result, no structure to rebuild
+        single = self._out_slots[0] if isinstance(fetches, str) else None
+        self._single: int | None = single if single is not None and single >= self._fed else None
 
     def __call__(
         self,
@@ -309,9 +310,7 @@ class SessionCallable:
             try:
                 if self._single is not None:
                     return as_output(values[self._single])
-                return self._mapper.build(
-                    [None if s is None else as_output(values[s]) for s in self._out_slots]
-                )
+                return self._mapper.build(outputs(values, self._out_slots, self._fed))
             except OpError:
                 raise
             except Exception as e:  # as the executor's results: a failure is an OpError

@@ -21,14 +21,17 @@ _MAX_SIGNATURES = 1024
 
 
 class Signature:
-    """What a call resolved: the plan, the feeds in plan order, and how to shape the results."""
+    """What a call resolved: the plan, the feeds in plan order, and how to shape the results: per name of
+    the mapper, the index of its value among the plan's fetches and the step's slot holding it (None for an
+    operation run)."""
 
-    __slots__ = ("fetch_index", "mapper", "plan")
+    __slots__ = ("fetch_index", "mapper", "out_slots", "plan")
 
     def __init__(self, plan: Plan, mapper: FetchMapper, fetch_index: list[int | None]) -> None:
         self.plan = plan
         self.mapper = mapper
         self.fetch_index = fetch_index
+        self.out_slots = [None if i is None else plan.fetch_slots[i] for i in fetch_index]
 
 
 class Calls:

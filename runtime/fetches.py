@@ -4,7 +4,7 @@ a step and rebuilt around its results in the caller's shape."""
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -70,11 +70,22 @@ def is_op_name(name: str) -> bool:
 
 
 def as_output(value: Any) -> Any:
-    """Fetched values are the caller's to keep: fresh writable arrays, never views of graph constants."""
+    """A computed value as ``Session.run`` returns it, as TensorFlow's does: a 0-d one as a numpy scalar
+    (``np.float32(6.0)``; ``bytes`` for a string), any other as an array the caller may keep and write (never
+    a view of a graph constant)."""
     if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            item = value[()]
+            # a resource or a TensorList (a Python object in a 0-d array) stays an array
+            return item if value.dtype.kind != "O" or isinstance(item, bytes) else value
         return value if value.flags.writeable else value.copy()
-    if isinstance(value, np.generic):
-        return np.asarray(value)
     if isinstance(value, UninitializedValue):
         value._fail()
     return value
+
+
+def outputs(values: Sequence[Any], slots: Sequence[int | None], fed: int) -> list[Any]:
+    """A step's results: its ``values`` (by slot, its ``fed`` feeds first) at ``slots`` (None: an operation
+    it ran, whose result is None), each ``as_output``, except that a fed tensor fetched is the value fed, as
+    TensorFlow returns it (a 0-d array stays one)."""
+    return [None if s is None else values[s] if s < fed else as_output(values[s]) for s in slots]

@@ -111,7 +111,15 @@ class PartialRuns:
             state.ran.update(fresh_targets)
         state.values = values  # only once the whole call has succeeded
         state.fetched.update(wanted)
-        results = [None if is_op_name(n) else as_output(state.values[graph.tensor(n)]) for n in mapper.names]
+        results: list[Any] = []
+        for name in mapper.names:
+            if is_op_name(name):
+                results.append(None)
+                continue
+            fetched = graph.tensor(name)
+            value = state.values[fetched]
+            # a fed tensor fetched is the value fed, as TensorFlow returns it
+            results.append(value if fetched in state.feeds else as_output(value))
         if state.fetched >= state.fetches and state.targets <= state.ran:
             with self._lock:
                 self._runs.pop(handle, None)

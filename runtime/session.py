@@ -39,7 +39,7 @@ from poolserve.runtime.executor import (
     StepTrace,
     expected_cpu,
 )
-from poolserve.runtime.fetches import as_output
+from poolserve.runtime.fetches import outputs
 from poolserve.runtime.frames import DEAD
 from poolserve.runtime.functions import FunctionLibrary
 from poolserve.runtime.graph import Graph
@@ -470,9 +470,7 @@ class Session:
             result: Any = None
             try:
                 if error is None:
-                    values = step.fetched()
-                    results = [None if i is None else as_output(values[i]) for i in sig.fetch_index]
-                    result = sig.mapper.build(results)
+                    result = sig.mapper.build(outputs(step.values, sig.out_slots, len(sig.plan.feeds)))
                 elif isinstance(error, ResourceExhaustedError) and "OOM" in error.message:
                     extra = oom_report(step) if report_oom else OOM_HINT
                     error = ResourceExhaustedError(f"{error.message}\n{extra}", error.node_name)

@@ -252,6 +252,37 @@ def test_a_fed_tensors_node_run_anyway_leaves_its_consumers_the_fed_value():
         assert s.run(total, {v: [1, 2, 3], parts[0]: [100]}).tolist() == [102]
 
 
+def test_0_d_results_are_numpy_scalars_as_tensorflow_returns_them():
+    # TensorFlow's Session.run returns np.float32(6.0) for a 0-d float, b'hello' for a 0-d string, and a
+    # fetched fed tensor as it was fed (a 0-d array stays one); run, arun, callables and partial runs alike
+    import asyncio
+
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None, 3))
+    axes = b.constant(np.array([0, 1], np.int32), name="axes")
+    total = b.op("Sum", [x, axes], {"T": np.float32, "Tidx": np.int32, "keep_dims": False}, name="total")
+    word = b.constant(np.array(b"hello", object), name="word")
+    i = b.placeholder("i", np.int32, ())
+    twice = b.add(i, i, name="twice")
+    ones = np.ones((2, 3), np.float32)
+
+    def check(got: list[Any]) -> None:
+        assert type(got[0]) is np.float32 and got[0] == 6
+        assert type(got[1]) is bytes and got[1] == b"hello"
+        assert type(got[2]) is np.int32 and got[2] == 10
+        assert type(got[3]) is np.ndarray and got[3].shape == () and got[3] == 5  # fed: as fed
+        assert type(got[4]) is np.ndarray and got[4].shape == (2, 3)
+
+    fetches = [total, word, twice, i, x]
+    with Session(b.graph_def) as s:
+        check(s.run(fetches, {x: ones, i: 5}))
+        check(asyncio.run(s.arun(fetches, {x: ones, i: 5})))
+        check(s.make_callable(fetches, [x, i])(ones, 5))
+        assert type(s.run(total, {x: ones})) is np.float32
+        h = s.partial_run_setup(fetches, [x, i])
+        check([*s.partial_run(h, fetches[:2], {x: ones}), *s.partial_run(h, fetches[2:], {i: 5})])
+
+
 def test_kernel_error_names_the_node():
     b = GraphBuilder()
     x = b.placeholder("x", np.float32, None)
