@@ -309,7 +309,7 @@ class SessionCallable:
         if error is None:
             try:
                 if self._single is not None:
-                    return as_output(values[self._single])
+                    return as_output(values[self._single], values, self._fed)
                 return self._mapper.build(outputs(values, self._out_slots, self._fed))
             except OpError:
                 raise

@@ -112,6 +112,7 @@ class PartialRuns:
         state.values = values  # only once the whole call has succeeded
         state.fetched.update(wanted)
         results: list[Any] = []
+        feeds = [value for tid, value in state.values.items() if tid in state.feeds]
         for name in mapper.names:
             if is_op_name(name):
                 results.append(None)
@@ -119,7 +120,7 @@ class PartialRuns:
             fetched = graph.tensor(name)
             value = state.values[fetched]
             # a fed tensor fetched is the value fed, as TensorFlow returns it
-            results.append(value if fetched in state.feeds else as_output(value))
+            results.append(value if fetched in state.feeds else as_output(value, feeds, len(feeds)))
         if state.fetched >= state.fetches and state.targets <= state.ran:
             with self._lock:
                 self._runs.pop(handle, None)

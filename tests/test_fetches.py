@@ -123,3 +123,13 @@ def test_outputs_gives_a_fed_tensor_as_it_was_fed():
     fed, computed = np.array(5, np.int32), np.array(7, np.int32)
     got = outputs([fed, computed], [0, 1, None, 0], fed=1)
     assert got[0] is fed and type(got[1]) is np.int32 and got[1] == 7 and got[2] is None and got[3] is fed
+
+
+def test_a_result_sharing_memory_with_a_feed_is_copied():
+    feed = np.arange(6, dtype=np.float32)
+    computed = feed + 1
+    for result in (feed, feed.reshape(2, 3), feed[1:]):  # an Identity, a Reshape, a slice of the feed
+        out = as_output(result, [feed], 1)
+        assert out is not result and not np.shares_memory(out, feed) and out.tolist() == result.tolist()
+    assert as_output(computed, [feed], 1) is computed  # its own memory: kept as it is
+    assert as_output(feed.reshape(2, 3)).base is feed  # no feeds given: nothing to copy for

@@ -283,6 +283,42 @@ def test_0_d_results_are_numpy_scalars_as_tensorflow_returns_them():
         check([*s.partial_run(h, fetches[:2], {x: ones}), *s.partial_run(h, fetches[2:], {i: 5})])
 
 
+def test_results_never_share_memory_with_the_callers_feeds():
+    # TensorFlow's results are arrays of their own: writing into an Identity, Reshape, ExpandDims or
+    # Squeeze of a fed array never changes what the caller fed (a fetched fed tensor is the value fed)
+    import asyncio
+
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (2, 3))
+    same = b.identity(x, name="same")
+    flat = b.reshape(x, [6], name="flat")
+    axis = b.constant(np.int32(0), name="axis")
+    wide = b.op("ExpandDims", [x, axis], {"T": np.float32, "Tdim": np.int32}, name="wide")
+    narrow = b.op("Squeeze", [wide], {"T": np.float32, "squeeze_dims": [0]}, name="narrow")
+    views = [same, flat, wide, narrow]
+    with Session(b.graph_def) as s:
+        f = s.make_callable(views, [x])
+
+        def partial(fed: np.ndarray) -> Any:
+            return s.partial_run(s.partial_run_setup(views, [x]), views, {x: fed})
+
+        for run in (
+            lambda fed: s.run(views, {x: fed}),
+            lambda fed: asyncio.run(s.arun(views, {x: fed})),
+            f,
+            partial,
+            lambda fed: [s.run(same, {x: fed})],
+            lambda fed: [s.make_callable(same, [x])(fed)],
+        ):
+            fed = np.arange(6, dtype=np.float32).reshape(2, 3)
+            for out in run(fed):
+                assert not np.shares_memory(out, fed)
+                out[...] = -1
+            assert fed.tolist() == [[0, 1, 2], [3, 4, 5]]
+        fed = np.ones((2, 3), np.float32)
+        assert s.run(x, {x: fed}) is fed
+
+
 def test_kernel_error_names_the_node():
     b = GraphBuilder()
     x = b.placeholder("x", np.float32, None)
