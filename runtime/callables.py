@@ -28,7 +28,7 @@ from poolserve.runtime.calls import Signature
 from poolserve.runtime.deadline import Deadline, deadline_timer
 from poolserve.runtime.errors import CancelledError, OpError, ResourceExhaustedError
 from poolserve.runtime.executor import Plan, PlanNode, _step_ids, kernel_error
-from poolserve.runtime.fetches import as_output
+from poolserve.runtime.fetches import as_output, outputs
 from poolserve.runtime.graph import Graph, prepare_feed
 from poolserve.runtime.kernels.registry import OpContext
 from poolserve.runtime.metadata import OOM_HINT
@@ -133,10 +133,10 @@ def run_serial(program: SerialProgram, values: list[Any], ctx: OpContext, step: 
 
 
 def _feed_check(graph: Graph, tid: TensorId) -> Callable[[Any], Any]:
-    """Checks a value fed for ``tid`` as ``prepare_feed`` does, taking an array of the placeholder's own
-    dtype and a fitting shape as it is (what ``prepare_feed`` would return for it) without its steps."""
-    spec = graph.feed_spec(tid[0])
-    if spec is None:
+    """Checks a value fed for ``tid`` as ``prepare_feed`` does, taking an array of the tensor's own dtype
+    and a fitting shape as it is (what ``prepare_feed`` would return for it) without its steps."""
+    spec = graph.feed_spec(tid)
+    if spec is None or spec[1].kind == "O":  # strings are checked item by item
         return lambda v: prepare_feed(graph, tid, v)
     _, np_want, shape = spec
     if shape is None:
@@ -195,11 +195,12 @@ class SessionCallable:
         # (position in feed_list, check) per plan feed, in plan order
         self._feeds = [(i, _feed_check(graph, feed_ids[i])) for i in order]
         self._program = SerialProgram(plan) if plan.frames is None else None
-        fetch_slots = plan.fetch_slots
-        self._out_slots = [None if i is None else fetch_slots[i] for i in sig.fetch_index]
+        self._out_slots = sig.out_slots
+        self._fed = len(plan.feeds)
         self._mapper = sig.mapper
-        # one tensor fetched by name: its value is the result, no structure to rebuild
-        self._single: int | None = self._out_slots[0] if isinstance(fetches, str) else None
+        # one computed tensor fetched by name: its value is the result, no structure to rebuild
+        single = self._out_slots[0] if isinstance(fetches, str) else None
+        self._single: int | None = single if single is not None and single >= self._fed else None
 
     def __call__(
         self,
@@ -209,6 +210,8 @@ class SessionCallable:
     ) -> Any:
         session = self._session
         session._check_open()
+        if run_metadata is not None:  # the steps run here fill nothing: it is left empty, as TensorFlow's
+            run_metadata.Clear()
         if options is not None and options.HasField("debug_options"):
             sig, order = self._signature(options)
             feeds = [prepare_feed(session.graph, sig.plan.feeds[k], values[i]) for k, i in enumerate(order)]
@@ -243,6 +246,8 @@ class SessionCallable:
     ) -> Any:
         session = self._session
         scheduler = session._scheduler(options)
+        if options is not None and options.output_partition_graphs:
+            session._check_partition_graphs()
         return session._run_prepared(sig, feeds, scheduler, options, run_metadata, session.deadline(options))
 
     def _run_pooled(
@@ -304,10 +309,8 @@ class SessionCallable:
         if error is None:
             try:
                 if self._single is not None:
-                    return as_output(values[self._single])
-                return self._mapper.build(
-                    [None if s is None else as_output(values[s]) for s in self._out_slots]
-                )
+                    return as_output(values[self._single], values, self._fed)
+                return self._mapper.build(outputs(values, self._out_slots, self._fed))
             except OpError:
                 raise
             except Exception as e:  # as the executor's results: a failure is an OpError

@@ -21,14 +21,17 @@ _MAX_SIGNATURES = 1024
 
 
 class Signature:
-    """What a call resolved: the plan, the feeds in plan order, and how to shape the results."""
+    """What a call resolved: the plan, the feeds in plan order, and how to shape the results: per name of
+    the mapper, the index of its value among the plan's fetches and the step's slot holding it (None for an
+    operation run)."""
 
-    __slots__ = ("fetch_index", "mapper", "plan")
+    __slots__ = ("fetch_index", "mapper", "out_slots", "plan")
 
     def __init__(self, plan: Plan, mapper: FetchMapper, fetch_index: list[int | None]) -> None:
         self.plan = plan
         self.mapper = mapper
         self.fetch_index = fetch_index
+        self.out_slots = [None if i is None else plan.fetch_slots[i] for i in fetch_index]
 
 
 class Calls:
@@ -115,9 +118,7 @@ class Calls:
         graph = self.graph
         feed_values: dict[TensorId, Any] = {}
         for name, value in (feed_dict or {}).items():
-            if not isinstance(name, str):
-                raise TypeError(f"feed_dict keys must be tensor names, got {name!r}")
-            tid = graph.tensor(name)
+            tid = graph.feed_tensor(name)
             if tid in feed_values:
                 raise InvalidArgumentError(f"Tensor '{name}' is fed twice")
             feed_values[tid] = prepare_feed(graph, tid, value)
@@ -135,12 +136,12 @@ class Calls:
         seen: dict[TensorId, int] = {}
         for name in mapper.names:
             if is_op_name(name):
-                graph.node(name)
+                graph.fetch_node(name)
                 if name not in targets:
                     targets.append(name)
                 fetch_index.append(None)
                 continue
-            tid = graph.tensor(name)
+            tid = graph.fetch_tensor(name)
             if tid not in seen:
                 seen[tid] = len(fetch_ids)
                 fetch_ids.append(tid)

@@ -116,6 +116,30 @@ class UnauthenticatedError(OpError):
     code = Code.UNAUTHENTICATED
 
 
+# The arguments of ``Session.run`` that TensorFlow's Python client refuses before anything runs, it refuses
+# with ValueError (a fetch it cannot interpret, a feed of the wrong shape) or TypeError (a feed_dict key it
+# cannot interpret, a value it cannot convert to the tensor's dtype). These keep their canonical code (a
+# server answers them as it answers any other) and are also that Python error, so ``except ValueError``
+# catches them as it catches TensorFlow's.
+
+
+class InvalidArgumentValueError(InvalidArgumentError, ValueError):
+    """INVALID_ARGUMENT where TensorFlow raises ValueError: a feed of the wrong shape, a malformed fetch."""
+
+
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """INVALID_ARGUMENT where TensorFlow raises TypeError: a fed value that does not convert to the tensor's
+    dtype, a malformed feed_dict key."""
+
+
+class NotFoundValueError(NotFoundError, ValueError):
+    """NOT_FOUND where TensorFlow raises ValueError: a fetch naming no tensor or operation of the graph."""
+
+
+class NotFoundTypeError(NotFoundError, TypeError):
+    """NOT_FOUND where TensorFlow raises TypeError: a feed_dict key naming no tensor of the graph."""
+
+
 _BY_CODE: dict[Code, type[OpError]] = {
     cls.code: cls
     for cls in (

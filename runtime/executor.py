@@ -249,10 +249,14 @@ class Plan:
                 value = folder.fold(node, [template[slot_of[t]] for t in node.inputs])
                 if value is not None:
                     self.folded.append(node.name)
+            # A node runs (or is folded) though one of its outputs is fed when it is a target, or another
+            # of its outputs is needed: as in TensorFlow, what reads a fed output reads the fed value (a fed
+            # Placeholder run as a target fails as unfed), so fed outputs keep their feed slots
             if value is not None:
                 constant.add(node.name)
                 for port in range(outputs):
-                    slot_of[(node.name, port)] = len(template)
+                    if (node.name, port) not in feed_set:
+                        slot_of[(node.name, port)] = len(template)
                     template.append(value[port])
                 continue
             kdef = graph.kernel_defs[node.name]
@@ -265,7 +269,8 @@ class Plan:
             pn.num_outputs = outputs
             pn.label = _timeline_label(node)
             for port in range(outputs):
-                slot_of[(node.name, port)] = len(template)
+                if (node.name, port) not in feed_set:
+                    slot_of[(node.name, port)] = len(template)
                 template.append(None)
             index_of[node.name] = pn.index
             self.nodes.append(pn)

@@ -4,7 +4,7 @@ a step and rebuilt around its results in the caller's shape."""
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,12 +69,37 @@ def is_op_name(name: str) -> bool:
     return not (sep and port.isdigit())
 
 
-def as_output(value: Any) -> Any:
-    """Fetched values are the caller's to keep: fresh writable arrays, never views of graph constants."""
+def as_output(value: Any, values: Sequence[Any] = (), fed: int = 0) -> Any:
+    """A computed value as ``Session.run`` returns it, as TensorFlow's does: a 0-d one as a numpy scalar
+    (``np.float32(6.0)``; ``bytes`` for a string), any other as an array the caller may keep and write: never
+    a view of a graph constant, nor of an array the caller fed (``values[:fed]``, the step's feeds), which
+    an Identity, a Reshape or a Squeeze of a feed would be."""
     if isinstance(value, np.ndarray):
-        return value if value.flags.writeable else value.copy()
-    if isinstance(value, np.generic):
-        return np.asarray(value)
+        if value.ndim == 0:
+            item = value[()]
+            # a resource or a TensorList (a Python object in a 0-d array) stays an array
+            return item if value.dtype.kind != "O" or isinstance(item, bytes) else value
+        if not value.flags.writeable or (fed and _shares_a_feed(value, values, fed)):
+            return value.copy()
+        return value
     if isinstance(value, UninitializedValue):
         value._fail()
     return value
+
+
+def _shares_a_feed(value: np.ndarray[Any, Any], values: Sequence[Any], fed: int) -> bool:
+    """Whether ``value`` is one of ``values[:fed]`` or, being a view (only views can be), shares memory
+    with one: the memory check only for results that do not own their memory, which few do."""
+    view = value.base is not None
+    for i in range(fed):
+        feed = values[i]
+        if feed is value or (view and np.may_share_memory(value, feed)):
+            return True
+    return False
+
+
+def outputs(values: Sequence[Any], slots: Sequence[int | None], fed: int) -> list[Any]:
+    """A step's results: its ``values`` (by slot, its ``fed`` feeds first) at ``slots`` (None: an operation
+    it ran, whose result is None), each ``as_output``, except that a fed tensor fetched is the value fed, as
+    TensorFlow returns it (a 0-d array stays one)."""
+    return [None if s is None else values[s] if s < fed else as_output(values[s], values, fed) for s in slots]

@@ -14,14 +14,22 @@ from typing import Any
 import numpy as np
 from google.protobuf import message, text_format
 
-from poolserve.proto import graph_pb2, node_def_pb2
-from poolserve.runtime import dtypes, kernels
-from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, OpError
+from poolserve.proto import graph_pb2, node_def_pb2, types_pb2
+from poolserve.runtime import dtypes, kernels, op_types
+from poolserve.runtime.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidArgumentValueError,
+    NotFoundError,
+    NotFoundTypeError,
+    NotFoundValueError,
+    OpError,
+)
 from poolserve.runtime.functions import FunctionLibrary
 from poolserve.runtime.kernels.control_flow_ops import NEXT_ITERATION_OPS
 from poolserve.runtime.kernels.registry import Compute, KernelDef
 from poolserve.runtime.node import Node, parse_tensor_name
-from poolserve.runtime.tensor import as_array
+from poolserve.runtime.tensor import as_array, shape_from_proto
 from poolserve.runtime.types import TensorId
 
 
@@ -77,7 +85,7 @@ class Graph:
         self._check_inputs()
         self.order: list[Node] = self._topological_order()
         self.position = {node.name: i for i, node in enumerate(self.order)}
-        self._feed_specs: dict[str, tuple[int, np.dtype[Any], tuple[int, ...] | None] | None] = {}
+        self._feed_specs: dict[TensorId, tuple[int, np.dtype[Any], tuple[int, ...] | None] | None] = {}
         self.kernels: dict[str, Compute] = {}
         for node in self.order:
             self.kernels[node.name] = self._bind(node)
@@ -200,18 +208,60 @@ class Graph:
             )
         return node, port
 
-    def feed_spec(self, name: str) -> tuple[int, np.dtype[Any], tuple[int, ...] | None] | None:
-        """(dtype, numpy dtype, shape) of a placeholder, read once; None for other nodes."""
+    def feed_tensor(self, name: object) -> TensorId:
+        """``tensor`` for a feed_dict key; its errors are also TypeErrors, as TensorFlow's "Cannot interpret
+        feed_dict key as Tensor" is. An operation's name stands for its output 0 (``"x"`` for ``"x:0"``):
+        TensorFlow refuses it, poolserve keeps taking it, as the servers' clients name inputs by node."""
+        if not isinstance(name, str):
+            raise InvalidArgumentTypeError(f"feed_dict keys must be tensor names, got {name!r}")
         try:
-            return self._feed_specs[name]
+            return self.tensor(name)
+        except NotFoundError as e:
+            raise NotFoundTypeError(e.message) from None
+        except InvalidArgumentError as e:
+            raise InvalidArgumentTypeError(e.message) from None
+
+    def fetch_tensor(self, name: str) -> TensorId:
+        """``tensor`` for a fetch; its errors are also ValueErrors, as TensorFlow's "cannot be interpreted as
+        a Tensor" is."""
+        try:
+            return self.tensor(name)
+        except NotFoundError as e:
+            raise NotFoundValueError(e.message) from None
+        except InvalidArgumentError as e:
+            raise InvalidArgumentValueError(e.message) from None
+
+    def fetch_node(self, name: str) -> Node:
+        """``node`` for an operation fetched or run as a target; a missing one is also a ValueError."""
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise NotFoundValueError(f"Node '{name}' not found in the graph") from None
+
+    def feed_spec(self, tensor: TensorId) -> tuple[int, np.dtype[Any], tuple[int, ...] | None] | None:
+        """(dtype, numpy dtype, shape) a value fed for ``tensor`` must have, read once. A placeholder's from
+        its attrs; any other tensor's dtype from its op's definition (``op_types``) and its shape where the
+        graph tells it (a Const's value, ``_output_shapes``; else None: any shape). None when the dtype is
+        not known: the value is then taken as given."""
+        try:
+            return self._feed_specs[tensor]
         except KeyError:
             pass
+        name, port = tensor
         node = self.nodes[name]
         spec = None
         if node.op in ("Placeholder", "PlaceholderWithDefault"):
             want = node.attr_type("dtype")
             spec = (want, dtypes.as_numpy_dtype(want), node.attr_shape("shape", None))
-        self._feed_specs[name] = spec
+        else:
+            code = op_types.output_dtype(node, port)
+            try:
+                np_want = dtypes.as_numpy_dtype(code) if code else None
+            except OpError:  # a dtype numpy cannot hold (bfloat16): nothing to convert to
+                np_want = None
+            if code and np_want is not None:
+                spec = (code, np_want, _known_shape(node, port))
+        self._feed_specs[tensor] = spec
         return spec
 
     def node(self, name: str) -> Node:
@@ -263,6 +313,19 @@ class Graph:
         return out
 
 
+def _known_shape(node: Node, port: int) -> tuple[int, ...] | None:
+    """The shape the graph gives a node's output: a Const's value's, or the ``_output_shapes`` attr
+    TensorFlow writes when asked (``add_shapes``); None when it gives none."""
+    attrs = node.attrs
+    if node.op == "Const" and "value" in attrs and attrs["value"].HasField("tensor"):
+        return shape_from_proto(attrs["value"].tensor.tensor_shape)
+    if "_output_shapes" in attrs:
+        shapes = attrs["_output_shapes"].list.shape
+        if port < len(shapes):
+            return shape_from_proto(shapes[port])
+    return None
+
+
 def _shape_text(shape: tuple[int, ...] | None) -> str:
     if shape is None:
         return "<unknown>"
@@ -274,40 +337,83 @@ def _name(tensor: TensorId) -> str:
 
 
 def prepare_feed(graph: Graph, tensor: TensorId, value: Any) -> np.ndarray[Any, Any]:
-    """Converts a fed value to an array and checks it against a Placeholder's dtype and shape.
+    """Converts a fed value to an array and checks it against the tensor's dtype and shape
+    (``Graph.feed_spec``: a placeholder's, or what the graph tells of any other tensor, as TensorFlow
+    checks every fed tensor).
 
-    Lists and scalars are converted to the placeholder's dtype; an array of another dtype is accepted only
+    Lists and scalars are converted to the tensor's dtype; an array of another dtype is accepted only
     when the cast loses nothing (``int32`` into ``float32`` is fine, ``float64`` into ``int32`` is not).
-    Feeds of other nodes' tensors are taken as given.
+    Integers out of an integer dtype's range are refused (numpy would wrap them), and so are numbers fed
+    to a string tensor. A tensor whose dtype the graph does not tell takes the value as given.
     """
-    spec = graph.feed_spec(tensor[0])
+    spec = graph.feed_spec(tensor)
     if spec is None:
         return as_array(value)
     want, np_want, shape = spec
-    try:
-        if (
-            isinstance(value, np.ndarray)
-            and value.dtype != np_want
-            and value.dtype.kind not in "SUO"
-            and (
-                not np.can_cast(value.dtype, np_want, "same_kind")
-                or (value.dtype.kind == "f" and np_want.kind in "iub")
-            )
-        ):
-            raise InvalidArgumentError(
-                f"Cannot feed value of dtype {value.dtype} for Tensor '{_name(tensor)}', which has dtype "
-                f"{dtypes.name(want)}"
-            )
-        arr = as_array(value, want)
-    except (ValueError, TypeError, OverflowError) as e:
-        raise InvalidArgumentError(
-            f"Cannot convert the value fed for Tensor '{_name(tensor)}' to {dtypes.name(want)}: {e}"
-        ) from None
+    if type(value) is np.ndarray and value.dtype is np_want and np_want.kind != "O":
+        arr = value  # what a server feeds: nothing to convert (strings are checked item by item)
+    else:
+        arr = _convert(value, want, np_want, tensor)
     if shape is not None and (
         len(shape) != arr.ndim or any(d >= 0 and d != s for d, s in zip(shape, arr.shape, strict=False))
     ):
-        raise InvalidArgumentError(
+        raise InvalidArgumentValueError(
             f"Cannot feed value of shape {_shape_text(arr.shape)} for Tensor '{_name(tensor)}', which has "
             f"shape {_shape_text(shape)}"
         )
     return arr
+
+
+def _convert(value: Any, want: int, np_want: np.dtype[Any], tensor: TensorId) -> np.ndarray[Any, Any]:
+    """``value`` as an array of dtype ``want`` (``prepare_feed``'s rules); errors name the tensor."""
+    try:
+        if np_want.kind == "O" and want != types_pb2.DT_STRING:  # resources, variants: Python objects
+            return as_array(value, want)
+        arr = as_array(value)  # an array's own dtype, or numpy's for lists and scalars (str as bytes)
+    except OpError as e:  # an object array holding something else than str or bytes
+        raise InvalidArgumentTypeError(f"Cannot feed the value {_where(tensor, want)}: {e.message}") from None
+    except (ValueError, TypeError, OverflowError) as e:
+        raise _conversion_error(e, tensor, want) from None
+    have = arr.dtype
+    if have == np_want:
+        return arr
+    if want == types_pb2.DT_STRING:
+        raise InvalidArgumentTypeError(
+            f"Cannot feed a value of dtype {have} {_where(tensor, want)}: feed str or bytes"
+        )
+    if (
+        isinstance(value, np.ndarray)
+        and have.kind not in "SUO"
+        and (not np.can_cast(have, np_want, "same_kind") or (have.kind == "f" and np_want.kind in "iub"))
+    ):
+        raise InvalidArgumentTypeError(f"Cannot feed value of dtype {have} {_where(tensor, want)}")
+    bounds = _INT_RANGE.get(np_want)
+    if bounds is not None and have.kind in "iu" and arr.size and not np.can_cast(have, np_want, "safe"):
+        low, high = arr.min(), arr.max()
+        if low < bounds[0] or high > bounds[1]:
+            raise InvalidArgumentTypeError(
+                f"Cannot feed value {low if low < bounds[0] else high} {_where(tensor, want)}: it is out "
+                f"of the range of {np_want} [{bounds[0]}, {bounds[1]}]"
+            )
+    try:
+        return arr.astype(np_want, copy=False)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise _conversion_error(e, tensor, want) from None
+
+
+# the values each integer dtype holds (np.iinfo takes microseconds to make)
+_INT_RANGE: dict[np.dtype[Any], tuple[int, int]] = {
+    np.dtype(t): (int(np.iinfo(t).min), int(np.iinfo(t).max))
+    for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+}
+
+
+def _where(tensor: TensorId, want: int) -> str:
+    return f"for Tensor '{_name(tensor)}', which has dtype {dtypes.name(want)}"
+
+
+def _conversion_error(e: Exception, tensor: TensorId, want: int) -> InvalidArgumentError:
+    """numpy could not convert a fed value: TensorFlow's error would be numpy's (ValueError for text that
+    is no number, TypeError otherwise), and so is this one's Python class."""
+    kind = InvalidArgumentValueError if isinstance(e, ValueError) else InvalidArgumentTypeError
+    return kind(f"Cannot convert the value fed {_where(tensor, want)}: {e}")

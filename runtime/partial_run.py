@@ -42,11 +42,11 @@ class PartialRuns:
         targets = set()
         for name in mapper.names:
             if is_op_name(name):
-                graph.node(name)
+                graph.fetch_node(name)
                 targets.add(name)
             else:
-                fetch_names.add(graph.tensor(name))
-        feed_ids = {graph.tensor(f) for f in feeds or ()}
+                fetch_names.add(graph.fetch_tensor(name))
+        feed_ids = {graph.feed_tensor(f) for f in feeds or ()}
         with self._lock:
             self._ids += 1
             handle = f"partial_run_{self._ids}"
@@ -76,7 +76,7 @@ class PartialRuns:
                     raise InvalidArgumentError(f"Target '{name}' was not declared in partial_run_setup")
                 targets.append(name)
                 continue
-            tid = graph.tensor(name)
+            tid = graph.fetch_tensor(name)
             if tid not in state.fetches:
                 raise InvalidArgumentError(f"Fetch '{name}' was not declared in partial_run_setup")
             if tid in state.fetched:
@@ -84,7 +84,7 @@ class PartialRuns:
             wanted.append(tid)
         new_values: dict[TensorId, Any] = {}
         for name, value in (feed_dict or {}).items():
-            tid = graph.tensor(name)
+            tid = graph.feed_tensor(name)
             if tid not in state.feeds:
                 raise InvalidArgumentError(f"Tensor '{name}' was not declared as a feed in partial_run_setup")
             if tid in state.values:
@@ -111,7 +111,16 @@ class PartialRuns:
             state.ran.update(fresh_targets)
         state.values = values  # only once the whole call has succeeded
         state.fetched.update(wanted)
-        results = [None if is_op_name(n) else as_output(state.values[graph.tensor(n)]) for n in mapper.names]
+        results: list[Any] = []
+        feeds = [value for tid, value in state.values.items() if tid in state.feeds]
+        for name in mapper.names:
+            if is_op_name(name):
+                results.append(None)
+                continue
+            fetched = graph.tensor(name)
+            value = state.values[fetched]
+            # a fed tensor fetched is the value fed, as TensorFlow returns it
+            results.append(value if fetched in state.feeds else as_output(value, feeds, len(feeds)))
         if state.fetched >= state.fetches and state.targets <= state.ran:
             with self._lock:
                 self._runs.pop(handle, None)

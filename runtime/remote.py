@@ -35,7 +35,7 @@ from poolserve.runtime.errors import (
     UnavailableError,
     error_class,
 )
-from poolserve.runtime.fetches import FetchMapper, is_op_name
+from poolserve.runtime.fetches import FetchMapper, as_output, is_op_name
 from poolserve.runtime.graph import Graph
 from poolserve.runtime.http_client import Connections, ProtocolError
 from poolserve.runtime.session import CLOSED_MESSAGE, RunFuture, Session, StepRecord, callable_of
@@ -219,6 +219,9 @@ class RemoteSession(Session):
                     f"{self.target} answered {len(answer.tensor)} tensors for {len(fetch_names)} fetches"
                 )
             values = [to_ndarray(t.tensor, t.name) for t in answer.tensor]
+            # as a local Session returns them: 0-d results as numpy scalars, a fed tensor as it was fed
+            fed = {f"{n}:0" if is_op_name(n) else n for n in feed_dict or ()}
+            values = [v if name in fed else as_output(v) for name, v in zip(fetch_names, values, strict=True)]
             if run_metadata is not None:
                 run_metadata.CopyFrom(answer.metadata)
             return mapper.build([None if i is None else values[i] for i in picks])

@@ -39,7 +39,7 @@ from poolserve.runtime.executor import (
     StepTrace,
     expected_cpu,
 )
-from poolserve.runtime.fetches import as_output
+from poolserve.runtime.fetches import outputs
 from poolserve.runtime.frames import DEAD
 from poolserve.runtime.functions import FunctionLibrary
 from poolserve.runtime.graph import Graph
@@ -263,7 +263,18 @@ class Session:
         names exist, the feeds fit, the thread pool index is valid."""
         self._check_open()
         sig, feed_values = self._calls.resolve(fetches, feed_dict, options)
+        if options is not None and options.output_partition_graphs:
+            self._check_partition_graphs()
         return sig, feed_values, self._scheduler(options)
+
+    def _check_partition_graphs(self) -> None:
+        """A run asks for its partition graphs: refused where the config disables them (TensorFlow's rule,
+        and message)."""
+        if self._config.experimental.disable_output_partition_graphs:
+            raise InvalidArgumentError(
+                "RunOptions.output_partition_graphs() is not supported when disable_output_partition_graphs "
+                "is true."
+            )
 
     def _take_handler(
         self, options: config_pb2.RunOptions | None, deadline: Deadline | None
@@ -459,9 +470,7 @@ class Session:
             result: Any = None
             try:
                 if error is None:
-                    values = step.fetched()
-                    results = [None if i is None else as_output(values[i]) for i in sig.fetch_index]
-                    result = sig.mapper.build(results)
+                    result = sig.mapper.build(outputs(step.values, sig.out_slots, len(sig.plan.feeds)))
                 elif isinstance(error, ResourceExhaustedError) and "OOM" in error.message:
                     extra = oom_report(step) if report_oom else OOM_HINT
                     error = ResourceExhaustedError(f"{error.message}\n{extra}", error.node_name)
@@ -504,6 +513,9 @@ class Session:
         trace: StepTrace | None,
         options: config_pb2.RunOptions | None,
     ) -> None:
+        """Fills the RunMetadata a run was given, replacing what it held (TensorFlow parses each run's
+        metadata into it): an untraced run leaves it empty."""
+        run_metadata.Clear()
         if trace is not None:
             fill_step_stats(run_metadata.step_stats, plan, trace)
             fill_cost_graph(run_metadata.cost_graph, plan, trace)
@@ -572,7 +584,7 @@ class Session:
         ``run_metadata=`` keywords."""
         self._check_open()
         graph = self._graph
-        feed_ids = [graph.tensor(n) for n in feed_list or ()]
+        feed_ids = [graph.feed_tensor(n) for n in feed_list or ()]
         if len(set(feed_ids)) != len(feed_ids):
             raise InvalidArgumentError(f"A tensor is fed twice in feed_list {list(feed_list or ())}")
         bound: dict[str, tuple[Signature, list[int]]] = {}

@@ -11,14 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from poolserve.proto import types_pb2
+from poolserve.runtime import op_types
 from poolserve.runtime.errors import InvalidArgumentError, OpError
 from poolserve.runtime.graph import Graph
 from poolserve.runtime.node import Node, parse_tensor_name
 
 _NOT_OUTPUTS = frozenset({"NoOp", "Const", "Placeholder", "PlaceholderWithDefault", "Assert"})
 _PLACEHOLDERS = ("Placeholder", "PlaceholderWithDefault")
-# attrs that name an op's output dtype, in the order they are tried
-_DTYPE_ATTRS = ("dtype", "out_type", "output_type", "DstT", "Tout", "T")
 # how far an Identity-like chain is followed back to find a dtype
 _MAX_DTYPE_DEPTH = 16
 
@@ -50,31 +49,12 @@ def _output_shape(node: Node, port: int) -> tuple[int, ...] | None:
     return None
 
 
-# outputs whose dtype is not the op's T (from TensorFlow's op definitions): a DataType or the attr naming it
-_PORT_DTYPES: dict[tuple[str, int], int | str] = {
-    ("TopKV2", 1): types_pb2.DT_INT32,
-    ("TopK", 1): types_pb2.DT_INT32,
-    ("Unique", 1): "out_idx",
-    ("UniqueWithCounts", 1): "out_idx",
-    ("UniqueWithCounts", 2): "out_idx",
-    ("Where", 0): types_pb2.DT_INT64,
-}
-
-
 def _output_dtype(graph: Graph, node: Node, port: int, depth: int = 0) -> int:
-    """Best effort from the node's attrs; else the dtype of its first input (Identity-like ops)."""
-    known = _PORT_DTYPES.get((node.op, port))
-    if isinstance(known, int):
+    """From the op's definition and the node's attrs (``op_types``); for a node without the attrs its
+    definition reads, the dtype of its first input (Identity-like ops written by hand)."""
+    known = op_types.output_dtype(node, port)
+    if known is not None:
         return known
-    if known is not None and node.has_attr(known):
-        return int(node.attr(known))
-    for attr in _DTYPE_ATTRS:
-        if node.has_attr(attr):
-            value = node.attr(attr)
-            if isinstance(value, int) and value > 0:
-                return value
-            if isinstance(value, list) and port < len(value):
-                return int(value[port])
     if node.inputs and depth < _MAX_DTYPE_DEPTH:
         src, src_port = node.inputs[0]
         return _output_dtype(graph, graph.nodes[src], src_port, depth + 1)

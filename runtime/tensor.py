@@ -195,8 +195,10 @@ def _strings_from_content(
 
 
 def as_array(value: Any, dtype: int | None = None) -> np.ndarray[Any, Any]:
-    """A numpy array from an array, list, scalar, bytes or str (str is encoded as UTF-8 bytes)."""
-    arr = value if isinstance(value, np.ndarray) and value.dtype.kind not in "SU" else np.asarray(value)
+    """A numpy array from an array, list, scalar, bytes or str (str is encoded as UTF-8 bytes). Array
+    subclasses (``np.matrix``, masked arrays) become plain arrays of their data, as TensorFlow's
+    ``np.asarray`` makes them: kept, they would bring their own shapes and results to the kernels."""
+    arr = value if type(value) is np.ndarray and value.dtype.kind not in "SU" else np.asarray(value)
     if arr.dtype.kind in "SU" or (arr.dtype == object and dtype in (None, types_pb2.DT_STRING)):
         out = np.empty(arr.shape, dtype=object)
         flat = out.reshape(-1)

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
+import numpy as np
+
 from poolserve.proto import config_pb2
 from poolserve.runtime import run_handler, threadpool
 from poolserve.runtime.deadline import Deadline
@@ -39,6 +41,7 @@ from poolserve.runtime.errors import (
 )
 from poolserve.runtime.run_handler import RunHandlerPool
 from poolserve.runtime.session import StepRecord
+from poolserve.runtime.tensor import as_array
 from poolserve.runtime.threadpool import KernelThreads
 from poolserve.runtime.types import Array
 from poolserve.server.admission import Admission
@@ -445,7 +448,7 @@ class InferenceService:
                     timings.handler_at = info.started_at
                     timings.used_pool = use_pool
                     timings.compute_end = time.monotonic()
-                    return dict(zip(names, values, strict=True))
+                    return _by_name(names, values)
         # the session decides whether the pool runs the step (TensorFlow's rule), waits for a run handler
         # within the deadline and cancels the step at it; cancelling this task cancels the step
         record = StepRecord()
@@ -482,7 +485,7 @@ class InferenceService:
                     timings.handler_wait_seconds
                 )
         timings.compute_end = time.monotonic()
-        return dict(zip(names, values[: len(names)], strict=True))
+        return _by_name(names, values[: len(names)])
 
     def _observe_batch(self, model: str) -> Callable[[int, float], None]:
         size = self.metrics.child(self.metrics.batch_size, model)
@@ -560,6 +563,12 @@ def _batchable_options(given: config_pb2.RunOptions | None) -> bool:
         or given.output_partition_graphs
         or given.report_tensor_allocations_upon_oom
     )
+
+
+def _by_name(names: list[str], values: list[Any]) -> dict[str, Array]:
+    """A step's outputs by the request's names, as arrays: ``Session.arun`` returns a 0-d result as a numpy
+    scalar (``bytes`` for a string), as TensorFlow's ``Session.run`` does; the encoders take arrays."""
+    return {n: v if type(v) is np.ndarray else as_array(v) for n, v in zip(names, values, strict=True)}
 
 
 def _step_threads(run_metadata: config_pb2.RunMetadata | None) -> list[int]:

@@ -37,3 +37,21 @@ def test_op_error_carries_node_and_pickles():
     with pytest.raises(errors.OpError):
         raise e
     assert errors.OpError("x", code=errors.Code.ABORTED).code == errors.Code.ABORTED
+
+
+@pytest.mark.parametrize(
+    ("cls", "base", "python"),
+    [
+        (errors.InvalidArgumentValueError, errors.InvalidArgumentError, ValueError),
+        (errors.InvalidArgumentTypeError, errors.InvalidArgumentError, TypeError),
+        (errors.NotFoundValueError, errors.NotFoundError, ValueError),
+        (errors.NotFoundTypeError, errors.NotFoundError, TypeError),
+    ],
+)
+def test_argument_errors_keep_their_code_and_are_pythons_too(cls, base, python):
+    e = cls("Cannot feed value of shape (2,) for Tensor 'x:0', which has shape (3,)")
+    assert isinstance(e, base) and isinstance(e, python)
+    assert e.code == base.code and errors.error_class(e.code) is base
+    assert str(e).startswith("Cannot feed") and e.args == (e.message,)
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is cls and e2.message == e.message

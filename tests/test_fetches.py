@@ -1,8 +1,9 @@
 import collections
 
+import numpy as np
 import pytest
 
-from poolserve.runtime.fetches import FetchMapper, is_op_name
+from poolserve.runtime.fetches import FetchMapper, as_output, is_op_name, outputs
 
 Pair = collections.namedtuple("Pair", "a b")
 
@@ -103,3 +104,32 @@ def test_mappings_that_cannot_be_built_from_pairs_still_map():
     assert type(out) is collections.defaultdict and out.default_factory is list and out == {"a": 1}
     proxy = types.MappingProxyType({"a": "x:0", "b": "y:0"})
     assert FetchMapper(proxy).build([1, 2]) == {"a": 1, "b": 2}  # comes back as a dict
+
+
+def test_0_d_values_are_numpy_scalars_and_read_only_ones_are_copied():
+    assert type(as_output(np.array(6.0, np.float32))) is np.float32
+    word = as_output(np.array(b"hi", object))
+    assert type(word) is bytes and word == b"hi"
+    held = np.empty((), object)
+    held[()] = {"a TensorList": 1}  # a Python object in a 0-d array (resources, TensorLists) stays an array
+    assert as_output(held) is held
+    constant = np.ones(2, np.float32)
+    constant.flags.writeable = False
+    out = as_output(constant)
+    assert out is not constant and out.flags.writeable and out.tolist() == [1, 1]
+
+
+def test_outputs_gives_a_fed_tensor_as_it_was_fed():
+    fed, computed = np.array(5, np.int32), np.array(7, np.int32)
+    got = outputs([fed, computed], [0, 1, None, 0], fed=1)
+    assert got[0] is fed and type(got[1]) is np.int32 and got[1] == 7 and got[2] is None and got[3] is fed
+
+
+def test_a_result_sharing_memory_with_a_feed_is_copied():
+    feed = np.arange(6, dtype=np.float32)
+    computed = feed + 1
+    for result in (feed, feed.reshape(2, 3), feed[1:]):  # an Identity, a Reshape, a slice of the feed
+        out = as_output(result, [feed], 1)
+        assert out is not result and not np.shares_memory(out, feed) and out.tolist() == result.tolist()
+    assert as_output(computed, [feed], 1) is computed  # its own memory: kept as it is
+    assert as_output(feed.reshape(2, 3)).base is feed  # no feeds given: nothing to copy for

@@ -91,3 +91,52 @@ def test_truncated_normals_keep_tensorflows_draws_under_two():
     np.testing.assert_allclose(
         doubles, [-1.2713582395756344, -1.2514169644010678, 0.8051728990008443], rtol=1e-12
     )
+
+
+def test_the_v2_ops_take_auto_select_as_philox_and_refuse_other_algorithms():
+    # tf.random.stateless_normal([3], seed=[1, 2]) as TensorFlow 2.21 writes it: alg 3 (RNG_ALG_AUTO_SELECT),
+    # which is Philox on CPU; TensorFlow's CPU kernels refuse ids 0 and 2 ("Unsupported algorithm id")
+    b = GraphBuilder()
+    dims = b.constant(np.array([3], np.int32), name="shape")
+    key, counter = b.op(
+        "StatelessRandomGetKeyCounter", [b.constant(seed(1, 2))], {"Tseed": np.int64}, num_outputs=2
+    )
+    alg = b.placeholder("alg", np.int32, ())
+    normal = b.op(
+        "StatelessRandomNormalV2", [dims, key, counter, alg], {"dtype": np.float32, "Tshape": np.int32}
+    )
+    uniform = b.op(
+        "StatelessRandomUniformV2", [dims, key, counter, alg], {"dtype": np.float32, "Tshape": np.int32}
+    )
+    low, high = b.constant(np.int32(-3)), b.constant(np.int32(10))
+    ints = b.op(
+        "StatelessRandomUniformIntV2",
+        [dims, key, counter, alg, low, high],
+        {"dtype": np.int32, "Tshape": np.int32},
+    )
+    with Session(b.graph_def) as sess:
+        for algorithm in (1, 3):
+            got = sess.run([normal, uniform, ints], {alg: algorithm})
+            want = [0.544110119342804, 0.20738030970096588, 0.0735643208026886]
+            np.testing.assert_array_equal(got[0], np.array(want, np.float32))
+            np.testing.assert_array_equal(
+                got[1], np.array([0.8440604209899902, 0.19204533100128174, 0.9962232112884521], np.float32)
+            )
+            assert got[2].tolist() == [7, -3, -2]
+        for algorithm in (0, 2):
+            with pytest.raises(InvalidArgumentError, match=f"Unsupported algorithm id: {algorithm}"):
+                sess.run(normal, {alg: algorithm})
+
+
+def test_float_normals_round_as_tensorflows_box_muller():
+    # v1 = 2 * M_PI * u is a double product in TensorFlow (M_PI is a double), rounded to float once, and
+    # glibc's logf, sinf and cosf are nearer the exact values than numpy's float32 ones: computed in
+    # float32, the last three of these differed in their last bit, and a half of another seed by one step
+    normal = stateless("StatelessRandomNormal", [5], seed(3, 4), np.float32)
+    want = [-0.17393383383750916, 1.6723546981811523, 0.3481701612472534, -1.7038906812667847,
+            -0.6153246164321899]  # fmt: skip
+    np.testing.assert_array_equal(normal, np.array(want, np.float32))
+    halves = stateless("StatelessRandomNormal", [13], seed(-2052556498, 178074585), np.float16)
+    want = [-2.42578125, 0.444091796875, 0.81982421875, 0.58984375, 1.771484375, 0.5048828125, 0.68896484375,
+            -0.904296875, -0.48681640625, -0.8916015625, 0.1956787109375, -0.859375, -1.830078125]  # fmt: skip
+    np.testing.assert_array_equal(halves, np.array(want, np.float16))

@@ -116,6 +116,21 @@ def test_fetch_structures_targets_and_duplicates_come_back_as_in_process(server)
         np.testing.assert_array_equal(far.run("v:0"), [3.0, 6.0])  # the target ran on the server
 
 
+def test_0_d_results_come_back_as_numpy_scalars_as_in_process(server):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [2])
+    axis = b.constant(np.int32(0), name="axis")
+    total = b.op("Sum", [x, axis], {"T": np.float32, "Tidx": np.int32, "keep_dims": False}, name="total")
+    word = b.constant(np.array(b"hello", object), name="word")
+    i = b.placeholder("i", np.int32, ())
+    fetches = [total, word, i, x]
+    feeds = {"x:0": np.asarray([1.0, 2.0], np.float32), "i": np.int32(5)}  # "i": its output 0
+    with Session(b.graph_def) as local, remote(server, b.graph_def) as far:
+        want, got = local.run(fetches, feeds), far.run(fetches, feeds)
+    assert [type(v) for v in got] == [type(v) for v in want] == [np.float32, bytes, np.ndarray, np.ndarray]
+    assert got[0] == want[0] == 3 and got[1] == want[1] == b"hello" and got[2] == want[2] == 5
+
+
 def test_run_metadata_and_options_cross_the_wire(server):
     graph = load_graph_def(FIXTURES / "mlp.pb")
     feeds, expected = load_fixture_io(FIXTURES / "mlp.npz")

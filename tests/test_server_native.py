@@ -153,6 +153,11 @@ async def test_run_targets_only(client: httpx.AsyncClient) -> None:
     assert list(r.json()["outputs"]) == ["out"]
     r = await client.post("/v1/models/add:run", json={"feeds": {"x": [[1, 2, 3]]}, "targets": ["nope"]})
     assert "no node 'nope'" in error_of(r, 400)
+    # a fed placeholder run as a target runs the Placeholder op itself, as in TensorFlow: a 400, not a 500
+    for pool in (False, True):
+        body = {"feeds": {"x": [[1, 2, 3]]}, "targets": ["x"], "use_run_handler_pool": pool}
+        r = await client.post("/v1/models/add:run", json=body)
+        assert "You must feed a value for placeholder tensor 'x'" in error_of(r, 400)
 
 
 async def test_run_strings_utf8_and_b64(client: httpx.AsyncClient) -> None:

@@ -5,6 +5,7 @@ traces recorded, deadlines and cancellation."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import DeadlineExceededError, InvalidArgumentError, NotFoundError
 from poolserve.runtime.run_handler import DEFAULT_STRETCH, get_pool
 from poolserve.runtime.session import Session
+from poolserve.server import native
 from poolserve.server.config import load_config, make_config
 from poolserve.server.models import make_entry
 from poolserve.server.service import QUIET_AFTER_REFUSAL_S, InferenceService, InferRequest
@@ -290,3 +292,22 @@ def test_a_step_may_run_on_the_loop_until_the_server_refuses_a_request(runtime: 
     with pytest.raises(DeadlineExceededError):
         admission.arrive("add", time.monotonic() - 2.0, 1000)
     assert not runtime.loop_free()
+
+
+def test_infer_answers_0_d_outputs_as_arrays(runtime: InferenceService) -> None:
+    # Session.arun returns 0-d results as numpy scalars (bytes for a string), as TensorFlow's Session.run
+    # does; a request's outputs stay arrays, which the protocols' encoders take
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None])
+    axis = b.constant(np.int32(0), name="axis")
+    b.op("Sum", [x, axis], {"T": np.float32, "Tidx": np.int32, "keep_dims": False}, name="total")
+    b.constant(np.array(b"hello", object), name="word")
+    outputs = {"total": "total:0", "word": "word:0"}
+    runtime.add_model(make_entry("scalars", 1, Session(b.graph_def), outputs=outputs))
+    result = asyncio.run(runtime.infer(InferRequest("scalars", {"x": np.ones(3, np.float32)})))
+    total, word = result.outputs["total"], result.outputs["word"]
+    assert type(total) is np.ndarray and total.dtype == np.float32 and total.shape == () and total == 3
+    assert type(word) is np.ndarray and word.dtype == object and word.shape == () and word[()] == b"hello"
+    body = json.loads(native.encode_json(result))["outputs"]
+    assert body["total"] == {"dtype": "float32", "shape": [], "data": [3.0]}
+    assert body["word"] == {"dtype": "string", "shape": [], "data": ["hello"]}

@@ -1,6 +1,7 @@
 import collections
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 from support import RUNS, sleep_op
 
 from poolserve.proto import config_pb2
-from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.builder import GraphBuilder, shape
 from poolserve.runtime.errors import (
     CancelledError,
     DeadlineExceededError,
@@ -92,6 +93,33 @@ def test_feed_errors_name_the_feed():
             s.run(42)
 
 
+def test_argument_errors_are_also_the_python_errors_tensorflow_raises():
+    # TensorFlow's Session.run raises ValueError for a feed of the wrong shape and for a fetch it cannot
+    # interpret, TypeError for a feed_dict key it cannot interpret; poolserve's keep their canonical codes
+    b, x, y = mlp_graph()
+    with Session(b.graph_def) as s:
+        with pytest.raises(ValueError, match=r"shape \(2, 4\) for Tensor 'x:0'") as shape_error:
+            s.run(y, {x: np.zeros((2, 4), np.float32)})
+        assert isinstance(shape_error.value, InvalidArgumentError)
+        for fetch in ("nope:0", "nope", "y:1"):
+            with pytest.raises(ValueError, match=fetch.split(":")[0]) as fetch_error:
+                s.run(fetch, {x: X})
+            assert isinstance(fetch_error.value, NotFoundError)
+        with pytest.raises(TypeError, match="nonexistent") as key_error:
+            s.run(y, {"nonexistent:0": X})
+        assert isinstance(key_error.value, NotFoundError)
+        for key in ("x:zz", "y:1", 7):
+            with pytest.raises(TypeError) as key_error:
+                s.run(y, {key: X})
+            assert isinstance(key_error.value, (InvalidArgumentError, NotFoundError))
+        with pytest.raises(TypeError, match=r"dtype complex64 for Tensor 'x:0'") as dtype_error:
+            s.run(y, {x: np.ones((1, 3), np.complex64)})
+        assert isinstance(dtype_error.value, InvalidArgumentError)
+        # an operation's name as a feed key stands for its output 0: TensorFlow refuses it (TypeError),
+        # poolserve keeps taking it, as the servers' clients name inputs by node
+        np.testing.assert_allclose(s.run(y, {"x": X}), expected_y(X))
+
+
 def test_lossy_feed_dtype_is_refused():
     b = GraphBuilder()
     i = b.placeholder("i", np.int32, (2,))
@@ -104,11 +132,191 @@ def test_lossy_feed_dtype_is_refused():
             s.run(y, {i: np.array([1.5, 2.0])})
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix
+def test_array_subclasses_are_fed_as_their_plain_arrays():
+    # TensorFlow feeds np.asarray(value): an np.matrix or a masked array goes in as its plain data
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None, 3))
+    axis = b.constant(np.int32(0), name="axis")
+    m = b.op("Max", [x, axis], {"T": np.float32, "Tidx": np.int32, "keep_dims": False}, name="m")
+    with Session(b.graph_def) as s:
+        out = s.run(m, {x: np.matrix([[1, 5, 3], [4, 2, 6]], np.float32)})
+        assert type(out) is np.ndarray and out.tolist() == [4, 5, 6]
+        masked = np.ma.masked_array(np.array([[1, 5, 3]], np.float32), mask=[[0, 1, 0]])
+        out = s.run(m, {x: masked})
+        assert type(out) is np.ndarray and out.tolist() == [1, 5, 3]
+        fed = s.run(x, {x: np.matrix([[1, 2, 3]], np.float64)})
+        assert type(fed) is np.ndarray and fed.dtype == np.float32
+
+
+def test_feeds_that_would_wrap_or_are_not_strings_are_refused():
+    # TensorFlow refuses a Python int its tensor's dtype cannot hold (TypeError) where numpy would wrap it,
+    # and numbers fed to a string tensor
+    b = GraphBuilder()
+    i = b.placeholder("i", np.int32, ())
+    v = b.placeholder("v", np.int32, (None,))
+    u = b.placeholder("u", np.uint8, (None,))
+    t = b.placeholder("t", object, ())
+    with Session(b.graph_def) as s:
+        assert s.run(i, {i: -(2**31)}) == -(2**31) and s.run(v, {v: [2**31 - 1]}).tolist() == [2**31 - 1]
+        for tensor, value, shown in (
+            (i, 2**31, "2147483648"),
+            (i, 2**63, "9223372036854775808"),
+            (v, [1, -(2**31) - 1], "-2147483649"),
+            (v, np.array([1, 2**40], np.int64), "1099511627776"),
+            (u, [255, 256], "256"),
+            (u, -1, "-1"),
+        ):
+            with pytest.raises(TypeError, match=rf"{shown} .*out of the range of") as e:
+                s.run(tensor, {tensor: value})
+            assert isinstance(e.value, InvalidArgumentError)
+        assert s.run(t, {t: "caf\u00e9"}) == "caf\u00e9".encode()
+        fed_t = s.make_callable(t, [t])
+        for value in (5, 5.0, True, np.array(5), np.array(5, object)):
+            with pytest.raises(TypeError, match=r"Tensor 't:0', which has dtype string") as e:
+                s.run(t, {t: value})
+            assert isinstance(e.value, InvalidArgumentError)
+            with pytest.raises(TypeError, match=r"Tensor 't:0', which has dtype string"):
+                fed_t(value)
+
+
 def test_feeding_an_inner_tensor_overrides_it():
     b, x, y = mlp_graph()
     with Session(b.graph_def) as s:
         out = s.run(y, {"mm:0": np.zeros((1, 2), np.float32)})  # x need not be fed: mm is cut off
     np.testing.assert_array_equal(out, [[1, 1]])
+
+
+def test_a_value_fed_for_an_inner_tensor_takes_its_dtype_and_shape():
+    # TensorFlow converts a value fed for any tensor to that tensor's dtype (from its op's definition and
+    # attrs) and checks it against the shape the graph knows (a Const's, _output_shapes); poolserve
+    # applies the conversion rules of placeholders
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None, 3))
+    one = b.constant(np.float32(1), name="one")
+    mid = b.op("AddV2", [x, one], {"T": np.float32, "_output_shapes": [shape([None, 3])]}, name="mid")
+    out = b.matmul(mid, b.constant(np.ones((3, 2), np.float32)), name="out")
+    ci = b.constant(np.array([1, 2], np.int32), name="ci")
+    cic = b.add(ci, b.constant(np.int32(1)), name="cic")
+    eq = b.op("Equal", [x, x], {"T": np.float32}, name="eq")
+    parts = b.op("Split", [b.constant(np.int32(0)), x], {"T": np.float32, "num_split": 3}, num_outputs=3)
+    with Session(b.graph_def) as s:
+        got = s.run(out, {mid: np.ones((1, 3))})  # float64 fed: float32, as TensorFlow's [[3., 3.]]
+        assert got.dtype == np.float32 and got.tolist() == [[3, 3]]
+        got = s.run(cic, {ci: [5.7, 6.2]})  # a list converts, as TensorFlow's [6, 7]
+        assert got.dtype == np.int32 and got.tolist() == [6, 7]
+        fed = s.run(eq, {eq: [1, 0]})  # Equal's output is bool, whatever its T
+        assert fed.dtype == np.bool_ and fed.tolist() == [True, False]
+        assert s.run(parts[2], {parts[2]: [[7]]}).dtype == np.float32  # port 2 of T * num_split
+        with pytest.raises(ValueError, match=r"shape \(1, 4\) for Tensor 'mid:0', which has shape \(\?, 3\)"):
+            s.run(out, {mid: np.ones((1, 4), np.float32)})
+        with pytest.raises(ValueError, match=r"shape \(3,\) for Tensor 'ci:0', which has shape \(2,\)"):
+            s.run(cic, {ci: [1, 2, 3]})
+        with pytest.raises(TypeError, match=r"dtype float64 for Tensor 'ci:0', which has dtype int32"):
+            s.run(cic, {ci: np.array([1.5, 2.5])})
+
+
+def test_a_fed_tensors_node_run_anyway_leaves_its_consumers_the_fed_value():
+    # TensorFlow runs the node itself when it is a target (or another of its outputs is needed), while the
+    # fed tensor's consumers read the fed value: a fed Placeholder run as a target fails as unfed
+    import asyncio
+
+    b, x, y = mlp_graph()
+    pooled = config_pb2.RunOptions()
+    pooled.experimental.use_run_handler_pool = True
+    unfed = r"You must feed a value for placeholder tensor 'x' with dtype float32 and shape \[\?,3\]"
+    with Session(b.graph_def) as s:
+        for options in (None, pooled):
+            with pytest.raises(InvalidArgumentError, match=unfed):
+                s.run([y, "x"], {x: X}, options=options)
+            with pytest.raises(InvalidArgumentError, match=unfed):
+                asyncio.run(s.arun([y, "x"], {"x:0": X}, options=options))
+    b = GraphBuilder()
+    v = b.placeholder("v", np.float32, (3,))
+    c = b.constant(np.array([1, 2], np.int32), name="c")
+    pw = b.op(
+        "PlaceholderWithDefault",
+        [b.constant(np.float32([1, 2]))],
+        {"dtype": np.float32, "shape": shape([2])},
+        name="pw",
+    )
+    parts = b.op(
+        "Split", [b.constant(np.int32(0)), v], {"T": np.float32, "num_split": 3}, name="split", num_outputs=3
+    )
+    total = b.add(parts[0], parts[1], name="total")
+    c_out, pw_out = b.identity(c, name="c_out"), b.identity(pw, name="pw_out")
+    with Session(b.graph_def) as s:
+        got = s.run([c_out, "c", pw_out, "pw"], {c: [5, 6], pw: [7, 8]})
+        assert got[0].tolist() == [5, 6] and got[2].tolist() == [7, 8] and got[1] is None is got[3]
+        # split runs for its output 1; total reads the fed output 0
+        assert s.run(total, {v: [1, 2, 3], parts[0]: [100]}).tolist() == [102]
+
+
+def test_0_d_results_are_numpy_scalars_as_tensorflow_returns_them():
+    # TensorFlow's Session.run returns np.float32(6.0) for a 0-d float, b'hello' for a 0-d string, and a
+    # fetched fed tensor as it was fed (a 0-d array stays one); run, arun, callables and partial runs alike
+    import asyncio
+
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None, 3))
+    axes = b.constant(np.array([0, 1], np.int32), name="axes")
+    total = b.op("Sum", [x, axes], {"T": np.float32, "Tidx": np.int32, "keep_dims": False}, name="total")
+    word = b.constant(np.array(b"hello", object), name="word")
+    i = b.placeholder("i", np.int32, ())
+    twice = b.add(i, i, name="twice")
+    ones = np.ones((2, 3), np.float32)
+
+    def check(got: list[Any]) -> None:
+        assert type(got[0]) is np.float32 and got[0] == 6
+        assert type(got[1]) is bytes and got[1] == b"hello"
+        assert type(got[2]) is np.int32 and got[2] == 10
+        assert type(got[3]) is np.ndarray and got[3].shape == () and got[3] == 5  # fed: as fed
+        assert type(got[4]) is np.ndarray and got[4].shape == (2, 3)
+
+    fetches = [total, word, twice, i, x]
+    with Session(b.graph_def) as s:
+        check(s.run(fetches, {x: ones, i: 5}))
+        check(asyncio.run(s.arun(fetches, {x: ones, i: 5})))
+        check(s.make_callable(fetches, [x, i])(ones, 5))
+        assert type(s.run(total, {x: ones})) is np.float32
+        h = s.partial_run_setup(fetches, [x, i])
+        check([*s.partial_run(h, fetches[:2], {x: ones}), *s.partial_run(h, fetches[2:], {i: 5})])
+
+
+def test_results_never_share_memory_with_the_callers_feeds():
+    # TensorFlow's results are arrays of their own: writing into an Identity, Reshape, ExpandDims or
+    # Squeeze of a fed array never changes what the caller fed (a fetched fed tensor is the value fed)
+    import asyncio
+
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (2, 3))
+    same = b.identity(x, name="same")
+    flat = b.reshape(x, [6], name="flat")
+    axis = b.constant(np.int32(0), name="axis")
+    wide = b.op("ExpandDims", [x, axis], {"T": np.float32, "Tdim": np.int32}, name="wide")
+    narrow = b.op("Squeeze", [wide], {"T": np.float32, "squeeze_dims": [0]}, name="narrow")
+    views = [same, flat, wide, narrow]
+    with Session(b.graph_def) as s:
+        f = s.make_callable(views, [x])
+
+        def partial(fed: np.ndarray) -> Any:
+            return s.partial_run(s.partial_run_setup(views, [x]), views, {x: fed})
+
+        for run in (
+            lambda fed: s.run(views, {x: fed}),
+            lambda fed: asyncio.run(s.arun(views, {x: fed})),
+            f,
+            partial,
+            lambda fed: [s.run(same, {x: fed})],
+            lambda fed: [s.make_callable(same, [x])(fed)],
+        ):
+            fed = np.arange(6, dtype=np.float32).reshape(2, 3)
+            for out in run(fed):
+                assert not np.shares_memory(out, fed)
+                out[...] = -1
+            assert fed.tolist() == [[0, 1, 2], [3, 4, 5]]
+        fed = np.ones((2, 3), np.float32)
+        assert s.run(x, {x: fed}) is fed
 
 
 def test_kernel_error_names_the_node():
@@ -320,6 +528,34 @@ def test_trace_fills_step_stats_and_cost_graph():
     assert cost["mm"].output_info[0].size == 16
 
 
+def test_each_run_replaces_what_its_run_metadata_held():
+    # TensorFlow parses each run's RunMetadata into the message given: a traced run replaces what an earlier
+    # run left there, an untraced one leaves it empty, whichever way the run goes
+    import asyncio
+
+    b, x, y = mlp_graph()
+    traced = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE, output_partition_graphs=True)
+    pooled = config_pb2.RunOptions()
+    pooled.CopyFrom(traced)
+    pooled.experimental.use_run_handler_pool = True
+    md = config_pb2.RunMetadata()
+    with Session(b.graph_def, PLAIN) as s:
+        f = s.make_callable(y, [x], accept_options=True)
+        runs: list[Callable[[config_pb2.RunOptions | None], Any]] = [
+            lambda options: s.run(y, {x: X}, options=options, run_metadata=md),
+            lambda options: s.submit(y, {x: X}, options=options, run_metadata=md).result(10),
+            lambda options: asyncio.run(s.arun(y, {x: X}, options=options, run_metadata=md)),
+            lambda options: f(X, options=options, run_metadata=md),
+        ]
+        for run in runs:
+            for options in (traced, pooled, traced):
+                run(options)
+                assert len(md.step_stats.dev_stats) == 1 and len(md.partition_graphs) == 1
+                assert sorted(n.name for n in md.cost_graph.node) == ["mm", "y"]
+            run(None)
+            assert md == config_pb2.RunMetadata()
+
+
 def test_output_partition_graphs():
     b, x, y = mlp_graph()
     options = config_pb2.RunOptions(output_partition_graphs=True)
@@ -336,6 +572,32 @@ def test_output_partition_graphs():
         s.run(y, {x: X}, options=options, run_metadata=md)
     ops = {n.name: n.op for n in md.partition_graphs[0].node}
     assert ops == {"y": "_FusedMatMul", "w2": "Const", "bias": "Const"}
+
+
+def test_partition_graphs_are_refused_where_the_config_disables_them():
+    # TensorFlow: "RunOptions.output_partition_graphs() is not supported when
+    # disable_output_partition_graphs is true.", before the step runs
+    import asyncio
+
+    b, x, y = mlp_graph()
+    config = config_pb2.ConfigProto()
+    config.experimental.disable_output_partition_graphs = True
+    options = config_pb2.RunOptions(output_partition_graphs=True)
+    refused = r"output_partition_graphs\(\) is not supported when disable_output_partition_graphs is true"
+    with Session(b.graph_def, config) as s:
+        f = s.make_callable(y, [x], accept_options=True)
+        for run in (
+            lambda: s.run(y, {x: X}, options=options),
+            lambda: s.submit(y, {x: X}, options=options),
+            lambda: asyncio.run(s.arun(y, {x: X}, options=options)),
+            lambda: f(X, options=options),
+        ):
+            with pytest.raises(InvalidArgumentError, match=refused):
+                run()
+        md = config_pb2.RunMetadata()
+        traced = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE)
+        np.testing.assert_allclose(s.run(y, {x: X}, options=traced, run_metadata=md), expected_y(X))
+        assert md.step_stats.dev_stats and not md.partition_graphs
 
 
 def big_graph():

@@ -174,3 +174,14 @@ def test_second_outputs_of_multi_output_ops_have_their_own_dtype():
     assert tensor_spec(graph, "top:0").dtype == types_pb2.DT_FLOAT
     assert tensor_spec(graph, "top:1").dtype == types_pb2.DT_INT32
     assert tensor_spec(graph, "uniq:1").dtype == types_pb2.DT_INT64
+
+
+def test_output_dtypes_come_from_the_ops_definition():
+    # a comparison's T is its inputs' dtype: its output is bool (runtime/op_types.py)
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None])
+    b.op("Greater", [x, x], {"T": np.float32}, name="gt")
+    b.op("ResizeBilinear", [x, b.constant(np.array([2, 2], np.int32))], {"T": np.uint8}, name="resized")
+    graph = Graph(b.graph_def)
+    assert tensor_spec(graph, "gt").dtype == types_pb2.DT_BOOL
+    assert tensor_spec(graph, "resized").dtype == types_pb2.DT_FLOAT

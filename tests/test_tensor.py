@@ -145,6 +145,14 @@ def test_as_array_encodes_str_as_utf8() -> None:
     assert as_array(b"xy").tolist() == b"xy"
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix
+def test_as_array_takes_subclasses_as_plain_arrays() -> None:
+    for value in (np.matrix([[1, 2]], np.int32), np.ma.masked_array([[1, 2]], mask=[[0, 1]], dtype=np.int32)):
+        arr = as_array(value)
+        assert type(arr) is np.ndarray and arr.shape == (1, 2) and arr.tolist() == [[1, 2]]
+        assert type(as_array(value, types_pb2.DT_FLOAT)) is np.ndarray
+
+
 def test_shape_protos() -> None:
     assert shape_from_proto(shape_to_proto([2, -1, 3])) == (2, -1, 3)
     assert shape_from_proto(shape_to_proto(None)) is None

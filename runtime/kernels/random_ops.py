@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.kernels._common import _shape_str
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
@@ -30,7 +30,10 @@ from poolserve.runtime.node import Node
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
 _MASK32 = np.uint64(0xFFFFFFFF)
-_PHILOX = 1  # RNG_ALG_PHILOX; 0 (auto) is Philox on CPU
+_PHILOX = 1  # RNG_ALG_PHILOX
+# the algorithm ids the V2 ops take on CPU, as TensorFlow's kernels: Philox, and RNG_ALG_AUTO_SELECT (3),
+# which is Philox on CPU (what tf.random.stateless_* write by default); others are "Unsupported"
+_PHILOX_IDS = (_PHILOX, 3)
 
 
 def philox(counter: tuple[int, int, int, int], key: tuple[int, int], calls: int) -> np.ndarray:
@@ -86,11 +89,16 @@ def _normal(bits: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
         r = np.sqrt(-2.0 * np.log(u1))
         return np.stack([np.sin(v1) * r, np.cos(v1) * r], axis=1).ravel()
     u = _uniform_float(bits, np.dtype(np.float32)).reshape(-1, 2)
-    f = np.float32
+    f, d = np.float32, np.float64
     u1 = np.maximum(u[:, 0], f(1.0e-7))
-    v1 = f(2.0) * f(np.pi) * u[:, 1]
-    r = np.sqrt(f(-2.0) * np.log(u1))
-    out = np.stack([np.sin(v1) * r, np.cos(v1) * r], axis=1).ravel()
+    # TensorFlow's BoxMullerFloat: 2 * M_PI * u is a double product (M_PI is a double) rounded to float;
+    # then glibc's logf, sinf and cosf. numpy's float32 SIMD versions of those differ from glibc's in the
+    # last bit for 4 draws in 10; the exact values rounded to float32 (float64 here) for 1 in 60, where
+    # glibc does not round to nearest (within 0.82 ulp): matching those would take glibc's own tables
+    v1 = (2.0 * np.pi * u[:, 1].astype(d)).astype(f)
+    r = np.sqrt(f(-2.0) * np.log(u1.astype(d)).astype(f))
+    v = v1.astype(d)
+    out = np.stack([np.sin(v).astype(f) * r, np.cos(v).astype(f) * r], axis=1).ravel()
     return out.astype(dtype)
 
 
@@ -183,8 +191,8 @@ def _stateless(kind: str, v2: bool) -> Any:
             shape = _shape(node, inputs[0])
             if v2:
                 key_t, counter_t, alg_t = inputs[1], inputs[2], inputs[3]
-                if int(alg_t) not in (0, _PHILOX):
-                    raise UnimplementedError(f"only the Philox algorithm (1) is supported, got {int(alg_t)}")
+                if int(alg_t) not in _PHILOX_IDS:
+                    raise InvalidArgumentError(f"Unsupported algorithm id: {int(alg_t)}")
                 k = int(key_t.reshape(-1)[0])
                 c = [int(v) for v in counter_t.reshape(-1)[:2]]
                 key = (k & 0xFFFFFFFF, k >> 32 & 0xFFFFFFFF)
