@@ -223,6 +223,7 @@ class Plan:
         # end, with nothing to hand off or to preempt (see Session._enter_pool)
         self.cheap = False
         pruned = graph.prune(fetches, targets, feeds)
+        graph.runnable(pruned)  # a node poolserve cannot run fails the signature that needs it, here
         self.pruned = pruned
 
         feed_set = set(self.feeds)

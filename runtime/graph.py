@@ -1,7 +1,10 @@
 """Graphs: load a GraphDef, validate it, order it, prune it.
 
 ``Graph(graph_def)`` checks what TensorFlow's importer checks (unique names, existing inputs and ports,
-known ops, valid attrs, no cycles but a v1 loop's back edges) and binds every node's kernel once.
+valid attrs, no cycles but a v1 loop's back edges) and binds every node's kernel once. A node poolserve
+cannot run (an op it has no kernel for, a dtype numpy cannot hold such as bfloat16) is no error until a
+step needs it, as in TensorFlow, whose kernels are made per pruned graph: a SavedModel's training ops or
+a second signature's unsupported op do not stop the others from running (``unavailable``, ``runnable``).
 ``prune`` keeps what some fetches and targets need, with fed tensors cutting the graph.
 """
 
@@ -24,6 +27,7 @@ from poolserve.runtime.errors import (
     NotFoundTypeError,
     NotFoundValueError,
     OpError,
+    UnimplementedError,
 )
 from poolserve.runtime.functions import FunctionLibrary
 from poolserve.runtime.kernels.control_flow_ops import NEXT_ITERATION_OPS
@@ -78,10 +82,11 @@ class Graph:
 
         self.kernel_defs: dict[str, KernelDef] = {}
         self.num_outputs: dict[str, int] = {}
+        # nodes a step cannot run, and why (raised by a plan that needs one: see ``runnable``)
+        self.unavailable: dict[str, OpError] = {}
         for node in self.nodes.values():
-            kdef = kernels.lookup(node)
-            self.kernel_defs[node.name] = kdef
-            self.num_outputs[node.name] = kdef.outputs(node)
+            self._define(node)
+        self._count_unknown_outputs(self.nodes.values())
         self._check_inputs()
         self.order: list[Node] = self._topological_order()
         self.position = {node.name: i for i, node in enumerate(self.order)}
@@ -114,12 +119,15 @@ class Graph:
         new.kernel_defs = {name: k for name, k in self.kernel_defs.items() if name not in changed}
         new.num_outputs = {name: n for name, n in self.num_outputs.items() if name not in changed}
         new.kernels = {name: k for name, k in self.kernels.items() if name not in changed}
+        new.unavailable = {name: e for name, e in self.unavailable.items() if name not in changed}
+        added = []
         for i, nd in enumerate(graph_def.node[len(kept) :], start=len(kept)):
             node = Node(nd, i)
             node.library = self.library
             new.nodes[nd.name] = node
-            new.kernel_defs[nd.name] = kernels.lookup(node)
-            new.num_outputs[nd.name] = new.kernel_defs[nd.name].outputs(node)
+            new._define(node)
+            added.append(node)
+        new._count_unknown_outputs(added)
         new._check_inputs()
         new.order = new._topological_order()
         new.position = {node.name: i for i, node in enumerate(new.order)}
@@ -128,9 +136,58 @@ class Graph:
             new.kernels[name] = new._bind(new.nodes[name])
         return new
 
+    def _define(self, node: Node) -> None:
+        """The node's kernel definition and output count; an op with no kernel gets a stand-in that fails
+        when run (its outputs are counted from its consumers, ``_count_unknown_outputs``)."""
+        try:
+            kdef = kernels.lookup(node)
+        except NotFoundError as e:
+            self.unavailable[node.name] = UnimplementedError(e.message, node.name)
+            kdef = KernelDef(node.op, self._unavailable_kernel, False, True, 0)
+        self.kernel_defs[node.name] = kdef
+        self.num_outputs[node.name] = kdef.outputs(node)
+
+    def _count_unknown_outputs(self, nodes: Iterable[Node]) -> None:
+        """Output counts of ``nodes`` that have no kernel: what their consumers read (TensorFlow would
+        know them from the op's definition; a node's ``_output_shapes`` says too)."""
+        unknown = {n.name for n in nodes if n.name in self.unavailable and self.num_outputs[n.name] == 0}
+        if not unknown:
+            return
+        for name in unknown:
+            shapes = self.nodes[name].attrs.get("_output_shapes")
+            self.num_outputs[name] = max(1, len(shapes.list.shape) if shapes is not None else 0)
+        for node in self.nodes.values():
+            for src, port in node.inputs:
+                if src in unknown and port >= self.num_outputs[src]:
+                    self.num_outputs[src] = port + 1
+
+    def _unavailable_kernel(self, node: Node) -> Compute:
+        def compute(ctx: Any, inputs: list[Any]) -> Any:
+            raise self.unavailable_error(node.name)
+
+        return compute
+
+    def unavailable_error(self, name: str) -> OpError:
+        """A fresh copy of the error that makes node ``name`` unrunnable."""
+        e = self.unavailable[name]
+        return type(e)(e.message, e.node_name)
+
+    def runnable(self, nodes: Iterable[Node]) -> None:
+        """Raises why a step over ``nodes`` (a pruned graph) cannot run: the first of them poolserve has no
+        kernel or dtype for."""
+        if self.unavailable:
+            for node in nodes:
+                if node.name in self.unavailable:
+                    raise self.unavailable_error(node.name)
+
     def _bind(self, node: Node) -> Compute:
+        if node.name in self.unavailable:
+            return self._unavailable_kernel(node)
         try:
             return self.kernel_defs[node.name].factory(node)
+        except UnimplementedError as e:  # a dtype or attr value poolserve cannot run: an error once needed
+            self.unavailable[node.name] = UnimplementedError(e.message, node.name)
+            return self._unavailable_kernel(node)
         except OpError as e:
             if e.node_name is None:
                 e.node_name = node.name

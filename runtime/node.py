@@ -12,7 +12,7 @@ import numpy as np
 
 from poolserve.proto import attr_value_pb2, node_def_pb2
 from poolserve.runtime import dtypes
-from poolserve.runtime.errors import InvalidArgumentError
+from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 
 if TYPE_CHECKING:
     from poolserve.runtime.functions import FunctionLibrary
@@ -177,6 +177,9 @@ class Node:
         code = int(default) if v is None else int(v.type)
         try:
             dtypes.as_numpy_dtype(code)
+        except UnimplementedError as e:  # a valid DataType numpy cannot hold (bfloat16): unsupported, not bad
+            message = f"Node '{self.name}' (op '{self.op}'): attr '{name}': {e.message}"
+            raise UnimplementedError(message, self.name) from None
         except Exception as e:
             raise self._error(name, str(e)) from None
         return code

@@ -129,6 +129,13 @@ class Signature:
         outs = aliased(outputs, "output") if outputs else tuple(default_outputs(graph))
         return cls(graph, ins, outs)
 
+    def check_runnable(self) -> None:
+        """Raises why this signature cannot run (UnimplementedError naming the node with an op or dtype
+        poolserve has no kernel for), if a step from its inputs to its outputs would need such a node."""
+        graph = self.graph
+        feeds = [graph.tensor(s.tensor) for s in self.inputs]
+        graph.runnable(graph.prune([graph.tensor(s.tensor) for s in self.outputs], (), feeds))
+
     def input(self, name: str) -> TensorSpec:
         """The spec a caller's input name stands for; InvalidArgumentError listing the inputs if none."""
         return self._lookup(name, "input", self._by_input)

@@ -35,7 +35,7 @@ import functools
 import itertools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -114,9 +114,13 @@ class Batcher:
         preferred_batch_sizes: Sequence[int] = (),
         max_concurrent_batches: int = 1,
         observe: Callable[[int, float], None] | None = None,
+        shapes: Mapping[str, tuple[int, ...] | None] | None = None,
     ) -> None:
         self.model = model
         self.session = session
+        # static shapes of the model's outputs by graph tensor, as its signatures declare them (a SavedModel's
+        # SignatureDef knows them where the graph's nodes do not)
+        self.shapes = dict(shapes or {})
         self.max_batch_size = max_batch_size
         self.delay = None if max_queue_delay_us == "auto" else max_queue_delay_us / 1e6
         self.preferred = frozenset(preferred_batch_sizes)
@@ -195,10 +199,12 @@ class Batcher:
     def _static_rows(self, name: str, rows: int) -> int:
         """The row count to remember for ``name``'s first step: -1 (no real count, so the next step of any
         size settles it) when its static shape says dimension 0 is unknown, else ``rows``."""
-        try:
-            shape = tensor_spec(self.session.graph, name).shape
-        except OpError:
-            return rows
+        shape = self.shapes.get(name)
+        if shape is None:
+            try:
+                shape = tensor_spec(self.session.graph, name).shape
+            except OpError:
+                return rows
         return -1 if shape and shape[0] == -1 else rows
 
     def _splits(self, fetches: Sequence[str]) -> bool:
@@ -466,6 +472,8 @@ class Batcher:
             if not m.future.done():
                 alone = BatchInfo(info.batch_id, m.rows, 1, m.arrived, info.started_at)
                 m.future.set_result((values, alone, metadata))
+                if self.observe is not None:
+                    self.observe(m.rows, info.started_at - m.arrived)
 
 
 def _drop_if_abandoned(task: asyncio.Task[None], members: list[_Member], _: object) -> None:

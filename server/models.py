@@ -9,6 +9,7 @@ a request gets unless it names another (TF Serving's ``signature_name``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +22,8 @@ from poolserve.runtime.signature import Signature, TensorSpec
 from poolserve.runtime.types import Array
 from poolserve.server.batching import Batcher
 from poolserve.server.config import BatchingSettings, Config, ModelConfig
+
+log = logging.getLogger("poolserve")
 
 
 @dataclass
@@ -107,6 +110,10 @@ def make_entry(
         signature = Signature.of(session.graph, inputs, outputs)
     except InvalidArgumentError as e:
         raise InvalidArgumentError(f"model '{name}': {e.message}") from None
+    try:
+        signature.check_runnable()  # refused at start-up, not at its first request
+    except OpError as e:
+        raise type(e)(f"model '{name}': {e.message}", e.node_name) from None
     return ModelEntry(name, version, session, signature, path)
 
 
@@ -153,6 +160,7 @@ def make_batcher(entry: ModelEntry, settings: BatchingSettings) -> Batcher:
         settings.max_queue_delay_us,
         settings.preferred_batch_sizes,
         settings.max_concurrent_batches,
+        shapes={s.tensor: s.shape for sig in entry.signatures.values() for s in sig.outputs},
     )
 
 
@@ -175,6 +183,15 @@ def _load_saved_model(mc: ModelConfig, config: Config, proto: config_pb2.ConfigP
         saved.close()
         have = ", ".join(sorted(saved.signatures)) or "(none)"
         raise InvalidArgumentError(f"model '{mc.name}': no signature '{name}'; its signatures: {have}")
+    for sig_name, sig in sorted(saved.signatures.items()):
+        try:
+            sig.check_runnable()
+        except OpError as e:
+            if sig_name == name:  # the one served by default: refused at start-up
+                saved.close()
+                raise type(e)(f"model '{mc.name}': signature '{name}': {e.message}", e.node_name) from None
+            # TF Serving serves the other signatures; a request for this one gets the error (501)
+            log.warning("model '%s': signature '%s' cannot run here: %s", mc.name, sig_name, e.message)
     version = saved.version if saved.version is not None else mc.version
     methods = {k: sd.method_name for k, sd in saved.meta_graph.signature_def.items() if k in saved.signatures}
     return ModelEntry(

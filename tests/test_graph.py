@@ -4,9 +4,10 @@ from evaluate import evaluate
 
 from poolserve.proto import graph_pb2
 from poolserve.runtime.builder import GraphBuilder, attr_value
-from poolserve.runtime.errors import InvalidArgumentError, NotFoundError
+from poolserve.runtime.errors import InvalidArgumentError, NotFoundError, UnimplementedError
 from poolserve.runtime.graph import Graph, load_graph_def
 from poolserve.runtime.node import parse_input, parse_tensor_name
+from poolserve.runtime.session import Session
 
 
 def node(g, name, op, inputs=(), **attrs):
@@ -58,11 +59,6 @@ def test_validation_errors_name_node_op_and_attr():
     g = graph_pb2.GraphDef()
     node(g, "b", "Identity", ["^ghost"])
     with pytest.raises(InvalidArgumentError, match="control input '\\^ghost'"):
-        Graph(g)
-
-    g = graph_pb2.GraphDef()
-    node(g, "f", "FrobnicateV7")
-    with pytest.raises(NotFoundError, match="Op type not registered 'FrobnicateV7' \\(node 'f'\\)"):
         Graph(g)
 
     g = graph_pb2.GraphDef()
@@ -138,3 +134,33 @@ def test_unknown_fields_are_kept():
     g.ParseFromString(data + unknown)
     assert g.SerializeToString(deterministic=True) == data + unknown
     Graph(g)
+
+
+def test_a_node_poolserve_cannot_run_fails_only_the_steps_that_need_it():
+    # TensorFlow makes kernels per pruned graph: an unknown op or a dtype numpy cannot hold (bfloat16) in a
+    # part of the graph a step does not run (a training branch, another signature) is no error for it
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, 3])
+    b.add(x, b.constant(1.0), name="y")
+    g = b.graph_def
+    g.node.add(name="f", op="FrobnicateV7", input=["x"])
+    g.node.add(name="uses_f", op="Identity", input=["f:2"]).attr["T"].type = 1
+    cast = g.node.add(name="bf", op="Cast", input=["x"])
+    cast.attr["SrcT"].type, cast.attr["DstT"].type = 1, 14  # float32 -> bfloat16
+    graph = Graph(g)
+    assert graph.num_outputs["f"] == 3  # as many as its consumers read
+    assert sorted(graph.unavailable) == ["bf", "f"]
+    with Session(g) as s:
+        np.testing.assert_array_equal(s.run("y:0", {"x:0": [[1, 2, 3]]}), [[2, 3, 4]])
+        with pytest.raises(UnimplementedError, match="Op type not registered 'FrobnicateV7' \\(node 'f'\\)"):
+            s.run("uses_f:0", {"x:0": [[1, 2, 3]]})
+        with pytest.raises(
+            UnimplementedError, match="Node 'bf' \\(op 'Cast'\\): attr 'DstT': Data type bfloat16"
+        ):
+            s.run("bf:0", {"x:0": [[1, 2, 3]]})
+        np.testing.assert_array_equal(s.run("y:0", {"x:0": [[0, 0, 0]]}), [[1, 1, 1]])
+    # bad attrs are still refused when the graph is read, as TensorFlow's importer refuses them
+    bad = graph_pb2.GraphDef()
+    node(bad, "m", "MatMul", transpose_a="yes")
+    with pytest.raises(InvalidArgumentError, match="attr 'transpose_a' must be b"):
+        Graph(bad)
