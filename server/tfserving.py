@@ -22,12 +22,12 @@ from poolserve.runtime.signature import TensorSpec
 from poolserve.runtime.types import Array
 from poolserve.server import codec
 from poolserve.server.adapter import Adapter, Encoded, route
+from poolserve.server.examples import PREDICT_METHOD
 from poolserve.server.models import ModelEntry
 from poolserve.server.routes import Route
 from poolserve.server.service import InferenceService, InferRequest, InferResult
 
 DEFAULT_SIGNATURE = "serving_default"
-PREDICT_METHOD = "tensorflow/serving/predict"
 
 
 @dataclass
