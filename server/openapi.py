@@ -4,8 +4,9 @@ FastAPI describes the routes it owns (metadata, health, runtime, traces, session
 are plain Starlette routes that read their own bodies (server/app.py: cheaper than FastAPI's per-request
 validation), so their request and answer schemas are declared here, from pydantic models that serve the
 document only and never run on a request: native ``:run``, KServe v2 ``infer`` (as the Open Inference
-Protocol defines it) and TF Serving ``:predict``. Every operation documents the JSON error body, and the
-``model`` path parameter lists the served models, so a client generator (or a fuzzer) knows them.
+Protocol defines it) and TF Serving ``:predict``, ``:classify`` and ``:regress``. Every operation documents
+the JSON error body, and the ``model`` path parameter lists the served models, so a client generator (or a
+fuzzer) knows them.
 """
 
 from __future__ import annotations
@@ -128,8 +129,26 @@ class PredictResponse(BaseModel):
     outputs: Any = None
 
 
+class ExamplesRequest(_Doc):
+    signature_name: str | None = None
+    context: dict[str, Any] | None = Field(None, description="an Example whose features every example gets")
+    examples: list[dict[str, Any]] = Field(
+        description="tf.Examples as {feature: value or list}: whole numbers int64, decimals float, "
+        "text or {'b64': ...} bytes"
+    )
+
+
+class ClassifyResponse(BaseModel):
+    results: list[list[tuple[str, float]]] = Field(description="per example, its [label, score] pairs")
+
+
+class RegressResponse(BaseModel):
+    results: list[float] = Field(description="per example, its value")
+
+
 DOC_MODELS: tuple[type[BaseModel], ...] = (
     Error, RunRequest, RunResponse, InferRequest, InferResponse, PredictRequest, PredictResponse,
+    ExamplesRequest, ClassifyResponse, RegressResponse,
 )  # fmt: skip
 
 _ERRORS = {
@@ -230,6 +249,20 @@ INFERENCE: dict[str, tuple[str, type[BaseModel], type[BaseModel], bool]] = {
     ),
     "/v1/models/{model}/labels/{label}:predict": (
         "TF Serving REST predict, by label", PredictRequest, PredictResponse, False,
+    ),
+    "/v1/models/{model}:classify": ("TF Serving REST classify", ExamplesRequest, ClassifyResponse, False),
+    "/v1/models/{model}/versions/{version}:classify": (
+        "TF Serving REST classify, one version", ExamplesRequest, ClassifyResponse, False,
+    ),
+    "/v1/models/{model}/labels/{label}:classify": (
+        "TF Serving REST classify, by label", ExamplesRequest, ClassifyResponse, False,
+    ),
+    "/v1/models/{model}:regress": ("TF Serving REST regress", ExamplesRequest, RegressResponse, False),
+    "/v1/models/{model}/versions/{version}:regress": (
+        "TF Serving REST regress, one version", ExamplesRequest, RegressResponse, False,
+    ),
+    "/v1/models/{model}/labels/{label}:regress": (
+        "TF Serving REST regress, by label", ExamplesRequest, RegressResponse, False,
     ),
     "/v2/models/{model}/infer": ("KServe v2 inference", InferRequest, InferResponse, False),
     "/v2/models/{model}/versions/{version}/infer": (

@@ -610,6 +610,54 @@ async def test_classify_and_regress_match_tensorflow(tfs: Any) -> None:
     assert regression.model_spec.signature_name == "regress"
 
 
+def examples_json(request: Any) -> dict[str, Any]:
+    """An examples_request as the REST :classify/:regress body TF Serving's JSON gives for it."""
+
+    def features(example: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, feature in example.features.feature.items():
+            kind = feature.WhichOneof("kind")
+            out[name] = list(getattr(feature, kind).value)
+        return out
+
+    given = request.input
+    body: dict[str, Any] = {"signature_name": request.model_spec.signature_name}
+    if given.WhichOneof("kind") == "example_list_with_context":
+        body["context"] = features(given.example_list_with_context.context)
+        body["examples"] = [features(e) for e in given.example_list_with_context.examples]
+    else:
+        body["examples"] = [features(e) for e in given.example_list.examples]
+    return body
+
+
+@pytest.mark.parametrize("context", [False, True])
+async def test_rest_classify_and_regress_answer_what_grpc_does(
+    tfs: Any, http: httpx.AsyncClient, context: bool
+) -> None:
+    """The REST :classify and :regress run the same examples to the same numbers as gRPC Classify and
+    Regress: labels equal, each score and value the same float32."""
+    request = examples_request(classification_pb2.ClassificationRequest, context=context)
+    grpc_rows = (await tfs.Classify(request)).result.classifications
+    rest = await http.post("/v1/models/classify:classify", json=examples_json(request))
+    assert rest.status_code == 200, rest.text
+    assert [[label for label, _ in row] for row in rest.json()["results"]] == [
+        [c.label for c in row.classes] for row in grpc_rows
+    ]
+    assert [[np.float32(score) for _, score in row] for row in rest.json()["results"]] == [
+        [np.float32(c.score) for c in row.classes] for row in grpc_rows
+    ]
+    request = examples_request(regression_pb2.RegressionRequest, "regress", context=context)
+    grpc_values = [np.float32(r.value) for r in (await tfs.Regress(request)).result.regressions]
+    rest = await http.post("/v1/models/classify:regress", json=examples_json(request))
+    assert rest.status_code == 200, rest.text
+    assert [np.float32(v) for v in rest.json()["results"]] == grpc_values
+    # and the same error for a signature of the other method
+    wrong = regression_pb2.RegressionRequest(model_spec={"name": "classify"}, input=request.input)
+    details = await expect_error(tfs.Regress(wrong), grpc.StatusCode.INVALID_ARGUMENT)
+    rest = await http.post("/v1/models/classify:regress", json={**examples_json(wrong), "signature_name": ""})
+    assert rest.status_code == 400 and rest.json()["error"] == details
+
+
 @pytest.mark.parametrize(
     ("call", "request_", "message"),
     [
