@@ -840,6 +840,15 @@ async def test_repository_index_load_and_unload_over_grpc(kserve: Any, app: Any)
             grpc_service_pb2.RepositoryIndexRequest(ready=True), metadata=admin
         )
         assert "sleepy" not in {m.name for m in index.models}
+        # once drained, the index names the version the call unloaded, as Triton's does
+        request = grpc_service_pb2.RepositoryIndexRequest()
+        for _ in range(200):
+            index = await kserve.RepositoryIndex(request, metadata=admin)
+            rows = [(m.version, m.state) for m in index.models if m.name == "sleepy"]
+            if rows != [("1", "UNLOADING")]:
+                break
+            await asyncio.sleep(0.02)
+        assert rows == [("1", "UNAVAILABLE")]
         load = grpc_service_pb2.RepositoryModelLoadRequest(model_name="sleepy")
         await kserve.RepositoryModelLoad(load, metadata=admin)
         assert (await kserve.ModelReady(grpc_service_pb2.ModelReadyRequest(name="sleepy"))).ready
