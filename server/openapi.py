@@ -19,6 +19,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
+from poolserve.server import kserve
 from poolserve.server.admission import TIMEOUT_HEADER
 from poolserve.server.service import InferenceService
 
@@ -340,6 +341,9 @@ def build(app: FastAPI, service: InferenceService) -> dict[str, Any]:
     for path, method in (("/v1/runtime/run_handler_pool", "put"), ("/v1/sessions", "post")):
         if method in paths.get(path, {}):
             paths[path][method]["responses"].update(_errors("401", "403"))
+    for path in kserve.UNSUPPORTED:  # Triton's calls poolserve does not serve: never a 200
+        for operation in paths.get(path, {}).values():
+            operation["responses"] = _errors("501")
     return doc
 
 

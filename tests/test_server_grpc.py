@@ -170,6 +170,29 @@ async def test_health_and_metadata_match_http(kserve: Any, http: httpx.AsyncClie
     ]
 
 
+@pytest.mark.parametrize(
+    ("method", "says"),
+    [
+        ("SystemSharedMemoryStatus", "shared memory is not supported by poolserve"),
+        ("SystemSharedMemoryRegister", "in raw_input_contents over gRPC"),
+        ("SystemSharedMemoryUnregister", "shared memory is not supported"),
+        ("CudaSharedMemoryStatus", "(system or CUDA)"),
+        ("CudaSharedMemoryRegister", "shared memory is not supported"),
+        ("CudaSharedMemoryUnregister", "shared memory is not supported"),
+        ("TraceSetting", "x-request-id"),
+        ("LogSettings", "does not support Triton's log settings"),
+    ],
+)
+async def test_tritons_shared_memory_and_settings_calls_are_unimplemented_saying_why(
+    channel: Any, method: str, says: str
+) -> None:
+    """Triton's calls our proto does not declare: UNIMPLEMENTED with the reason, not grpc's "Method not
+    found!" (the request, whatever its bytes, is not read)."""
+    call = channel.unary_unary(f"/inference.GRPCInferenceService/{method}")
+    details = await expect_error(call(b"\x0a\x02r0"), grpc.StatusCode.UNIMPLEMENTED)
+    assert says in details, details
+
+
 @pytest.mark.parametrize("version", ["", "1"])
 async def test_infer_raw_equals_http(kserve: Any, http: httpx.AsyncClient, version: str) -> None:
     x = np.random.default_rng(3).standard_normal((5, 3)).astype(np.float32)

@@ -157,3 +157,25 @@ def test_errors_reach_the_client(client):
         client.infer("slow", [scalar], timeout=1)
     with pytest.raises(InferenceServerException, match="Model 'nope' not found"):
         client.get_model_metadata("nope")
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda c: c.get_system_shared_memory_status(), "shared memory is not supported by poolserve"),
+        (lambda c: c.register_system_shared_memory("r0", "/r0", 64), "send the tensors in the request"),
+        (lambda c: c.unregister_system_shared_memory("r0"), "shared memory is not supported"),
+        (lambda c: c.unregister_system_shared_memory(), "shared memory is not supported"),
+        (lambda c: c.get_cuda_shared_memory_status("r0"), "(system or CUDA)"),
+        (lambda c: c.register_cuda_shared_memory("r0", b"handle", 0, 64), "shared memory is not supported"),
+        (lambda c: c.unregister_cuda_shared_memory(), "shared memory is not supported"),
+        (lambda c: c.get_trace_settings(), "GET /v1/traces/{request id}"),
+        (lambda c: c.update_trace_settings("calc", {"trace_rate": "1"}), "trace settings"),
+        (lambda c: c.get_log_settings(), "log settings"),
+        (lambda c: c.update_log_settings({"log_verbose_level": 1}), "--log-level"),
+    ],
+)
+def test_shared_memory_and_settings_calls_say_they_are_not_supported(client, call, says):
+    with pytest.raises(InferenceServerException) as info:
+        call(client)
+    assert info.value.status() == "501" and says in info.value.message()
