@@ -205,7 +205,7 @@ def _errors(*codes: str) -> dict[str, Any]:
 
 def _path_params(path: str, models: list[str]) -> list[dict[str, Any]]:
     params = []
-    for name in ("model", "version", "label", "handle"):
+    for name in ("model", "version", "label", "handle", "region"):
         if "{" + name + "}" in path:
             schema: dict[str, Any] = {"type": "string"}
             if name == "model" and models:
@@ -343,6 +343,7 @@ def build(app: FastAPI, service: InferenceService) -> dict[str, Any]:
             paths[path][method]["responses"].update(_errors("401", "403"))
     for path in kserve.UNSUPPORTED:  # Triton's calls poolserve does not serve: never a 200
         for operation in paths.get(path, {}).values():
+            operation["parameters"] = _path_params(path, models)  # the routes read none of them
             operation["responses"] = _errors("501")
     return doc
 

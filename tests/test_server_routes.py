@@ -120,7 +120,14 @@ def served() -> Any:
     return create_app(load_config(None))
 
 
-PARAMS = {"model": "mlp", "version": "1", "label": "stable", "request_id": "nope", "handle": "nope"}
+PARAMS = {
+    "model": "mlp",
+    "version": "1",
+    "label": "stable",
+    "request_id": "nope",
+    "handle": "nope",
+    "region": "r",
+}
 
 
 async def test_every_get_endpoint_of_the_server_answers_head_as_get(served: Any) -> None:
