@@ -311,13 +311,15 @@ def encode_response(
 GRAPH_DEF = "tensorflow_graphdef"
 SAVED_MODEL = "tensorflow_savedmodel"
 # what Triton lists for the same features: the binary tensor extension, the repository calls, the model
-# configuration, request parameters, and the schedule policy (the request parameters priority and timeout)
+# configuration, request parameters, the schedule policy (the request parameters priority and timeout),
+# and the statistics (over HTTP; gRPC's ModelStatistics is not in our proto: see kserve_grpc.UNSUPPORTED)
 EXTENSIONS = [
     "binary_tensor_data",
     "model_repository",
     "model_configuration",
     "parameters",
     "schedule_policy",
+    "statistics",
 ]
 
 
@@ -485,6 +487,32 @@ def router(service: InferenceService) -> APIRouter:
         raise UnavailableError(
             "the server is shutting down" if service.draining else "the server is not ready"
         )
+
+    # --- the statistics extension (server/statistics.py); /v2/models/stats before the routes of a model
+    # named "stats", as in Triton ---
+
+    def statistics(model: str | None, version: str | None) -> Response:
+        if model is None:
+            entries = service.list_models()
+        else:
+            number = codec.parse_version(version)
+            entry = service.model(model, number)  # NotFoundError, or UnavailableError when unloaded
+            versions = service.models[entry.name]
+            entries = [entry] if number is not None else [versions[v] for v in sorted(versions)]
+        report = service.statistics.report((e.name, e.version, e.stats) for e in entries)
+        return Response(codec.dumps(report), media_type="application/json")
+
+    @api.get("/v2/models/stats")
+    async def all_statistics() -> Response:
+        return statistics(None, None)
+
+    @api.get("/v2/models/{model}/stats")
+    async def model_statistics(model: str) -> Response:
+        return statistics(model, None)
+
+    @api.get("/v2/models/{model}/versions/{version}/stats")
+    async def model_version_statistics(model: str, version: str) -> Response:
+        return statistics(model, version)
 
     def model_metadata(model: str, version: str | None) -> dict[str, Any]:
         entry = service.model(model, codec.parse_version(version))

@@ -303,8 +303,8 @@ def _no_parameters(parameters: Any) -> None:
         )
 
 
-# Triton's calls poolserve does not serve (not declared in proto/grpc_service.proto): UNIMPLEMENTED saying
-# why, where grpc alone would answer "Method not found!"
+# Triton's calls poolserve does not serve over gRPC (not declared in proto/grpc_service.proto):
+# UNIMPLEMENTED saying why, where grpc alone would answer "Method not found!"
 UNSUPPORTED = {
     **{
         f"{kind}SharedMemory{call}": kserve.SHARED_MEMORY
@@ -313,6 +313,12 @@ UNSUPPORTED = {
     },
     "TraceSetting": kserve.TRACE_SETTINGS,
     "LogSettings": kserve.LOG_SETTINGS,
+    # served over HTTP; its messages (Triton's ModelStatisticsRequest/Response) are not in our proto yet
+    "ModelStatistics": (
+        "ModelStatistics is not served over gRPC by poolserve yet: GET /v2/models/stats, "
+        "/v2/models/{name}/stats or /v2/models/{name}/versions/{version}/stats over HTTP answer the same "
+        "statistics (tritonclient.http's get_inference_statistics)"
+    ),
 }
 
 

@@ -152,6 +152,7 @@ async def test_health_and_metadata_match_http(kserve: Any, http: httpx.AsyncClie
         "model_configuration",
         "parameters",
         "schedule_policy",
+        "statistics",
     ]
     model = await kserve.ModelMetadata(pb.ModelMetadataRequest(name="calc"))
     expected = (await http.get("/v2/models/calc")).json()
@@ -181,6 +182,8 @@ async def test_health_and_metadata_match_http(kserve: Any, http: httpx.AsyncClie
         ("CudaSharedMemoryUnregister", "shared memory is not supported"),
         ("TraceSetting", "x-request-id"),
         ("LogSettings", "does not support Triton's log settings"),
+        # not in our proto yet: the statistics are served over HTTP
+        ("ModelStatistics", "GET /v2/models/stats"),
     ],
 )
 async def test_tritons_shared_memory_and_settings_calls_are_unimplemented_saying_why(
@@ -210,6 +213,28 @@ async def test_infer_raw_equals_http(kserve: Any, http: httpx.AsyncClient, versi
         np.testing.assert_array_equal(
             got[out["name"]], np.reshape(out["data"], out["shape"]).astype(np.float32)
         )
+
+
+async def test_grpc_calls_count_in_the_statistics(kserve: Any, http: httpx.AsyncClient) -> None:
+    """ModelInfer (a success, and a failure) and ModelStreamInfer count for their version as HTTP requests
+    do: one set of statistics per version, whatever the protocol."""
+
+    async def counts() -> tuple[int, int, int]:
+        [stat] = (await http.get("/v2/models/calc/versions/1/stats")).json()["model_stats"]
+        infer = stat["inference_stats"]
+        return infer["success"]["count"], infer["fail"]["count"], stat["execution_count"]
+
+    before = await counts()
+    request = raw_request("calc", x=np.ones((2, 3), np.float32))
+    request.model_version = "1"
+    await kserve.ModelInfer(request)
+    wrong = raw_request("calc", x=np.ones((2, 2), np.float32))
+    wrong.model_version = "1"
+    await expect_error(kserve.ModelInfer(wrong), grpc.StatusCode.INVALID_ARGUMENT)
+    answers = [a async for a in kserve.ModelStreamInfer(iter([request, request]))]
+    assert [a.error_message for a in answers] == ["", ""]
+    after = await counts()
+    assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (3, 1, 3)
 
 
 async def test_a_1_mib_raw_tensor_reaches_the_model_and_comes_back_intact(kserve: Any) -> None:

@@ -179,3 +179,35 @@ def test_shared_memory_and_settings_calls_say_they_are_not_supported(client, cal
     with pytest.raises(InferenceServerException) as info:
         call(client)
     assert info.value.status() == "501" and says in info.value.message()
+
+
+def test_get_inference_statistics(client):
+    """tritonclient's get_inference_statistics: every model, a model, a version; the answer Triton's."""
+    before = client.get_inference_statistics("calc", "1")["model_stats"][0]
+    inp = triton.InferInput("x", [4, 3], "FP32")
+    inp.set_data_from_numpy(np.ones((4, 3), np.float32))
+    for _ in range(2):
+        client.infer("calc", [inp], model_version="1")
+    after = client.get_inference_statistics("calc", "1")["model_stats"]
+    assert [(s["name"], s["version"]) for s in after] == [("calc", "1")]
+    stat = after[0]
+    assert stat["inference_stats"]["success"]["count"] == before["inference_stats"]["success"]["count"] + 2
+    assert stat["execution_count"] == before["execution_count"] + 2
+    assert set(stat["inference_stats"]) >= {
+        "success",
+        "fail",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+    }
+    assert stat["batch_stats"][0]["batch_size"] == 1
+    assert [(s["name"], s["version"]) for s in client.get_inference_statistics("calc")["model_stats"]] == [
+        ("calc", "1"),
+        ("calc", "2"),
+    ]
+    assert {s["name"] for s in client.get_inference_statistics()["model_stats"]} == {"calc", "slow", "types"}
+    assert "statistics" in client.get_server_metadata()["extensions"]
+    with pytest.raises(InferenceServerException, match="Model 'nope' not found") as info:
+        client.get_inference_statistics("nope")
+    assert info.value.status() == "404"
