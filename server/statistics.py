@@ -8,7 +8,8 @@ shared 2-core machine, timeit). ``report`` writes them as Triton's ``GET
 
 - ``success``, ``fail``: requests answered, and failed (refused while decoding, failed at the model, past
   their deadline, cancelled), each with its time from arrival to its answer being ready (the body read
-  and decoded, the wait, the step, the answer encoded);
+  and decoded, the wait, the step, the answer encoded); one shed by admission before it held its model
+  version is in neither;
 - ``queue``: from decoded to the step's start (the wait for a run handler, or for its batch);
 - ``compute_infer``: the step (a batched request's: its batch's, the batch's concatenation and split
   included);
