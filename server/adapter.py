@@ -8,6 +8,7 @@ body, decode it (in a thread when big), await the service, encode (in a thread w
 
 from __future__ import annotations
 
+import time
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -71,24 +72,32 @@ async def serve_body(
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     """The answer's status, headers (but content-length) and bytes; ``body`` is the request's body, read
     already (``server.hot``), or None to read it from ``request``."""
+    request_id, received = request_info(request.scope)
     # the request holds its model version from here to its answer: a version retired meanwhile (a newer one
     # on disk, an unload call) finishes this request before it closes
     with service.repository.hold(request.path_params["model"], version) as entry:
-        if body is None:
-            body = await request.body()
-        encoding = header(request.scope, _CONTENT_ENCODING)
-        if encoding is not None:
-            limit = service.config.server.max_request_bytes
-            body = await codec.sized(len(body) * _INFLATION, decompressed, body, encoding, limit)
-        size = adapter.decode_size(request, body)
-        arrivals = scope_arrivals(request.scope)
-        alone = service.alone(arrivals)
-        infer, context = await codec.sized(size, adapter.decode, request, body, entry, alone=alone)
-        infer.request_id, infer.received_at = request_info(request.scope)
-        check_decoded(request.scope, infer, service)
-        result = await service.infer(infer)
-    size = adapter.encode_size(result, context)
-    out = await codec.sized(size, adapter.encode, request, result, context, alone=service.alone(arrivals))
+        try:
+            if body is None:
+                body = await request.body()
+            encoding = header(request.scope, _CONTENT_ENCODING)
+            if encoding is not None:
+                limit = service.config.server.max_request_bytes
+                body = await codec.sized(len(body) * _INFLATION, decompressed, body, encoding, limit)
+            size = adapter.decode_size(request, body)
+            arrivals = scope_arrivals(request.scope)
+            alone = service.alone(arrivals)
+            infer, context = await codec.sized(size, adapter.decode, request, body, entry, alone=alone)
+            infer.request_id, infer.received_at = request_id, received
+            check_decoded(request.scope, infer, service)
+            result = await service.infer(infer)
+            size = adapter.encode_size(result, context)
+            alone = service.alone(arrivals)
+            out = await codec.sized(size, adapter.encode, request, result, context, alone=alone)
+        except BaseException:  # an error, a deadline, a client gone: a failed request of this version
+            entry.stats.failed(received, time.monotonic())
+            raise
+    if result.timings is not None:
+        entry.stats.succeeded(result.timings, time.monotonic())
     return (
         200,
         [(b"content-type", out.media_type.encode("latin-1")), *errors.raw_headers(out.headers)],

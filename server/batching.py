@@ -126,6 +126,8 @@ class Batcher:
         self.preferred = frozenset(preferred_batch_sizes)
         self.max_concurrent = max_concurrent_batches
         self.observe = observe  # (batch rows, a member's queue seconds), for the metrics
+        # (batch rows, seconds) of every step that ended well, for the statistics (ModelStats.executed)
+        self.executed: Callable[[int, float], None] | None = None
         self.running = 0
         self._queues: dict[Key, _Queue] = {}
         self._seq = itertools.count()
@@ -438,6 +440,7 @@ class Batcher:
     async def _step(
         self, queue: _Queue, members: list[_Member]
     ) -> tuple[list[Any], config_pb2.RunMetadata | None]:
+        started = time.monotonic()
         if len(members) == 1:
             feeds = dict(zip(queue.feed_names, members[0].feeds, strict=True))
         else:
@@ -456,6 +459,8 @@ class Batcher:
             options.trace_level = config_pb2.RunOptions.FULL_TRACE
             metadata = config_pb2.RunMetadata()
         values = await self.session.arun(list(queue.fetches), feeds, options, metadata, deadline=deadline)
+        if self.executed is not None:
+            self.executed(sum(m.rows for m in members), time.monotonic() - started)
         return list(values), metadata
 
     async def _alone_each(self, queue: _Queue, members: list[_Member], info: BatchInfo) -> None:

@@ -401,6 +401,14 @@ def is_b64(value: Any) -> bool:
     return isinstance(value, dict) and len(value) == 1 and "b64" in value
 
 
+def b64_bytes(where: str, value: dict[str, str]) -> bytes:
+    """The bytes of a ``{"b64": "..."}`` value (``is_b64``, its text a str)."""
+    try:
+        return base64.b64decode(value["b64"], validate=True)
+    except binascii.Error as e:
+        raise InvalidArgumentError(f"{where}: invalid base64 in a b64 value: {e}") from None
+
+
 def from_json(where: str, data: Any, dtype: Dtype | None, shape: tuple[int, ...] | None = None) -> Array:
     """JSON data (nested lists or a scalar; flat or nested when ``shape`` is given) as an array of ``dtype``.
 
@@ -532,10 +540,7 @@ def _walk_strings(where: str, value: Any, flat: list[bytes]) -> tuple[int, ...]:
     if isinstance(value, str):
         flat.append(value.encode("utf-8"))
     elif is_b64(value) and isinstance(value["b64"], str):
-        try:
-            flat.append(base64.b64decode(value["b64"], validate=True))
-        except binascii.Error as e:
-            raise InvalidArgumentError(f"{where}: invalid base64 in a b64 value: {e}") from None
+        flat.append(b64_bytes(where, value))
     else:
         raise InvalidArgumentError(
             f'{where}: expected text or {{"b64": "..."}} for dtype string, got {json_kind(value)}'

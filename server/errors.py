@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from poolserve.runtime.errors import Code, OpError
+from poolserve.server.routes import allowed_methods
 
 log = logging.getLogger("poolserve")
 
@@ -132,7 +133,12 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-    return status_response(exc.status_code, detail, headers=dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # every method the path serves, not only its first route's
+        allowed = allowed_methods(request.app.router.routes, request.scope)
+        headers["Allow"] = ", ".join(allowed)
+        detail = f"Method {request.method} is not allowed on {request.url.path}; it serves {headers['Allow']}"
+    return status_response(exc.status_code, detail, headers=headers)
 
 
 def internal_error_body(request_id: str) -> dict[str, Any]:

@@ -159,6 +159,12 @@ async def infer_once(
                 result = await service.infer(infer)
                 answer = adapter.encode(result, kept)
                 status = 200
+            except BaseException:  # an error, a deadline, a call cancelled: a failed request of this version
+                entry.stats.failed(received, time.monotonic())
+                raise
+            else:
+                if result.timings is not None:
+                    entry.stats.succeeded(result.timings, time.monotonic())
             finally:
                 service.admission.release(ticket, status == 200, time.monotonic())
         return answer

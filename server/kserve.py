@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,22 @@ from poolserve.server.service import InferenceService, InferRequest, InferResult
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 HEADER_KEY = HEADER_LENGTH.lower().encode("latin-1")
+
+# what Triton's shared-memory and trace/log-settings calls get (501 over HTTP, UNIMPLEMENTED over gRPC)
+SHARED_MEMORY = (
+    "shared memory is not supported by poolserve (system or CUDA): send the tensors in the request, as JSON "
+    "data or binary tensor data over HTTP, in raw_input_contents over gRPC"
+)
+TRACE_SETTINGS = (
+    "poolserve does not support Triton's trace settings: a request asks for its own trace (the request "
+    "parameter trace=true, sent back in the answer's parameters), [traces] sample_rate in the config traces "
+    "a share of all requests, and GET /v1/traces/{request id} over HTTP gives any recorded trace (a gRPC "
+    "call's id is its x-request-id metadata)"
+)
+LOG_SETTINGS = (
+    "poolserve does not support Triton's log settings: its log level is set at start (poolserve serve "
+    "--log-level, --access-log)"
+)
 
 # KServe datatype -> numpy dtype (the codec's table)
 DATATYPES = codec.KSERVE_DATATYPES
@@ -158,7 +174,7 @@ def decode_request(
         dtype = _check_datatype(where, item.get("datatype"))
         in_params = _object(f"{where}: 'parameters'", item.get("parameters"))
         if "shared_memory_region" in in_params:
-            raise UnimplementedError(f"{where}: shared memory is not supported")
+            raise UnimplementedError(f"{where}: {SHARED_MEMORY}")
         size = in_params.get("binary_data_size")
         if size is not None:
             if length is None:
@@ -216,7 +232,7 @@ def _decode_outputs(raw_outputs: Any) -> list[RequestedOutput] | None:
         if params.get("classification"):
             raise UnimplementedError(f"{where}: the classification extension is not supported")
         if "shared_memory_region" in params:
-            raise UnimplementedError(f"{where}: shared memory is not supported")
+            raise UnimplementedError(f"{where}: {SHARED_MEMORY}")
         outputs.append(RequestedOutput(name, _bool_parameter(where, params, "binary_data")))
     return outputs
 
@@ -295,13 +311,15 @@ def encode_response(
 GRAPH_DEF = "tensorflow_graphdef"
 SAVED_MODEL = "tensorflow_savedmodel"
 # what Triton lists for the same features: the binary tensor extension, the repository calls, the model
-# configuration, request parameters, and the schedule policy (the request parameters priority and timeout)
+# configuration, request parameters, the schedule policy (the request parameters priority and timeout),
+# and the statistics (over HTTP; gRPC's ModelStatistics is not in our proto: see kserve_grpc.UNSUPPORTED)
 EXTENSIONS = [
     "binary_tensor_data",
     "model_repository",
     "model_configuration",
     "parameters",
     "schedule_policy",
+    "statistics",
 ]
 
 
@@ -470,6 +488,32 @@ def router(service: InferenceService) -> APIRouter:
             "the server is shutting down" if service.draining else "the server is not ready"
         )
 
+    # --- the statistics extension (server/statistics.py); /v2/models/stats before the routes of a model
+    # named "stats", as in Triton ---
+
+    def statistics(model: str | None, version: str | None) -> Response:
+        if model is None:
+            entries = service.list_models()
+        else:
+            number = codec.parse_version(version)
+            entry = service.model(model, number)  # NotFoundError, or UnavailableError when unloaded
+            versions = service.models[entry.name]
+            entries = [entry] if number is not None else [versions[v] for v in sorted(versions)]
+        report = service.statistics.report((e.name, e.version, e.stats) for e in entries)
+        return Response(codec.dumps(report), media_type="application/json")
+
+    @api.get("/v2/models/stats")
+    async def all_statistics() -> Response:
+        return statistics(None, None)
+
+    @api.get("/v2/models/{model}/stats")
+    async def model_statistics(model: str) -> Response:
+        return statistics(model, None)
+
+    @api.get("/v2/models/{model}/versions/{version}/stats")
+    async def model_version_statistics(model: str, version: str) -> Response:
+        return statistics(model, version)
+
     def model_metadata(model: str, version: str | None) -> dict[str, Any]:
         entry = service.model(model, codec.parse_version(version))
         return {
@@ -547,4 +591,43 @@ def router(service: InferenceService) -> APIRouter:
     async def get_model_version_ready(model: str, version: str) -> Response:
         return model_ready(model, version)
 
+    unsupported_routes(api)
     return api
+
+
+# Triton's calls poolserve does not serve, each answered 501 saying why and what to do instead (a bare 404
+# read as a missing model or a wrong address)
+UNSUPPORTED: dict[str, tuple[list[str], str]] = {
+    **{
+        f"/v2/{kind}{path}": (methods, SHARED_MEMORY)
+        for kind in ("systemsharedmemory", "cudasharedmemory")
+        for path, methods in (
+            ("/status", ["GET"]),
+            ("/region/{region}/status", ["GET"]),
+            ("/region/{region}/register", ["POST"]),
+            ("/region/{region}/unregister", ["POST"]),
+            ("/unregister", ["POST"]),
+        )
+    },
+    "/v2/trace/setting": (["GET", "POST"], TRACE_SETTINGS),
+    "/v2/models/{model}/trace/setting": (["GET", "POST"], TRACE_SETTINGS),
+    "/v2/logging": (["GET", "POST"], LOG_SETTINGS),
+}
+
+
+def unsupported_routes(api: APIRouter) -> None:
+    for path, (methods, message) in UNSUPPORTED.items():
+        for method in methods:  # a route each: each its own operation in the OpenAPI document
+            api.add_api_route(
+                path,
+                _unsupported(message),
+                methods=[method],
+                summary="Triton's, not supported by poolserve: answers 501 saying why",
+            )
+
+
+def _unsupported(message: str) -> Callable[[], Awaitable[Response]]:
+    async def unsupported() -> Response:
+        raise UnimplementedError(message)
+
+    return unsupported

@@ -92,7 +92,7 @@ def decode_infer(request: pb.ModelInferRequest | RawInferRequest) -> DecodedRequ
                 f"{where}: 'shape' must be a list of non-negative integers, got {list(shape)}"
             )
         if "shared_memory_region" in tensor.parameters:
-            raise UnimplementedError(f"{where}: shared memory is not supported")
+            raise UnimplementedError(f"{where}: {kserve.SHARED_MEMORY}")
         if raw:
             if tensor.HasField("contents"):
                 raise InvalidArgumentError(
@@ -110,7 +110,7 @@ def decode_infer(request: pb.ModelInferRequest | RawInferRequest) -> DecodedRequ
         if any(o.name == out.name for o in outputs):
             raise InvalidArgumentError(f"{where} is requested more than once")
         if "shared_memory_region" in out.parameters:
-            raise UnimplementedError(f"{where}: shared memory is not supported")
+            raise UnimplementedError(f"{where}: {kserve.SHARED_MEMORY}")
         if "classification" in out.parameters:
             raise UnimplementedError(f"{where}: the classification extension is not supported")
         outputs.append(RequestedOutput(out.name, True))
@@ -303,6 +303,35 @@ def _no_parameters(parameters: Any) -> None:
         )
 
 
+# Triton's calls poolserve does not serve over gRPC (not declared in proto/grpc_service.proto):
+# UNIMPLEMENTED saying why, where grpc alone would answer "Method not found!"
+UNSUPPORTED = {
+    **{
+        f"{kind}SharedMemory{call}": kserve.SHARED_MEMORY
+        for kind in ("System", "Cuda")
+        for call in ("Status", "Register", "Unregister")
+    },
+    "TraceSetting": kserve.TRACE_SETTINGS,
+    "LogSettings": kserve.LOG_SETTINGS,
+    # served over HTTP; its messages (Triton's ModelStatisticsRequest/Response) are not in our proto yet
+    "ModelStatistics": (
+        "ModelStatistics is not served over gRPC by poolserve yet: GET /v2/models/stats, "
+        "/v2/models/{name}/stats or /v2/models/{name}/versions/{version}/stats over HTTP answer the same "
+        "statistics (tritonclient.http's get_inference_statistics)"
+    ),
+}
+
+
+def _unsupported(message: str) -> grpc.RpcMethodHandler[bytes, bytes]:
+    """A call answered UNIMPLEMENTED with ``message``; its request is not read (no deserializer)."""
+
+    async def answer(request: bytes, context: Context) -> bytes:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
+        raise AssertionError("abort raises")
+
+    return grpc.unary_unary_rpc_method_handler(answer)
+
+
 class _Handlers:
     """Stands in for the server to take the method handlers the generated code registers."""
 
@@ -334,5 +363,7 @@ def add_to_server(server: grpc.aio.Server, service: InferenceService) -> None:
         request_deserializer=parse_request,
         response_serializer=pb.ModelStreamInferResponse.SerializeToString,
     )
+    for method, message in UNSUPPORTED.items():
+        handlers[method] = _unsupported(message)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(taken.name, handlers),))
     server.add_registered_method_handlers(taken.name, handlers)

@@ -22,6 +22,7 @@ from poolserve.runtime.signature import Signature, TensorSpec
 from poolserve.runtime.types import Array
 from poolserve.server.batching import Batcher
 from poolserve.server.config import BatchingSettings, Config, ModelConfig
+from poolserve.server.statistics import ModelStats
 
 log = logging.getLogger("poolserve")
 
@@ -40,6 +41,8 @@ class ModelEntry:
     batcher: Batcher | None = None
     # SavedModels: each signature's method_name (tensorflow/serving/predict, .../classify, .../regress)
     methods: dict[str, str] = field(default_factory=dict)
+    # what its requests and steps cost (Triton's statistics); shared by its views through other signatures
+    stats: ModelStats = field(default_factory=ModelStats)
 
     def __post_init__(self) -> None:
         if not self.signatures:

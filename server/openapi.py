@@ -4,8 +4,9 @@ FastAPI describes the routes it owns (metadata, health, runtime, traces, session
 are plain Starlette routes that read their own bodies (server/app.py: cheaper than FastAPI's per-request
 validation), so their request and answer schemas are declared here, from pydantic models that serve the
 document only and never run on a request: native ``:run``, KServe v2 ``infer`` (as the Open Inference
-Protocol defines it) and TF Serving ``:predict``. Every operation documents the JSON error body, and the
-``model`` path parameter lists the served models, so a client generator (or a fuzzer) knows them.
+Protocol defines it) and TF Serving ``:predict``, ``:classify`` and ``:regress``. Every operation documents
+the JSON error body, and the ``model`` path parameter lists the served models, so a client generator (or a
+fuzzer) knows them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
+from poolserve.server import kserve
 from poolserve.server.admission import TIMEOUT_HEADER
 from poolserve.server.service import InferenceService
 
@@ -128,8 +130,26 @@ class PredictResponse(BaseModel):
     outputs: Any = None
 
 
+class ExamplesRequest(_Doc):
+    signature_name: str | None = None
+    context: dict[str, Any] | None = Field(None, description="an Example whose features every example gets")
+    examples: list[dict[str, Any]] = Field(
+        description="tf.Examples as {feature: value or list}: whole numbers int64, decimals float, "
+        "text or {'b64': ...} bytes"
+    )
+
+
+class ClassifyResponse(BaseModel):
+    results: list[list[tuple[str, float]]] = Field(description="per example, its [label, score] pairs")
+
+
+class RegressResponse(BaseModel):
+    results: list[float] = Field(description="per example, its value")
+
+
 DOC_MODELS: tuple[type[BaseModel], ...] = (
     Error, RunRequest, RunResponse, InferRequest, InferResponse, PredictRequest, PredictResponse,
+    ExamplesRequest, ClassifyResponse, RegressResponse,
 )  # fmt: skip
 
 _ERRORS = {
@@ -185,7 +205,7 @@ def _errors(*codes: str) -> dict[str, Any]:
 
 def _path_params(path: str, models: list[str]) -> list[dict[str, Any]]:
     params = []
-    for name in ("model", "version", "label", "handle"):
+    for name in ("model", "version", "label", "handle", "region"):
         if "{" + name + "}" in path:
             schema: dict[str, Any] = {"type": "string"}
             if name == "model" and models:
@@ -230,6 +250,20 @@ INFERENCE: dict[str, tuple[str, type[BaseModel], type[BaseModel], bool]] = {
     ),
     "/v1/models/{model}/labels/{label}:predict": (
         "TF Serving REST predict, by label", PredictRequest, PredictResponse, False,
+    ),
+    "/v1/models/{model}:classify": ("TF Serving REST classify", ExamplesRequest, ClassifyResponse, False),
+    "/v1/models/{model}/versions/{version}:classify": (
+        "TF Serving REST classify, one version", ExamplesRequest, ClassifyResponse, False,
+    ),
+    "/v1/models/{model}/labels/{label}:classify": (
+        "TF Serving REST classify, by label", ExamplesRequest, ClassifyResponse, False,
+    ),
+    "/v1/models/{model}:regress": ("TF Serving REST regress", ExamplesRequest, RegressResponse, False),
+    "/v1/models/{model}/versions/{version}:regress": (
+        "TF Serving REST regress, one version", ExamplesRequest, RegressResponse, False,
+    ),
+    "/v1/models/{model}/labels/{label}:regress": (
+        "TF Serving REST regress, by label", ExamplesRequest, RegressResponse, False,
     ),
     "/v2/models/{model}/infer": ("KServe v2 inference", InferRequest, InferResponse, False),
     "/v2/models/{model}/versions/{version}/infer": (
@@ -307,6 +341,10 @@ def build(app: FastAPI, service: InferenceService) -> dict[str, Any]:
     for path, method in (("/v1/runtime/run_handler_pool", "put"), ("/v1/sessions", "post")):
         if method in paths.get(path, {}):
             paths[path][method]["responses"].update(_errors("401", "403"))
+    for path in kserve.UNSUPPORTED:  # Triton's calls poolserve does not serve: never a 200
+        for operation in paths.get(path, {}).values():
+            operation["parameters"] = _path_params(path, models)  # the routes read none of them
+            operation["responses"] = _errors("501")
     return doc
 
 

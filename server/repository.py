@@ -100,6 +100,7 @@ class Model:
     configs: list[ModelConfig]
     servables: dict[int, Servable] = field(default_factory=dict)
     unloaded: bool = False  # by a repository unload call: polling leaves it alone until a load call
+    unloaded_versions: list[int] = field(default_factory=list)  # the versions that call took out of service
     reason: str = ""  # why it offers nothing (its path is gone, ...)
     next_poll: float = 0.0
 
@@ -362,7 +363,12 @@ class Repository:
                     row["labels"] = labels  # ours: the config's labels naming this version
                 rows.append(row)
             if not model.servables:
-                rows.append({"name": name, "state": "UNAVAILABLE", "reason": self._why(model)})
+                # after an unload call, each version it unloaded, as Triton lists them; else the name alone
+                why = self._why(model)
+                rows += [
+                    {"name": name, "version": str(v), "state": "UNAVAILABLE", "reason": why}
+                    for v in model.unloaded_versions
+                ] or [{"name": name, "state": "UNAVAILABLE", "reason": why}]
         if ready_only:
             rows = [r for r in rows if r["state"] == "READY"]
         return rows
@@ -378,7 +384,7 @@ class Repository:
             if model is None:
                 known = ", ".join(sorted(self._models)) or "(none)"
                 raise NotFoundError(f"Model '{name}' is not in the config; it has: {known}")
-            model.unloaded = False
+            model.unloaded, model.unloaded_versions = False, []
             self._sync(model, force=True)
             failed = [s for s in model.servables.values() if s.error is not None]
             if failed or not self.models.get(name):
@@ -394,6 +400,7 @@ class Repository:
                 raise NotFoundError(f"Model '{name}' is not in the config; it has: {known}")
             model.unloaded = True
             model.reason = "unloaded by a repository call"
+            model.unloaded_versions = sorted(v for v, s in model.servables.items() if s.entry is not None)
             for version in list(model.servables):
                 self._retire(model, version)
             self._publish(model)

@@ -1,15 +1,17 @@
 """Plain Starlette routes for the inference endpoints, ahead of FastAPI's routers, and the app that serves
-them through a shorter stack (see ``server.app``)."""
+them through a shorter stack (see ``server.app``). The app answers HEAD for every GET route (RFC 9110: a
+general-purpose server supports HEAD), and a 405 names every method its path serves (``allowed_methods``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fastapi import FastAPI
 from starlette import routing
 from starlette.middleware.exceptions import ExceptionMiddleware
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
 class Route(routing.Route):
@@ -24,6 +26,32 @@ class Route(routing.Route):
         if match is not routing.Match.NONE:
             child["route"] = self
         return match, child
+
+
+def allowed_methods(routes: Iterable[routing.BaseRoute], scope: Scope) -> list[str]:
+    """The methods ``routes`` serve at the request's path (HEAD wherever GET is), for a 405's Allow.
+    Starlette's router names only the first route of the path, so a path served by a GET route and a PUT
+    one answered a DELETE ``Allow: GET``."""
+    methods: set[str] = set()
+    for route in routes:
+        found = getattr(route, "methods", None)
+        if found and route.matches(scope)[0] is not routing.Match.NONE:
+            methods.update(found)
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
+
+
+def _without_body(send: Send) -> Send:
+    """``send`` with every body part emptied: a GET's answer as HEAD's (its headers, Content-Length
+    included, as they are)."""
+
+    async def send_head(message: Message) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            message = {**message, "body": b""}
+        await send(message)
+
+    return send_head
 
 
 async def _handle(scope: Scope, receive: Receive, send: Send) -> None:
@@ -81,6 +109,11 @@ class ServingApp(FastAPI):
         return app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "HEAD":
+            # a GET without its body: the routes, the middleware and the metrics see a GET (the server's
+            # own scope stays HEAD, so it sends no body either)
+            await super().__call__({**scope, "method": "GET"}, receive, _without_body(send))
+            return
         path = scope["path"] if scope["type"] == "http" and scope["method"] == "POST" else ""
         if path and path.startswith(self._prefixes):
             for start, end, route in self._hot_ends:

@@ -51,6 +51,7 @@ from poolserve.server.errors import http_status
 from poolserve.server.metrics import Metrics
 from poolserve.server.models import ModelEntry
 from poolserve.server.repository import Repository
+from poolserve.server.statistics import Statistics
 from poolserve.server.trace_db import open_trace_store
 from poolserve.server.traces import Span, TraceRecord
 
@@ -202,6 +203,8 @@ class InferenceService:
         self._unpooled_steps = 0
         # the models' versions, their states and polling (server/repository.py); it keeps self.models
         self.repository = Repository(config, self.models, self._prepare)
+        # Triton's statistics of the versions served (their counters: ModelEntry.stats)
+        self.statistics = Statistics()
 
     # --- lifetime ----------------------------------------------------------------------------------------
 
@@ -234,6 +237,7 @@ class InferenceService:
 
     def close(self) -> None:
         self.ready = False
+        self.statistics.close()
         self.repository.close()
         for versions in self.models.values():
             for entry in versions.values():
@@ -288,6 +292,7 @@ class InferenceService:
     def _prepare(self, entry: ModelEntry) -> None:
         if entry.batcher is not None:
             entry.batcher.observe = self._observe_batch(entry.name)
+            entry.batcher.executed = entry.stats.executed
 
     @property
     def pool(self) -> RunHandlerPool:
@@ -485,6 +490,8 @@ class InferenceService:
                     timings.handler_wait_seconds
                 )
         timings.compute_end = time.monotonic()
+        step = timings.compute_end - timings.handler_at if timings.handler_at else 0.0
+        entry.stats.executed(_batch_size(entry, feeds), step)
         return _by_name(names, values[: len(names)])
 
     def _observe_batch(self, model: str) -> Callable[[int, float], None]:
@@ -550,6 +557,16 @@ class InferenceService:
         )
         self.traces.add(record)
         return record
+
+
+def _batch_size(entry: ModelEntry, feeds: Mapping[str, Array]) -> int:
+    """A step's batch size, for the statistics: 1 for a model without batching (as Triton counts one), a
+    batching model's request's rows (dimension 0 of its inputs)."""
+    if entry.batcher is not None:
+        for value in feeds.values():
+            if isinstance(value, np.ndarray) and value.ndim:
+                return int(value.shape[0])
+    return 1
 
 
 def _batchable_options(given: config_pb2.RunOptions | None) -> bool:

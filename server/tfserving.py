@@ -1,14 +1,21 @@
-"""TensorFlow Serving's REST API: /v1/models/{m}[/versions/{v}|/labels/{l}][:predict|/metadata].
+"""TensorFlow Serving's REST API: /v1/models/{m}[/versions/{v}|/labels/{l}][:predict|:classify|:regress|
+/metadata].
 
 Requests are TF Serving's JSON: ``instances`` (row format: one entry per batch item, either the value of
 the model's only input or an object naming the inputs) or ``inputs`` (columnar: one tensor, or an object
 of tensors by input name), never both. Row-format answers carry ``predictions`` (one entry per batch item,
 an object of outputs when there are several), columnar ones ``outputs``. Strings travel as UTF-8 text or
 as ``{"b64": "..."}``; string outputs whose name ends in ``_bytes`` are always sent base64-encoded.
+
+``:classify`` and ``:regress`` take ``examples`` (a list of tf.Examples as objects of features) and an
+optional ``context`` (one more, whose features every example gets), and answer ``results``: each example's
+[label, score] pairs, or its value. The examples go through the gRPC Classify and Regress's rules
+(``server.examples``), so both protocols give the same numbers.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,18 +23,18 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter, Request, Response
 
-from poolserve.proto import types_pb2
+from poolserve.proto import example_pb2, feature_pb2, types_pb2
 from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.signature import TensorSpec
 from poolserve.runtime.types import Array
-from poolserve.server import codec
+from poolserve.server import codec, examples
 from poolserve.server.adapter import Adapter, Encoded, route
+from poolserve.server.examples import PREDICT_METHOD
 from poolserve.server.models import ModelEntry
 from poolserve.server.routes import Route
 from poolserve.server.service import InferenceService, InferRequest, InferResult
 
 DEFAULT_SIGNATURE = "serving_default"
-PREDICT_METHOD = "tensorflow/serving/predict"
 
 
 @dataclass
@@ -198,6 +205,112 @@ def to_json(arr: Array, name: str) -> Any:
     return codec.to_json(f"Output '{name}'", arr, strings="b64" if name.endswith("_bytes") else "text_or_b64")
 
 
+# --- classify and regress: tf.Examples as JSON ----------------------------------------------------------
+
+_INT64 = (-(2**63), 2**63 - 1)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+# a feature value's kind: the Feature list it goes into
+_KIND_NAMES = {"int64_list": "int64", "float_list": "float", "bytes_list": "bytes"}
+
+
+def decode_examples(body: Any) -> tuple[str, list[bytes], bytes]:
+    """A :classify or :regress body -> its signature name, its examples serialized, and its context
+    serialized (b"" without one)."""
+    if not isinstance(body, dict):
+        raise InvalidArgumentError("Request body must be a JSON object")
+    signature = body.get("signature_name", "")
+    if not isinstance(signature, str):
+        raise InvalidArgumentError("'signature_name' must be a string")
+    context = b""
+    if "context" in body:
+        context = example_from_json(body["context"], "'context'").SerializeToString()
+    if "examples" not in body:
+        raise InvalidArgumentError(
+            "Missing 'examples' key in the request: a list of Example objects ({feature: value or list})"
+        )
+    given = body["examples"]
+    if not isinstance(given, list):
+        raise InvalidArgumentError(
+            f"'examples' must be a list of Example objects, got {codec.json_kind(given)}"
+        )
+    if not given:
+        raise InvalidArgumentError("'examples' is an empty list: no examples found in the request")
+    blobs = [example_from_json(e, f"examples[{i}]").SerializeToString() for i, e in enumerate(given)]
+    return signature, blobs, context
+
+
+def example_from_json(value: Any, where: str) -> example_pb2.Example:
+    """A JSON object of features (TF Serving's Example in JSON) as a tf.Example. Each feature is a value
+    or a list of values of one kind: whole numbers (and booleans) an int64_list, decimals a float_list,
+    text and ``{"b64": ...}`` a bytes_list; an empty list a feature of no kind."""
+    if not isinstance(value, dict) or codec.is_b64(value):
+        raise InvalidArgumentError(
+            f"{where} must be an Example: a JSON object of features (name: value or list of values), got "
+            f"{codec.json_kind(value)}"
+        )
+    example = example_pb2.Example()
+    for name, content in value.items():
+        _fill_feature(example.features.feature[name], content, f"feature '{name}' of {where}")
+    return example
+
+
+def _fill_feature(feature: feature_pb2.Feature, content: Any, where: str) -> None:
+    values = content if isinstance(content, list) else [content]
+    kind = ""
+    converted = []
+    for i, value in enumerate(values):
+        at = f"{where}, element {i}" if isinstance(content, list) else where
+        value_kind, v = _feature_value(value, at)
+        if kind and value_kind != kind:
+            raise InvalidArgumentError(
+                f"{at} is {_KIND_NAMES[value_kind]} but the feature's first value is {_KIND_NAMES[kind]}: "
+                "a feature holds values of one kind (write whole numbers as 1.0 in a float feature)"
+            )
+        kind = value_kind
+        converted.append(v)
+    if kind:
+        getattr(feature, kind).value.extend(converted)
+
+
+def _feature_value(value: Any, where: str) -> tuple[str, Any]:
+    """The Feature list a JSON value goes into, and the value as that list holds it."""
+    if isinstance(value, bool):
+        return "int64_list", int(value)
+    if isinstance(value, int):
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise InvalidArgumentError(f"{where}: {value} is outside int64, the only integer a feature holds")
+        return "int64_list", value
+    if isinstance(value, float):
+        if math.isfinite(value) and abs(value) > _FLOAT32_MAX:
+            raise InvalidArgumentError(
+                f"{where}: {value} is beyond float32's range (a float feature's values)"
+            )
+        return "float_list", value
+    if isinstance(value, str):
+        return "bytes_list", value.encode("utf-8")
+    if codec.is_b64(value) and isinstance(value["b64"], str):
+        return "bytes_list", codec.b64_bytes(where, value)
+    raise InvalidArgumentError(
+        f'{where} is {codec.json_kind(value)}: a feature\'s values are numbers, text or {{"b64": ...}}'
+    )
+
+
+def encode_results(method: examples.Method, outputs: Mapping[str, Array]) -> bytes:
+    """A classify or regress signature's outputs -> the answer's ``results``: each example's [label,
+    score] pairs, or its value (float32, as TF Serving's protos carry them)."""
+    if method is examples.CLASSIFY:
+        rows = examples.classifications(outputs.get("classes"), outputs.get("scores"))
+        results: Any = [[[label, _score(score)] for label, score in row] for row in rows]
+    else:
+        results = to_json(examples.regressions(outputs["outputs"]), "outputs")
+    return codec.dumps({"results": results})
+
+
+def _score(value: np.float32) -> Any:
+    # NaN as NaN, as TF Serving writes it, not as orjson's null
+    return value if math.isfinite(value) else codec.to_json("Output 'scores'", value)
+
+
 # --- routes ------------------------------------------------------------------------------------------------
 
 
@@ -264,19 +377,39 @@ class TFServingAdapter(Adapter[bool]):
         return Encoded(encode_predict(result.outputs, context))
 
 
+class ExamplesAdapter(Adapter[None]):
+    """:classify or :regress: TF Serving's JSON Examples in, ``results`` out."""
+
+    def __init__(self, method: examples.Method) -> None:
+        self.method = method
+
+    def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, None]:
+        signature, blobs, context = decode_examples(codec.loads(body))
+        return self.method.request(entry, signature, blobs, context), None
+
+    def encode(self, request: Request, result: InferResult, context: None) -> Encoded:
+        return Encoded(encode_results(self.method, result.outputs))
+
+
 def inference_routes(service: InferenceService) -> list[Route]:
-    """The predict routes, as plain Starlette routes (see ``server.app``)."""
-    adapter = TFServingAdapter()
-    return [
-        route("/v1/models/{model}:predict", adapter, service),
-        route("/v1/models/{model}/versions/{version}:predict", adapter, service),
-        route(
-            "/v1/models/{model}/labels/{label}:predict",
-            adapter,
-            service,
-            lambda r: _label(service, r.path_params["model"], r.path_params["label"]),
-        ),
+    """The predict, classify and regress routes, as plain Starlette routes (see ``server.app``)."""
+
+    def by_label(r: Request) -> int:
+        return _label(service, r.path_params["model"], r.path_params["label"])
+
+    adapters: list[tuple[str, Adapter[Any]]] = [
+        (":predict", TFServingAdapter()),
+        (":classify", ExamplesAdapter(examples.CLASSIFY)),
+        (":regress", ExamplesAdapter(examples.REGRESS)),
     ]
+    routes = []
+    for verb, adapter in adapters:
+        routes += [
+            route(f"/v1/models/{{model}}{verb}", adapter, service),
+            route(f"/v1/models/{{model}}/versions/{{version}}{verb}", adapter, service),
+            route(f"/v1/models/{{model}}/labels/{{label}}{verb}", adapter, service, by_label),
+        ]
+    return routes
 
 
 def router(service: InferenceService) -> APIRouter:

@@ -6,9 +6,9 @@ label ``stable``: the latest) and the signature; inputs are TensorProtos by the 
 each of the input's dtype; ``output_filter`` picks outputs. The answer carries the outputs and the
 ``model_spec`` that served them. GetModelMetadata answers ``signature_def``; GetModelStatus the versions'
 states. Classify and Regress feed the request's tf.Examples, serialized (a context Example's features
-merged into each), to the ``inputs`` of a SavedModel signature whose method is classify or regress (TF
-Serving's rule), and read its ``classes``/``scores`` or ``outputs``. MultiInference runs several classify
-and regress tasks of one model over the same examples in one step (``MultiInferenceAdapter``).
+merged into each), to a classify or regress signature and read its results, by the rules the REST
+``:classify`` and ``:regress`` share (``server.examples``). MultiInference runs several classify and
+regress tasks of one model over the same examples in one step (``MultiInferenceAdapter``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-import numpy as np
 from google.protobuf import wrappers_pb2
 
 from poolserve.proto import (
@@ -37,15 +36,13 @@ from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 from poolserve.runtime.signature import TensorSpec
 from poolserve.runtime.tensor import shape_to_proto
 from poolserve.runtime.types import Array
-from poolserve.server import codec, tfserving
+from poolserve.server import codec, examples, tfserving
 from poolserve.server.grpc_server import GrpcAdapter, guarded, serve
 from poolserve.server.models import ModelEntry
 from poolserve.server.service import InferenceService, InferRequest, InferResult
 
 Context = grpc.aio.ServicerContext[Any, Any]
 SIGNATURE_DEF = "signature_def"
-CLASSIFY_METHOD = "tensorflow/serving/classify"
-REGRESS_METHOD = "tensorflow/serving/regress"
 _STATE = get_model_status_pb2.ModelVersionStatus.State
 
 
@@ -127,7 +124,7 @@ def signature_defs(entry: ModelEntry) -> get_model_metadata_pb2.SignatureDefMap:
     out = get_model_metadata_pb2.SignatureDefMap()
     for name, signature in entry.signatures.items():
         sd = out.signature_def[name]
-        sd.method_name = entry.methods.get(name, tfserving.PREDICT_METHOD)
+        sd.method_name = entry.methods.get(name, examples.PREDICT_METHOD)
         for s in signature.inputs:
             sd.inputs[s.name].CopyFrom(_tensor_info(s))
         for s in signature.outputs:
@@ -192,23 +189,15 @@ class PredictionServicer:
         return response
 
 
-def serialized_examples(message: Any) -> Array:
-    """The request's Input as a vector of serialized tf.Examples (with context: the context's bytes then
-    the example's, which protobuf merges, the example's features winning)."""
+def examples_of(message: Any) -> tuple[list[bytes], bytes]:
+    """The request's Input: its tf.Examples serialized, and its context's (b"" without one)."""
     kind = message.input.WhichOneof("kind")
     if kind == "example_list":
-        blobs = [e.SerializeToString() for e in message.input.example_list.examples]
-    elif kind == "example_list_with_context":
+        return [e.SerializeToString() for e in message.input.example_list.examples], b""
+    if kind == "example_list_with_context":
         given = message.input.example_list_with_context
-        context = given.context.SerializeToString()
-        blobs = [context + e.SerializeToString() for e in given.examples]
-    else:
-        blobs = []
-    if not blobs:
-        raise InvalidArgumentError("Input is empty: the request has no examples")
-    out = np.empty(len(blobs), dtype=object)
-    out[:] = blobs
-    return out
+        return [e.SerializeToString() for e in given.examples], given.context.SerializeToString()
+    return [], b""
 
 
 @dataclass
@@ -221,58 +210,21 @@ class Task:
 
 
 class ExamplesAdapter(GrpcAdapter[Any, str, Any]):
-    """Classify and Regress: the examples fed to the signature's ``inputs``, its outputs read back."""
+    """Classify and Regress: the request's examples through ``method`` (``server.examples``)."""
 
-    method = ""
-    kind = ""  # "classification" or "regression", in errors
+    method: examples.Method
 
     def model(self, message: Any) -> tuple[str, int | str | None]:
         return model_of(message)
 
-    def fetches(self, entry: ModelEntry) -> list[str]:
-        raise NotImplementedError
-
     def decode(self, message: Any, entry: ModelEntry) -> tuple[InferRequest, str]:
-        entry = entry.for_signature(message.model_spec.signature_name or None)
-        fetches = self.check(entry)
-        infer = InferRequest(
-            entry.name,
-            {"inputs": serialized_examples(message)},
-            fetches=fetches,
-            version=entry.version,
-            signature_name=entry.signature_name,
-        )
-        return infer, entry.signature_name
-
-    def check(self, entry: ModelEntry) -> list[str]:
-        """The outputs to fetch from the signature ``entry`` serves by, once it is found to be one of this
-        kind, with one input ``inputs`` (InvalidArgumentError as TF Serving words it otherwise)."""
-        method = entry.methods.get(entry.signature_name, tfserving.PREDICT_METHOD)
-        if method != self.method:
-            raise InvalidArgumentError(
-                f"Expected {self.kind} signature method_name to be {self.method}. Was: {method} "
-                f"(model '{entry.name}', signature '{entry.signature_name}')"
-            )
-        if [s.name for s in entry.inputs] != ["inputs"]:
-            raise InvalidArgumentError(
-                f"Expected one input Tensor named 'inputs' in {self.kind} signature "
-                f"'{entry.signature_name}', which has: {', '.join(s.name for s in entry.inputs)}"
-            )
-        return self.fetches(entry)
+        infer = self.method.request(entry, message.model_spec.signature_name, *examples_of(message))
+        return infer, infer.signature_name or ""
 
 
 class ClassifyAdapter(ExamplesAdapter):
     endpoint = "/tensorflow.serving.PredictionService/Classify"
-    method, kind = CLASSIFY_METHOD, "classification"
-
-    def fetches(self, entry: ModelEntry) -> list[str]:
-        names: list[str] = [n for n in ("classes", "scores") if n in {s.name for s in entry.outputs}]
-        if not names:
-            raise InvalidArgumentError(
-                f"Expected classification signature '{entry.signature_name}' outputs to contain "
-                "'classes', 'scores' or both"
-            )
-        return names
+    method = examples.CLASSIFY
 
     def encode(self, result: InferResult, context: str) -> classification_pb2.ClassificationResponse:
         response = classification_pb2.ClassificationResponse(
@@ -285,37 +237,15 @@ class ClassifyAdapter(ExamplesAdapter):
 def classification_result(classes: Any, scores: Any, out: classification_pb2.ClassificationResult) -> None:
     """A classify signature's ``classes`` and ``scores`` (either may be None), as Classifications in
     ``out``."""
-    for name, value in (("classes", classes), ("scores", scores)):
-        if value is not None and np.ndim(value) != 2:
-            raise InvalidArgumentError(
-                f"Expected Tensor shape: [batch_size num_classes] but got {list(np.shape(value))} "
-                f"for output '{name}'"
-            )
-    shape = np.shape(classes if classes is not None else scores)
-    if classes is not None and scores is not None and np.shape(scores) != shape:
-        raise InvalidArgumentError(
-            f"Output 'classes' has shape {list(shape)} but 'scores' {list(np.shape(scores))}"
-        )
-    for i in range(shape[0]):
-        row = out.classifications.add()
-        for j in range(shape[1]):
-            label = classes[i, j] if classes is not None else b""
-            row.classes.add(
-                label=label.decode("utf-8", "replace") if isinstance(label, bytes) else str(label),
-                score=float(scores[i, j]) if scores is not None else 0.0,
-            )
+    for row in examples.classifications(classes, scores):
+        classification = out.classifications.add()
+        for label, score in row:
+            classification.classes.add(label=label, score=float(score))
 
 
 class RegressAdapter(ExamplesAdapter):
     endpoint = "/tensorflow.serving.PredictionService/Regress"
-    method, kind = REGRESS_METHOD, "regression"
-
-    def fetches(self, entry: ModelEntry) -> list[str]:
-        if "outputs" not in {s.name for s in entry.outputs}:
-            raise InvalidArgumentError(
-                f"Expected one output Tensor named 'outputs' in regression signature '{entry.signature_name}'"
-            )
-        return ["outputs"]
+    method = examples.REGRESS
 
     def encode(self, result: InferResult, context: str) -> regression_pb2.RegressionResponse:
         response = regression_pb2.RegressionResponse(
@@ -326,17 +256,9 @@ class RegressAdapter(ExamplesAdapter):
 
 
 def regression_result(outputs: Any, out: regression_pb2.RegressionResult) -> None:
-    """A regress signature's ``outputs``, [batch] or [batch, 1], as Regressions in ``out``."""
-    values = np.asarray(outputs)
-    if values.ndim == 2 and values.shape[1] == 1:
-        values = values[:, 0]
-    if values.ndim != 1:
-        raise InvalidArgumentError(
-            f"Expected output Tensor shape to be either [batch_size] or [batch_size, 1] but got "
-            f"{list(np.shape(outputs))}"
-        )
-    for v in values.tolist():
-        out.regressions.add(value=float(v))
+    """A regress signature's ``outputs``, as Regressions in ``out``."""
+    for value in examples.regressions(outputs).tolist():
+        out.regressions.add(value=value)
 
 
 class MultiInferenceAdapter(
@@ -347,12 +269,6 @@ class MultiInferenceAdapter(
     from them."""
 
     endpoint = "/tensorflow.serving.PredictionService/MultiInference"
-
-    def __init__(self) -> None:
-        self.kinds: dict[str, ExamplesAdapter] = {
-            CLASSIFY_METHOD: ClassifyAdapter(),
-            REGRESS_METHOD: RegressAdapter(),
-        }
 
     def model(self, message: inference_pb2.MultiInferenceRequest) -> tuple[str, int | str | None]:
         if not message.tasks:
@@ -375,14 +291,14 @@ class MultiInferenceAdapter(
             signature = entry.for_signature(task.model_spec.signature_name or None)
             if any(t.signature == signature.signature_name for t in tasks):
                 raise InvalidArgumentError(f"Duplicate evaluation of signature: {signature.signature_name}")
-            kind = self.kinds.get(task.method_name)
-            if kind is None:
+            method = examples.METHODS.get(task.method_name)
+            if method is None:
                 raise UnimplementedError(
                     f"Unsupported signature method_name: {task.method_name!r} (tensorflow/serving/classify "
                     "or tensorflow/serving/regress)"
                 )
-            names = kind.check(signature)
-            tensor = signature.input_spec("inputs").tensor
+            names = method.fetches(signature)
+            tensor = signature.input_spec(examples.INPUT).tensor
             if input_tensor and tensor != input_tensor:
                 raise InvalidArgumentError("Input tensor must be the same for all Signatures.")
             input_tensor = tensor
@@ -391,7 +307,7 @@ class MultiInferenceAdapter(
         fetches = list(dict.fromkeys(t for task in tasks for t in task.outputs.values()))
         infer = InferRequest(
             entry.name,
-            {input_tensor: serialized_examples(message)},
+            {input_tensor: examples.serialized(*examples_of(message))},
             fetches=fetches,
             version=entry.version,
             signature_name=tasks[0].signature,
@@ -403,7 +319,7 @@ class MultiInferenceAdapter(
         for task in context:
             out = response.results.add(model_spec=model_spec(result.model, result.version, task.signature))
             values = {name: result.outputs[tensor] for name, tensor in task.outputs.items()}
-            if task.method == CLASSIFY_METHOD:
+            if task.method == examples.CLASSIFY_METHOD:
                 classes, scores = values.get("classes"), values.get("scores")
                 classification_result(classes, scores, out.classification_result)
             else:

@@ -1,7 +1,8 @@
 """``poolserve serve --workers N``: N worker processes serving one port.
 
 The supervisor (the process started) loads no model. It reserves the port, makes a runtime folder
-(prometheus-client's multiprocess files, the shared RunHandlerPool flag), forks the workers, restarts one
+(prometheus-client's multiprocess files, the shared RunHandlerPool flag, each worker's statistics),
+forks the workers, restarts one
 that dies, and on SIGTERM (or SIGINT) passes the signal on and waits for every worker to drain, answering
 new connections 503 meanwhile; it exits 0 when they did. Each worker binds its own listening socket to
 the port with SO_REUSEPORT (the kernel spreads new connections over the workers' sockets), loads the
@@ -124,6 +125,11 @@ class Worker:
         """Makes a freshly created app one worker of several (called by ``cli.run_server``)."""
         service = app.state.service
         service.pool_default = SharedFlag(self.runtime_dir / "run_handler_pool")
+        # each worker's statistics, added up by whichever worker answers for them
+        service.statistics.share(
+            self.runtime_dir / "statistics",
+            lambda: [(e.name, e.version, e.stats) for e in service.list_models()],
+        )
         app.add_middleware(WorkerHeader, pid=os.getpid())
         # the answers admission gives from the protocol, without the app, name the worker too
         app.state.early_admission.extra_headers.append(

@@ -152,6 +152,7 @@ async def test_health_and_metadata_match_http(kserve: Any, http: httpx.AsyncClie
         "model_configuration",
         "parameters",
         "schedule_policy",
+        "statistics",
     ]
     model = await kserve.ModelMetadata(pb.ModelMetadataRequest(name="calc"))
     expected = (await http.get("/v2/models/calc")).json()
@@ -168,6 +169,31 @@ async def test_health_and_metadata_match_http(kserve: Any, http: httpx.AsyncClie
         ("calc", "1", "READY"),
         ("calc", "2", "READY"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("method", "says"),
+    [
+        ("SystemSharedMemoryStatus", "shared memory is not supported by poolserve"),
+        ("SystemSharedMemoryRegister", "in raw_input_contents over gRPC"),
+        ("SystemSharedMemoryUnregister", "shared memory is not supported"),
+        ("CudaSharedMemoryStatus", "(system or CUDA)"),
+        ("CudaSharedMemoryRegister", "shared memory is not supported"),
+        ("CudaSharedMemoryUnregister", "shared memory is not supported"),
+        ("TraceSetting", "x-request-id"),
+        ("LogSettings", "does not support Triton's log settings"),
+        # not in our proto yet: the statistics are served over HTTP
+        ("ModelStatistics", "GET /v2/models/stats"),
+    ],
+)
+async def test_tritons_shared_memory_and_settings_calls_are_unimplemented_saying_why(
+    channel: Any, method: str, says: str
+) -> None:
+    """Triton's calls our proto does not declare: UNIMPLEMENTED with the reason, not grpc's "Method not
+    found!" (the request, whatever its bytes, is not read)."""
+    call = channel.unary_unary(f"/inference.GRPCInferenceService/{method}")
+    details = await expect_error(call(b"\x0a\x02r0"), grpc.StatusCode.UNIMPLEMENTED)
+    assert says in details, details
 
 
 @pytest.mark.parametrize("version", ["", "1"])
@@ -187,6 +213,28 @@ async def test_infer_raw_equals_http(kserve: Any, http: httpx.AsyncClient, versi
         np.testing.assert_array_equal(
             got[out["name"]], np.reshape(out["data"], out["shape"]).astype(np.float32)
         )
+
+
+async def test_grpc_calls_count_in_the_statistics(kserve: Any, http: httpx.AsyncClient) -> None:
+    """ModelInfer (a success, and a failure) and ModelStreamInfer count for their version as HTTP requests
+    do: one set of statistics per version, whatever the protocol."""
+
+    async def counts() -> tuple[int, int, int]:
+        [stat] = (await http.get("/v2/models/calc/versions/1/stats")).json()["model_stats"]
+        infer = stat["inference_stats"]
+        return infer["success"]["count"], infer["fail"]["count"], stat["execution_count"]
+
+    before = await counts()
+    request = raw_request("calc", x=np.ones((2, 3), np.float32))
+    request.model_version = "1"
+    await kserve.ModelInfer(request)
+    wrong = raw_request("calc", x=np.ones((2, 2), np.float32))
+    wrong.model_version = "1"
+    await expect_error(kserve.ModelInfer(wrong), grpc.StatusCode.INVALID_ARGUMENT)
+    answers = [a async for a in kserve.ModelStreamInfer(iter([request, request]))]
+    assert [a.error_message for a in answers] == ["", ""]
+    after = await counts()
+    assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (3, 1, 3)
 
 
 async def test_a_1_mib_raw_tensor_reaches_the_model_and_comes_back_intact(kserve: Any) -> None:
@@ -610,6 +658,54 @@ async def test_classify_and_regress_match_tensorflow(tfs: Any) -> None:
     assert regression.model_spec.signature_name == "regress"
 
 
+def examples_json(request: Any) -> dict[str, Any]:
+    """An examples_request as the REST :classify/:regress body TF Serving's JSON gives for it."""
+
+    def features(example: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, feature in example.features.feature.items():
+            kind = feature.WhichOneof("kind")
+            out[name] = list(getattr(feature, kind).value)
+        return out
+
+    given = request.input
+    body: dict[str, Any] = {"signature_name": request.model_spec.signature_name}
+    if given.WhichOneof("kind") == "example_list_with_context":
+        body["context"] = features(given.example_list_with_context.context)
+        body["examples"] = [features(e) for e in given.example_list_with_context.examples]
+    else:
+        body["examples"] = [features(e) for e in given.example_list.examples]
+    return body
+
+
+@pytest.mark.parametrize("context", [False, True])
+async def test_rest_classify_and_regress_answer_what_grpc_does(
+    tfs: Any, http: httpx.AsyncClient, context: bool
+) -> None:
+    """The REST :classify and :regress run the same examples to the same numbers as gRPC Classify and
+    Regress: labels equal, each score and value the same float32."""
+    request = examples_request(classification_pb2.ClassificationRequest, context=context)
+    grpc_rows = (await tfs.Classify(request)).result.classifications
+    rest = await http.post("/v1/models/classify:classify", json=examples_json(request))
+    assert rest.status_code == 200, rest.text
+    assert [[label for label, _ in row] for row in rest.json()["results"]] == [
+        [c.label for c in row.classes] for row in grpc_rows
+    ]
+    assert [[np.float32(score) for _, score in row] for row in rest.json()["results"]] == [
+        [np.float32(c.score) for c in row.classes] for row in grpc_rows
+    ]
+    request = examples_request(regression_pb2.RegressionRequest, "regress", context=context)
+    grpc_values = [np.float32(r.value) for r in (await tfs.Regress(request)).result.regressions]
+    rest = await http.post("/v1/models/classify:regress", json=examples_json(request))
+    assert rest.status_code == 200, rest.text
+    assert [np.float32(v) for v in rest.json()["results"]] == grpc_values
+    # and the same error for a signature of the other method
+    wrong = regression_pb2.RegressionRequest(model_spec={"name": "classify"}, input=request.input)
+    details = await expect_error(tfs.Regress(wrong), grpc.StatusCode.INVALID_ARGUMENT)
+    rest = await http.post("/v1/models/classify:regress", json={**examples_json(wrong), "signature_name": ""})
+    assert rest.status_code == 400 and rest.json()["error"] == details
+
+
 @pytest.mark.parametrize(
     ("call", "request_", "message"),
     [
@@ -792,6 +888,15 @@ async def test_repository_index_load_and_unload_over_grpc(kserve: Any, app: Any)
             grpc_service_pb2.RepositoryIndexRequest(ready=True), metadata=admin
         )
         assert "sleepy" not in {m.name for m in index.models}
+        # once drained, the index names the version the call unloaded, as Triton's does
+        request = grpc_service_pb2.RepositoryIndexRequest()
+        for _ in range(200):
+            index = await kserve.RepositoryIndex(request, metadata=admin)
+            rows = [(m.version, m.state) for m in index.models if m.name == "sleepy"]
+            if rows != [("1", "UNLOADING")]:
+                break
+            await asyncio.sleep(0.02)
+        assert rows == [("1", "UNAVAILABLE")]
         load = grpc_service_pb2.RepositoryModelLoadRequest(model_name="sleepy")
         await kserve.RepositoryModelLoad(load, metadata=admin)
         assert (await kserve.ModelReady(grpc_service_pb2.ModelReadyRequest(name="sleepy"))).ready

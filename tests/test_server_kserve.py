@@ -227,6 +227,47 @@ async def test_non_numeric_version_is_a_bad_request(client):
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("method", "path", "says"),
+    [
+        ("GET", "/v2/systemsharedmemory/status", "shared memory is not supported by poolserve"),
+        ("GET", "/v2/systemsharedmemory/region/r0/status", "send the tensors in the request"),
+        ("POST", "/v2/systemsharedmemory/region/r0/register", "shared memory is not supported"),
+        ("POST", "/v2/systemsharedmemory/region/r0/unregister", "shared memory is not supported"),
+        ("POST", "/v2/systemsharedmemory/unregister", "shared memory is not supported"),
+        ("GET", "/v2/cudasharedmemory/status", "(system or CUDA)"),
+        ("GET", "/v2/cudasharedmemory/region/r0/status", "shared memory is not supported"),
+        ("POST", "/v2/cudasharedmemory/region/r0/register", "shared memory is not supported"),
+        ("POST", "/v2/cudasharedmemory/region/r0/unregister", "shared memory is not supported"),
+        ("POST", "/v2/cudasharedmemory/unregister", "shared memory is not supported"),
+        ("GET", "/v2/trace/setting", "GET /v1/traces/{request id}"),
+        ("POST", "/v2/trace/setting", "does not support Triton's trace settings"),
+        ("GET", "/v2/models/calc/trace/setting", "parameter trace=true"),
+        ("POST", "/v2/models/calc/trace/setting", "sample_rate"),
+        ("GET", "/v2/logging", "does not support Triton's log settings"),
+        ("POST", "/v2/logging", "--log-level"),
+    ],
+)
+async def test_tritons_shared_memory_and_settings_calls_answer_501_saying_why(client, method, path, says):
+    r = await client.request(method, path, json={"key": "a region", "byte_size": 64})
+    assert r.status_code == 501, r.text
+    assert r.json()["code"] == "UNIMPLEMENTED" and says in r.json()["error"]
+
+
+@pytest.mark.anyio
+async def test_a_shared_memory_input_or_output_is_refused_saying_how_to_send_it(client):
+    body = calc_request(np.ones((1, 3)))
+    body["inputs"][0]["parameters"] = {"shared_memory_region": "r0", "shared_memory_byte_size": 12}
+    del body["inputs"][0]["data"]
+    r = await client.post("/v2/models/calc/infer", json=body)
+    assert r.status_code == 501
+    assert r.json()["error"].startswith("input 'x': shared memory is not supported by poolserve")
+    body = calc_request(np.ones((1, 3)), outputs=[{"name": "y", "parameters": {"shared_memory_region": "o"}}])
+    r = await client.post("/v2/models/calc/infer", json=body)
+    assert r.status_code == 501 and "send the tensors in the request" in r.json()["error"]
+
+
+@pytest.mark.anyio
 async def test_infer_json(client):
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     r = await client.post("/v2/models/calc/infer", json=calc_request(x, id="abc"))

@@ -415,6 +415,10 @@ def test_repository_index_load_and_unload_need_the_admin_token(
     r = server.post("/v2/models/m/infer", json=infer_body())
     assert r.status_code == 503 and "unloaded" in r.json()["error"]
     wait_for(lambda: server.post("/v2/repository/index", headers=auth).json()[0]["state"] == "UNAVAILABLE")
+    # the version the call unloaded, as Triton's index names it
+    assert server.post("/v2/repository/index", headers=auth).json() == [
+        {"name": "m", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded by a repository call"}
+    ]
     assert server.post("/v2/repository/index", headers=auth, json={"ready": True}).json() == []
     put_version(base, 2)  # loaded by the call (polling is off), as the version policy says
     assert server.post("/v2/repository/models/m/load", headers=auth).status_code == 200

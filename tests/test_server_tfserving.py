@@ -21,9 +21,13 @@ from poolserve.runtime.session import Session
 from poolserve.server import codec
 from poolserve.server.app import create_app
 from poolserve.server.config import load_config
-from poolserve.server.tfserving import to_array
+from poolserve.server.tfserving import example_from_json, to_array
 
 MLP = Path(make_models.__file__).resolve().parent / "models" / "mlp.pb"
+# a SavedModel whose signatures parse tf.Examples: serving_default classifies, regress regresses (x: two
+# floats, k: an int64, default 3); TensorFlow's answers in the .npz (tools/make_classify_fixture.py)
+CLASSIFY = Path(__file__).parent / "fixtures" / "saved_models" / "tf1_classify"
+EXPECTED = np.load(CLASSIFY.parent / "tf1_classify.npz")
 
 CONFIG = f"""
 [server]
@@ -60,6 +64,10 @@ outputs = {{ scaled = "scaled:0", doubled = "doubled:0" }}
 [[models]]
 name = "decode"
 path = "decode.pb"
+
+[[models]]
+name = "classify"
+path = "{CLASSIFY}"
 """
 
 
@@ -528,3 +536,165 @@ async def test_an_encoded_image_in_base64_is_decoded_in_the_graph(client):
         client, "/v1/models/decode:predict", {"inputs": {"image": {"b64": "bm90IGEganBlZw=="}}}
     )
     assert bad.status_code == 400 and "Invalid JPEG data" in bad.json()["error"]
+
+
+# --- classify and regress --------------------------------------------------------------------------------
+
+# the examples TensorFlow's answers in EXPECTED are for: two plain ones, and one with a context
+PLAIN = [{"x": [1.0, 2.0]}, {"x": [0.5, -1.0], "k": 2}]
+WITH_CONTEXT = {"context": {"k": 4}, "examples": [{"x": [1.0, 1.0]}]}
+
+
+def scores_of(response: httpx.Response) -> tuple[list[list[str]], np.ndarray]:
+    """A :classify answer's labels and scores, the scores read as the float32 they were written from."""
+    results = response.json()["results"]
+    labels = [[label for label, _ in row] for row in results]
+    return labels, np.asarray([[score for _, score in row] for row in results], np.float32)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/models/classify:classify",
+        "/v1/models/classify/versions/1:classify",
+        "/v1/models/classify/labels/stable:classify",
+    ],
+)
+async def test_classify_gives_tensorflows_scores(client, path):
+    r = await predict(client, path, {"examples": PLAIN})
+    assert r.status_code == 200, r.text
+    assert list(r.json()) == ["results"]
+    labels, scores = scores_of(r)
+    assert labels == [["a", "b", "c"]] * 2
+    np.testing.assert_allclose(scores, EXPECTED["plain_scores"], rtol=1e-6)
+    # a context's features go into every example
+    labels, scores = scores_of(await predict(client, path, WITH_CONTEXT))
+    np.testing.assert_allclose(scores, EXPECTED["context_scores"], rtol=1e-6)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/models/classify:regress",
+        "/v1/models/classify/versions/1:regress",
+        "/v1/models/classify/labels/stable:regress",
+    ],
+)
+async def test_regress_gives_tensorflows_values(client, path):
+    r = await predict(client, path, {"signature_name": "regress", "examples": PLAIN})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"results": EXPECTED["plain_value"].tolist()}
+    r = await predict(client, path, {"signature_name": "regress", **WITH_CONTEXT})
+    assert r.json() == {"results": EXPECTED["context_value"].tolist()}
+
+
+@pytest.mark.anyio
+async def test_classify_scores_are_written_as_float32(client):
+    """Each score is written with the digits its float32 needs (as TF Serving writes them), not the 17 of
+    a float32 widened to a float64."""
+    r = await predict(client, "/v1/models/classify:classify", {"examples": PLAIN[:1]})
+    written = re.findall(r'"[abc]",([^\]]+)\]', r.text)
+    assert len(written) == 3
+    for text in written:
+        digits = re.sub(r"e.*", "", text).replace(".", "").lstrip("-0")
+        assert len(digits) <= 9, text
+
+
+def test_examples_from_json_take_tf_servings_feature_kinds():
+    example = example_from_json(
+        {"i": 3, "b": True, "f": 1.5, "fs": [1.0, 2.5], "t": "héllo", "raw": b64(b"\x00\xff"), "none": []},
+        "examples[0]",
+    )
+    feature = example.features.feature
+    assert list(feature["i"].int64_list.value) == [3]
+    assert list(feature["b"].int64_list.value) == [1]  # booleans are int64s, as in TF Serving
+    assert list(feature["f"].float_list.value) == [1.5]
+    assert list(feature["fs"].float_list.value) == [1.0, 2.5]
+    assert list(feature["t"].bytes_list.value) == ["héllo".encode()]
+    assert list(feature["raw"].bytes_list.value) == [b"\x00\xff"]
+    assert feature["none"].WhichOneof("kind") is None  # an empty list: a feature of no kind
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("path", "body", "match"),
+    [
+        # the signature's method, as TF Serving words it
+        (
+            "/v1/models/classify:regress",
+            {"examples": PLAIN},
+            "Expected regression signature method_name to be tensorflow/serving/regress. "
+            "Was: tensorflow/serving/classify",
+        ),
+        (
+            "/v1/models/classify:classify",
+            {"signature_name": "regress", "examples": PLAIN},
+            "Expected classification signature method_name to be tensorflow/serving/classify. "
+            "Was: tensorflow/serving/regress",
+        ),
+        (
+            "/v1/models/mlp:classify",
+            {"examples": PLAIN},
+            "Expected classification signature method_name to be tensorflow/serving/classify. "
+            "Was: tensorflow/serving/predict",
+        ),
+        (
+            "/v1/models/classify:classify",
+            {"signature_name": "nope", "examples": PLAIN},
+            'name: "nope" not found',
+        ),
+        # the envelope
+        ("/v1/models/classify:classify", {"instances": [1]}, "Missing 'examples' key"),
+        ("/v1/models/classify:classify", [PLAIN], "must be a JSON object"),
+        (
+            "/v1/models/classify:classify",
+            {"examples": {"x": [1.0]}},
+            "'examples' must be a list .* got an object",
+        ),
+        ("/v1/models/classify:classify", {"examples": []}, "'examples' is an empty list"),
+        (
+            "/v1/models/classify:classify",
+            {"examples": PLAIN, "signature_name": 1},
+            "'signature_name' must be a string",
+        ),
+        ("/v1/models/classify:classify", {"examples": [[1.0, 2.0]]}, "examples\\[0\\] must be an Example"),
+        ("/v1/models/classify:classify", {"context": [1], "examples": PLAIN}, "'context' must be an Example"),
+        # the features' values
+        (
+            "/v1/models/classify:classify",
+            {"examples": [{"x": [1, 2.5]}]},
+            "feature 'x' of examples\\[0\\], element 1 is float but the feature's first value is int64",
+        ),
+        (
+            "/v1/models/classify:classify",
+            {"examples": [{"x": None}]},
+            "feature 'x' of examples\\[0\\] is null",
+        ),
+        ("/v1/models/classify:classify", {"examples": [{"x": [[1.0]]}]}, "element 0 is a list"),
+        ("/v1/models/classify:classify", {"examples": [{"x": {"y": 1}}]}, "is an object"),
+        ("/v1/models/classify:classify", {"examples": [{"x": b64(b"x") | {"more": 1}}]}, "is an object"),
+        ("/v1/models/classify:classify", {"examples": [{"s": {"b64": "!!"}}]}, "invalid base64"),
+        ("/v1/models/classify:classify", {"examples": [{"k": 2**63}]}, "outside int64"),
+        ("/v1/models/classify:classify", {"examples": [{"x": [1e39, 1.0]}]}, "beyond float32's range"),
+        # what the graph's parser says of a feature of the wrong kind or a missing one (TensorFlow's words)
+        ("/v1/models/classify:classify", {"examples": [{"x": [1, 2]}]}, "Data types don't match"),
+        (
+            "/v1/models/classify:classify",
+            {"examples": [{"k": 1}]},
+            "Feature: x \\(data type: float\\) is required",
+        ),
+    ],
+)
+async def test_classify_and_regress_errors_name_the_problem(client, path, body, match):
+    message = await error_of(client, path, body)
+    assert re.search(match, message), message
+
+
+@pytest.mark.anyio
+async def test_classify_unknown_model_or_version(client):
+    assert "'nope'" in await error_of(client, "/v1/models/nope:classify", {"examples": PLAIN}, 404)
+    assert "no version 7" in await error_of(
+        client, "/v1/models/classify/versions/7:regress", {"examples": PLAIN}, 404
+    )

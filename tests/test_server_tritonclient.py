@@ -157,3 +157,57 @@ def test_errors_reach_the_client(client):
         client.infer("slow", [scalar], timeout=1)
     with pytest.raises(InferenceServerException, match="Model 'nope' not found"):
         client.get_model_metadata("nope")
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda c: c.get_system_shared_memory_status(), "shared memory is not supported by poolserve"),
+        (lambda c: c.register_system_shared_memory("r0", "/r0", 64), "send the tensors in the request"),
+        (lambda c: c.unregister_system_shared_memory("r0"), "shared memory is not supported"),
+        (lambda c: c.unregister_system_shared_memory(), "shared memory is not supported"),
+        (lambda c: c.get_cuda_shared_memory_status("r0"), "(system or CUDA)"),
+        (lambda c: c.register_cuda_shared_memory("r0", b"handle", 0, 64), "shared memory is not supported"),
+        (lambda c: c.unregister_cuda_shared_memory(), "shared memory is not supported"),
+        (lambda c: c.get_trace_settings(), "GET /v1/traces/{request id}"),
+        (lambda c: c.update_trace_settings("calc", {"trace_rate": "1"}), "trace settings"),
+        (lambda c: c.get_log_settings(), "log settings"),
+        (lambda c: c.update_log_settings({"log_verbose_level": 1}), "--log-level"),
+    ],
+)
+def test_shared_memory_and_settings_calls_say_they_are_not_supported(client, call, says):
+    with pytest.raises(InferenceServerException) as info:
+        call(client)
+    assert info.value.status() == "501" and says in info.value.message()
+
+
+def test_get_inference_statistics(client):
+    """tritonclient's get_inference_statistics: every model, a model, a version; the answer Triton's."""
+    before = client.get_inference_statistics("calc", "1")["model_stats"][0]
+    inp = triton.InferInput("x", [4, 3], "FP32")
+    inp.set_data_from_numpy(np.ones((4, 3), np.float32))
+    for _ in range(2):
+        client.infer("calc", [inp], model_version="1")
+    after = client.get_inference_statistics("calc", "1")["model_stats"]
+    assert [(s["name"], s["version"]) for s in after] == [("calc", "1")]
+    stat = after[0]
+    assert stat["inference_stats"]["success"]["count"] == before["inference_stats"]["success"]["count"] + 2
+    assert stat["execution_count"] == before["execution_count"] + 2
+    assert set(stat["inference_stats"]) >= {
+        "success",
+        "fail",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+    }
+    assert stat["batch_stats"][0]["batch_size"] == 1
+    assert [(s["name"], s["version"]) for s in client.get_inference_statistics("calc")["model_stats"]] == [
+        ("calc", "1"),
+        ("calc", "2"),
+    ]
+    assert {s["name"] for s in client.get_inference_statistics()["model_stats"]} == {"calc", "slow", "types"}
+    assert "statistics" in client.get_server_metadata()["extensions"]
+    with pytest.raises(InferenceServerException, match="Model 'nope' not found") as info:
+        client.get_inference_statistics("nope")
+    assert info.value.status() == "404"

@@ -117,6 +117,16 @@ out["unknown_model"] = error(lambda: c.infer("nope", [bad]))
 slow = tg.InferInput("x", [], "FP32")
 slow.set_data_from_numpy(np.asarray(1.0, np.float32))
 out["deadline"] = error(lambda: c.infer("slow", [slow], client_timeout=0.005))
+out["unsupported"] = {
+    "system_status": error(lambda: c.get_system_shared_memory_status()),
+    "system_register": error(lambda: c.register_system_shared_memory("r0", "/r0", 64)),
+    "cuda_unregister": error(lambda: c.unregister_cuda_shared_memory("r0")),
+    "trace": error(lambda: c.get_trace_settings()),
+    "trace_update": error(lambda: c.update_trace_settings("calc", {"trace_rate": "1"})),
+    "log": error(lambda: c.get_log_settings()),
+    "log_update": error(lambda: c.update_log_settings({"log_verbose_level": 1})),
+    "statistics": error(lambda: c.get_inference_statistics("calc")),
+}
 out["config"] = c.get_model_config("calc", as_json=True)
 out["config_v1"] = c.get_model_config("calc", "1", as_json=True)
 out["config_unknown"] = error(lambda: c.get_model_config("nope"))
@@ -229,6 +239,22 @@ def test_tritonclient_grpc_unchanged(client_run: dict[str, Any], server: ServerP
         np.testing.assert_array_equal(np.asarray(stream[i]["y"], np.float32), (x + i) * 3 + 1)
     assert stream[2]["final"] == {"triton_final_response": {"bool_param": True}}
     assert stream[0]["final"] == {}
+
+
+def test_shared_memory_and_settings_calls_say_they_are_not_supported(client_run: dict[str, Any]) -> None:
+    got = client_run["unsupported"]
+    for name, says in {
+        "system_status": "shared memory is not supported by poolserve",
+        "system_register": "in raw_input_contents over gRPC",
+        "cuda_unregister": "(system or CUDA)",
+        "trace": "GET /v1/traces/{request id}",
+        "trace_update": "x-request-id",
+        "log": "does not support Triton's log settings",
+        "log_update": "--log-level",
+        "statistics": "GET /v2/models/stats",  # not in our gRPC proto yet: served over HTTP
+    }.items():
+        assert got[name][0] == "StatusCode.UNIMPLEMENTED", (name, got[name])
+        assert says in got[name][1], (name, got[name])
 
 
 def assert_subset_of_triton(ours: Any, theirs: dict[str, Any], where: str) -> None:

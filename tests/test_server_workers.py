@@ -88,6 +88,37 @@ def test_both_workers_answer_and_metrics_add_up(workers: Workers) -> None:
     assert workers.metric("poolserve_in_flight_requests") <= 1  # a gauge, summed over the live workers
 
 
+def test_either_workers_statistics_count_every_workers_requests(workers: Workers) -> None:
+    """Each worker counts its own requests and writes its numbers for the others every second: the
+    statistics, through either worker, add up both workers' (once the latest are written)."""
+
+    def agreed() -> int | None:
+        """The success count of add when both workers answer the same one, else None."""
+        seen: dict[str, int] = {}
+        for _ in range(20):
+            r = workers.get("/v2/models/add/stats")
+            [stat] = r.json()["model_stats"]
+            seen[r.headers[WORKER_HEADER]] = stat["inference_stats"]["success"]["count"]
+        return seen.popitem()[1] if len(seen) == 2 and len(set(seen.values())) == 1 else None
+
+    counted: list[int] = []
+
+    def settled() -> bool:
+        count = agreed()
+        if count is not None:
+            counted.append(count)
+        return count is not None
+
+    workers.wait_for(settled, "the workers to agree on the requests before")
+    answered = set()
+    for _ in range(24):
+        r = HTTP.post(f"{workers.url}/v1/models/add:run", json=ADD)
+        assert r.status_code == 200
+        answered.add(r.headers[WORKER_HEADER])
+    assert len(answered) == 2
+    workers.wait_for(lambda: agreed() == counted[0] + 24, "both workers to count all 24 requests")
+
+
 def test_a_trace_recorded_by_one_worker_is_found_through_either(workers: Workers) -> None:
     r = HTTP.post(
         f"{workers.url}/v1/models/add:run",
