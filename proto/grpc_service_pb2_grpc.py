@@ -74,6 +74,11 @@ class GRPCInferenceServiceStub:
                 request_serializer=poolserve_dot_proto_dot_grpc__service__pb2.ModelConfigRequest.SerializeToString,
                 response_deserializer=poolserve_dot_proto_dot_grpc__service__pb2.ModelConfigResponse.FromString,
                 _registered_method=True)
+        self.ModelStatistics = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelStatistics',
+                request_serializer=poolserve_dot_proto_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
+                response_deserializer=poolserve_dot_proto_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
+                _registered_method=True)
         self.RepositoryIndex = channel.unary_unary(
                 '/inference.GRPCInferenceService/RepositoryIndex',
                 request_serializer=poolserve_dot_proto_dot_grpc__service__pb2.RepositoryIndexRequest.SerializeToString,
@@ -142,6 +147,12 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelStatistics(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RepositoryIndex(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -202,6 +213,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelConfig,
                     request_deserializer=poolserve_dot_proto_dot_grpc__service__pb2.ModelConfigRequest.FromString,
                     response_serializer=poolserve_dot_proto_dot_grpc__service__pb2.ModelConfigResponse.SerializeToString,
+            ),
+            'ModelStatistics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelStatistics,
+                    request_deserializer=poolserve_dot_proto_dot_grpc__service__pb2.ModelStatisticsRequest.FromString,
+                    response_serializer=poolserve_dot_proto_dot_grpc__service__pb2.ModelStatisticsResponse.SerializeToString,
             ),
             'RepositoryIndex': grpc.unary_unary_rpc_method_handler(
                     servicer.RepositoryIndex,
@@ -435,6 +451,33 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelConfig',
             poolserve_dot_proto_dot_grpc__service__pb2.ModelConfigRequest.SerializeToString,
             poolserve_dot_proto_dot_grpc__service__pb2.ModelConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStatistics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelStatistics',
+            poolserve_dot_proto_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
+            poolserve_dot_proto_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
             options,
             channel_credentials,
             insecure,

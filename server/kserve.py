@@ -323,6 +323,19 @@ EXTENSIONS = [
 ]
 
 
+def statistics_report(service: InferenceService, model: str | None, version: str | None) -> dict[str, Any]:
+    """Triton's statistics (its JSON) of every model (``model`` None), every version of one (``version``
+    None or empty) or one version: HTTP's /stats routes and gRPC's ModelStatistics answer it."""
+    if not model:
+        entries = service.list_models()
+    else:
+        number = codec.parse_version(version or None)
+        entry = service.model(model, number)  # NotFoundError, or UnavailableError when unloaded
+        versions = service.models[entry.name]
+        entries = [entry] if number is not None else [versions[v] for v in sorted(versions)]
+    return service.statistics.report((e.name, e.version, e.stats) for e in entries)
+
+
 def platform(entry: ModelEntry) -> str:
     """Triton's platform name for a served model: a SavedModel's (its signatures have methods) or a
     GraphDef's."""
@@ -492,14 +505,7 @@ def router(service: InferenceService) -> APIRouter:
     # named "stats", as in Triton ---
 
     def statistics(model: str | None, version: str | None) -> Response:
-        if model is None:
-            entries = service.list_models()
-        else:
-            number = codec.parse_version(version)
-            entry = service.model(model, number)  # NotFoundError, or UnavailableError when unloaded
-            versions = service.models[entry.name]
-            entries = [entry] if number is not None else [versions[v] for v in sorted(versions)]
-        report = service.statistics.report((e.name, e.version, e.stats) for e in entries)
+        report = statistics_report(service, model, version)
         return Response(codec.dumps(report), media_type="application/json")
 
     @api.get("/v2/models/stats")

@@ -19,6 +19,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+from google.protobuf import json_format
 
 from poolserve.proto import grpc_service_pb2 as pb
 from poolserve.proto import grpc_service_pb2_grpc
@@ -204,6 +205,7 @@ class KServeServicer:
         self.ServerMetadata = guarded(self._server_metadata)
         self.ModelMetadata = guarded(self._model_metadata)
         self.ModelConfig = guarded(self._model_config)
+        self.ModelStatistics = guarded(self._model_statistics)
         self.RepositoryIndex = guarded(self._repository_index)
         self.RepositoryModelLoad = guarded(self._repository_load)
         self.RepositoryModelUnload = guarded(self._repository_unload)
@@ -263,6 +265,12 @@ class KServeServicer:
             config=kserve_config.model_config(self.service, request.name, version(request.version))
         )
 
+    async def _model_statistics(
+        self, request: pb.ModelStatisticsRequest, context: Context
+    ) -> pb.ModelStatisticsResponse:
+        report = kserve.statistics_report(self.service, request.name, request.version)
+        return json_format.ParseDict(report, pb.ModelStatisticsResponse())
+
     async def _repository_index(
         self, request: pb.RepositoryIndexRequest, context: Context
     ) -> pb.RepositoryIndexResponse:
@@ -313,12 +321,6 @@ UNSUPPORTED = {
     },
     "TraceSetting": kserve.TRACE_SETTINGS,
     "LogSettings": kserve.LOG_SETTINGS,
-    # served over HTTP; its messages (Triton's ModelStatisticsRequest/Response) are not in our proto yet
-    "ModelStatistics": (
-        "ModelStatistics is not served over gRPC by poolserve yet: GET /v2/models/stats, "
-        "/v2/models/{name}/stats or /v2/models/{name}/versions/{version}/stats over HTTP answer the same "
-        "statistics (tritonclient.http's get_inference_statistics)"
-    ),
 }
 
 

@@ -182,8 +182,6 @@ async def test_health_and_metadata_match_http(kserve: Any, http: httpx.AsyncClie
         ("CudaSharedMemoryUnregister", "shared memory is not supported"),
         ("TraceSetting", "x-request-id"),
         ("LogSettings", "does not support Triton's log settings"),
-        # not in our proto yet: the statistics are served over HTTP
-        ("ModelStatistics", "GET /v2/models/stats"),
     ],
 )
 async def test_tritons_shared_memory_and_settings_calls_are_unimplemented_saying_why(

@@ -125,8 +125,10 @@ out["unsupported"] = {
     "trace_update": error(lambda: c.update_trace_settings("calc", {"trace_rate": "1"})),
     "log": error(lambda: c.get_log_settings()),
     "log_update": error(lambda: c.update_log_settings({"log_verbose_level": 1})),
-    "statistics": error(lambda: c.get_inference_statistics("calc")),
 }
+out["statistics"] = c.get_inference_statistics("calc", as_json=True)
+out["statistics_v1"] = c.get_inference_statistics("calc", "1", as_json=True)
+out["statistics_unknown"] = error(lambda: c.get_inference_statistics("nope"))
 out["config"] = c.get_model_config("calc", as_json=True)
 out["config_v1"] = c.get_model_config("calc", "1", as_json=True)
 out["config_unknown"] = error(lambda: c.get_model_config("nope"))
@@ -251,10 +253,21 @@ def test_shared_memory_and_settings_calls_say_they_are_not_supported(client_run:
         "trace_update": "x-request-id",
         "log": "does not support Triton's log settings",
         "log_update": "--log-level",
-        "statistics": "GET /v2/models/stats",  # not in our gRPC proto yet: served over HTTP
     }.items():
         assert got[name][0] == "StatusCode.UNIMPLEMENTED", (name, got[name])
         assert says in got[name][1], (name, got[name])
+
+
+def test_statistics_over_grpc_are_the_http_numbers_in_tritons_message(client_run: dict[str, Any]) -> None:
+    stats = client_run["statistics"]["model_stats"]
+    assert [(s["name"], s["version"]) for s in stats] == [("calc", "1"), ("calc", "2")]
+    latest = stats[1]
+    # the client's run inferred on the latest version before it asked: counted, with Triton's fields
+    assert int(latest["inference_count"]) >= 1 and int(latest["execution_count"]) >= 1
+    assert int(latest["inference_stats"]["success"]["count"]) >= 1
+    assert [(s["name"], s["version"]) for s in client_run["statistics_v1"]["model_stats"]] == [("calc", "1")]
+    code, message = client_run["statistics_unknown"]
+    assert code == "StatusCode.NOT_FOUND" and "Model 'nope' not found" in message
 
 
 def assert_subset_of_triton(ours: Any, theirs: dict[str, Any], where: str) -> None:
