@@ -287,6 +287,21 @@ async def test_bad_infer_requests_are_invalid_argument_naming_the_field(
     assert message in details
 
 
+async def test_a_bytes_count_its_raw_contents_cannot_hold_is_refused_at_once(kserve: Any) -> None:
+    """tritonclient.grpc's form of the QA's request: shape [100000000] of BYTES and an empty
+    raw_input_contents entry; refused from the entry's size before any array of the elements is made."""
+    request = pb.ModelInferRequest(model_name="types")
+    request.inputs.add(name="text", datatype="BYTES", shape=[100000000])
+    request.raw_input_contents.append(b"")
+    start = time.perf_counter()
+    details = await expect_error(kserve.ModelInfer(request), grpc.StatusCode.INVALID_ARGUMENT)
+    assert time.perf_counter() - start < 0.5
+    assert details == (
+        "input 'text': shape [100000000] has 100000000 string elements, which need at least 400000000 "
+        "bytes (a 4-byte length each), but raw_input_contents[0] is 0 bytes"
+    )
+
+
 async def test_fp16_needs_raw_contents_and_int_range_is_checked(kserve: Any) -> None:
     request = pb.ModelInferRequest(model_name="types")
     request.inputs.add(name="half", datatype="FP16", shape=[2]).contents.fp32_contents.extend([1, 2])
