@@ -394,6 +394,54 @@ async def sized(size: int, fn: Callable[..., T], *args: Any, alone: bool = False
     return fn(*args)
 
 
+# --- shapes ---------------------------------------------------------------------------------------------
+
+
+def _max_rank() -> int:
+    """numpy's most dimensions of an array: 64 from numpy 2, 32 before."""
+    for rank in (64, 32):
+        try:
+            np.empty((1,) * rank, np.uint8)
+        except ValueError:
+            continue
+        return rank
+    return 32
+
+
+MAX_RANK = _max_rank()
+# numpy's bound on an array's size: its dimensions other than 0, times its itemsize, within a signed word
+_MAX_NBYTES = int(np.iinfo(np.intp).max)
+
+
+def shape_count(where: str, shape: tuple[int, ...], dtype: Dtype) -> int:
+    """The number of elements of a client's ``shape`` (non-negative dimensions), or an InvalidArgumentError
+    naming ``where`` and the shape when no array of ``dtype`` can have it: more than MAX_RANK dimensions,
+    or its dimensions other than 0 multiply past numpy's bound (numpy's ValueError was a 500). Every shape
+    a client gives comes here before numpy sees it: a product and a few comparisons."""
+    count = math.prod(shape)
+    if len(shape) > MAX_RANK:
+        raise InvalidArgumentError(
+            f"{where}: shape {_shape_text(shape)} has {len(shape)} dimensions; "
+            f"an array has at most {MAX_RANK}"
+        )
+    if (count or math.prod([d for d in shape if d])) * dtype.itemsize > _MAX_NBYTES:
+        raise InvalidArgumentError(
+            f"{where}: shape {list(shape)} is impossible: no array of {dtype_name(dtype)} has that many "
+            f"elements (its dimensions other than 0 times {dtype.itemsize} bytes exceed {_MAX_NBYTES})"
+        )
+    return count
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    if len(shape) <= 8:
+        return str(list(shape))
+    return "[" + ", ".join(map(str, shape[:4])) + ", ...]"
+
+
+def _too_deep(where: str) -> str:
+    return f"{where}: nested lists more than {MAX_RANK} deep; an array has at most {MAX_RANK} dimensions"
+
+
 # --- JSON values -> arrays ------------------------------------------------------------------------------
 
 
@@ -413,7 +461,7 @@ def from_json(where: str, data: Any, dtype: Dtype | None, shape: tuple[int, ...]
     arr = _strings(where, data) if dtype.kind == "O" else _numbers(where, data, dtype)
     if shape is None:
         return arr
-    count = math.prod(shape)
+    count = shape_count(where, shape, arr.dtype)
     if arr.size != count:
         raise InvalidArgumentError(
             f"{where}: shape {list(shape)} needs {count} values but the data holds {arr.size}"
@@ -441,6 +489,11 @@ def _parse(where: str, data: Any) -> Array:
     try:
         return np.asarray(data)
     except ValueError:
+        depth, leaf = 0, data
+        while isinstance(leaf, list) and leaf:
+            depth, leaf = depth + 1, leaf[0]
+        if depth > MAX_RANK:
+            raise InvalidArgumentError(_too_deep(where)) from None
         raise InvalidArgumentError(
             f"{where}: ragged nested lists (every list at one level must have the same length)"
         ) from None
@@ -515,15 +568,17 @@ def _contains_b64(value: Any) -> bool:
 
 def _strings(where: str, data: Any) -> Array:
     flat: list[bytes] = []
-    shape = _walk_strings(where, data, flat)
+    shape = _walk_strings(where, data, flat, 0)
     out = np.empty(len(flat), dtype=object)
     out[:] = flat
     return out.reshape(shape)
 
 
-def _walk_strings(where: str, value: Any, flat: list[bytes]) -> tuple[int, ...]:
+def _walk_strings(where: str, value: Any, flat: list[bytes], depth: int) -> tuple[int, ...]:
     if isinstance(value, list):
-        shapes = [_walk_strings(where, v, flat) for v in value]
+        if depth == MAX_RANK:  # a list at this depth would be one dimension too many
+            raise InvalidArgumentError(_too_deep(where))
+        shapes = [_walk_strings(where, v, flat, depth + 1) for v in value]
         if any(s != shapes[0] for s in shapes[1:]):
             raise InvalidArgumentError(
                 f"{where}: ragged nested lists (every list at one level must have the same length)"
@@ -628,7 +683,7 @@ def from_binary(
     Relu, +1.5 ms a MatMul, measured in one noisy run), where this pays one. Strings are a
     4-byte little-endian length and the bytes, per element. ``what`` names the bytes in errors (HTTP's
     binary_data_size, gRPC's raw_input_contents[i])."""
-    count = math.prod(shape)
+    count = shape_count(where, shape, dtype)
     if dtype.kind == "O":
         return _binary_strings(where, buf, shape, count, what)
     expected = count * dtype.itemsize
@@ -680,7 +735,7 @@ def _binary_strings(where: str, buf: memoryview, shape: tuple[int, ...], count: 
 def from_values(where: str, values: Sequence[Any], dtype: Dtype, shape: tuple[int, ...]) -> Array:
     """A protobuf repeated field of values (numbers, bools or bytes) as an array of ``dtype`` and ``shape``;
     integers out of the dtype's range are refused, naming the value (a field of int32 carries int8s)."""
-    count = math.prod(shape)
+    count = shape_count(where, shape, dtype)
     if len(values) != count:
         raise InvalidArgumentError(
             f"{where}: shape {list(shape)} needs {count} values but the contents hold {len(values)}"
@@ -703,6 +758,35 @@ def from_values(where: str, values: Sequence[Any], dtype: Dtype, shape: tuple[in
 
 
 # --- TensorProtos (TF Serving's gRPC API, the native protobuf endpoint) -----------------------------------
+
+
+def _proto_dtypes() -> dict[int, Dtype]:
+    out: dict[int, Dtype] = {}
+    for code in types_pb2.DataType.values():
+        try:
+            out[code] = dtypes.as_numpy_dtype(dtypes.base_dtype(code))
+        except OpError:
+            continue
+    return out
+
+
+# a TensorProto's dtype (references too) as numpy's, for the checks before it is decoded
+_PROTO_DTYPES = _proto_dtypes()
+
+
+def check_tensor_protos(tensors: Sequence[tuple[str, tensor_pb2.TensorProto]]) -> None:
+    """Refuses a request's TensorProtos (``where`` and the proto of each) before any is decoded: a shape
+    no array can have (``shape_count``). What ``to_ndarray`` itself refuses (an unknown rank, a negative
+    dimension, a dtype it cannot read) is left to it."""
+    for where, proto in tensors:
+        dtype = _PROTO_DTYPES.get(proto.dtype)
+        dims = proto.tensor_shape
+        if dtype is None or dims.unknown_rank:
+            continue
+        shape = tuple([d.size for d in dims.dim])
+        if shape and min(shape) < 0:
+            continue
+        shape_count(where, shape, dtype)
 
 
 def from_tensor_proto(where: str, proto: tensor_pb2.TensorProto, code: int = 0) -> Array:

@@ -22,7 +22,7 @@ from poolserve.proto import config_pb2, serving_pb2
 from poolserve.runtime import dtypes
 from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.signature import TensorSpec
-from poolserve.runtime.tensor import from_ndarray, to_ndarray
+from poolserve.runtime.tensor import from_ndarray
 from poolserve.runtime.types import Array
 from poolserve.server import codec
 from poolserve.server.adapter import Adapter, Encoded, route
@@ -148,10 +148,10 @@ def decode_protobuf(body: bytes, entry: ModelEntry, version: int | None) -> Infe
         raise InvalidArgumentError(f"The body is not a valid RunRequest: {e}") from None
     if msg.trace not in ("", *_TRACE_MODES):
         raise InvalidArgumentError(f"trace must be one of {', '.join(_TRACE_MODES)}, got {msg.trace!r}")
-    feeds = {}
-    for name, proto in msg.feeds.items():
-        entry.input_spec(name)
-        feeds[name] = to_ndarray(proto, f"input '{name}'")
+    for name in msg.feeds:
+        entry.input_spec(name)  # a name the model does not have, before any tensor
+    codec.check_tensor_protos([(f"input '{name}'", proto) for name, proto in msg.feeds.items()])
+    feeds = {name: codec.from_tensor_proto(f"input '{name}'", proto) for name, proto in msg.feeds.items()}
     return InferRequest(
         model=entry.name,
         version=version,

@@ -39,6 +39,7 @@ from poolserve.runtime.errors import (
 from poolserve.runtime.fetches import is_op_name
 from poolserve.runtime.session import Session
 from poolserve.runtime.tensor import fill_tensor_proto, to_ndarray
+from poolserve.server import codec
 from poolserve.server.routes import Route
 from poolserve.server.service import InferenceService
 
@@ -204,6 +205,7 @@ def _answer(message: Message) -> Response:
 
 
 def _feeds(request: serving_pb2.RunStepRequest) -> dict[str, Any]:
+    codec.check_tensor_protos([(f.name, f.tensor) for f in request.feed])
     feeds: dict[str, Any] = {}
     for f in request.feed:
         if f.name in feeds:

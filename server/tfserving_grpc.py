@@ -95,6 +95,7 @@ class PredictAdapter(GrpcAdapter[predict_pb2.PredictRequest, str, predict_pb2.Pr
         if not message.inputs:
             raise InvalidArgumentError("PredictRequest.inputs is empty: no inputs found in the request")
         inputs: dict[str, Array] = {}
+        codec.check_tensor_protos([(f"input '{name}'", proto) for name, proto in message.inputs.items()])
         for name, proto in message.inputs.items():
             spec = entry.input_spec(name)  # InvalidArgumentError listing the inputs
             inputs[name] = codec.from_tensor_proto(f"input '{name}'", proto, spec.dtype)

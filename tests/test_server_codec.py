@@ -17,7 +17,7 @@ import orjson
 import pytest
 from fastapi import FastAPI
 
-from poolserve.proto import types_pb2
+from poolserve.proto import tensor_pb2, types_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 from poolserve.runtime.signature import TensorSpec
@@ -95,6 +95,83 @@ def test_from_json_with_a_shape() -> None:
     assert arr.shape == (2, 3)
     with pytest.raises(InvalidArgumentError, match=r"shape \[4\] needs 4 values but the data holds 6"):
         codec.from_json("input 'x'", [[1, 2, 3], [4, 5, 6]], np.dtype(np.float32), (4,))
+
+
+# --- shapes no array can have ---------------------------------------------------------------------------
+
+TOO_MANY_DIMS = (1,) * (codec.MAX_RANK + 1)
+
+
+def tensor_proto(dims: tuple[int, ...], dtype: int = types_pb2.DT_FLOAT) -> tensor_pb2.TensorProto:
+    proto = tensor_pb2.TensorProto(dtype=dtype)  # type: ignore[arg-type]
+    for size in dims:
+        proto.tensor_shape.dim.add(size=size)
+    return proto
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ((2**62,), r"shape \[4611686018427387904\] is impossible: no array of float32 has that many"),
+        ((2**62, 2**62), r"shape \[4611686018427387904, 4611686018427387904\] is impossible"),
+        # a 0 makes no elements, but numpy still refuses dimensions whose product overflows
+        ((2**32, 2**32, 0), r"shape \[4294967296, 4294967296, 0\] is impossible"),
+        (TOO_MANY_DIMS, rf"shape \[1, 1, 1, 1, \.\.\.\] has {len(TOO_MANY_DIMS)} dimensions; an array has"),
+    ],
+)
+def test_a_shape_no_array_can_have_is_refused_naming_the_input_on_every_path(
+    shape: tuple[int, ...], message: str
+) -> None:
+    """numpy's ValueError for such a shape was a 500: every place a client's shape meets numpy refuses it
+    first (JSON data, binary data, typed values, TensorProtos), whatever the data."""
+    f32 = np.dtype(np.float32)
+    decodes = [
+        lambda: codec.from_json("input 'x'", [], f32, shape),
+        lambda: codec.from_json("input 'x'", [1.0], f32, shape),
+        lambda: codec.from_binary("input 'x'", memoryview(b""), f32, shape),
+        lambda: codec.from_values("input 'x'", [], f32, shape),
+        lambda: codec.check_tensor_protos([("input 'x'", tensor_proto(shape))]),
+    ]
+    for decode in decodes:
+        with pytest.raises(InvalidArgumentError, match=f"^input 'x': {message}"):
+            decode()
+    with pytest.raises(
+        InvalidArgumentError, match=r"^input 'x': shape \[.*(impossible: no array of string|dimen)"
+    ):
+        codec.from_binary("input 'x'", memoryview(b""), codec.STRING, shape)
+
+
+def test_the_largest_shapes_numpy_takes_still_decode() -> None:
+    empty = (2**28, 2**28, 0)  # no elements, and the dimensions' product fits in any dtype
+    assert codec.from_json("input 'x'", [], np.dtype(np.float32), empty).shape == empty
+    assert codec.from_binary("input 'x'", memoryview(b""), codec.STRING, empty).shape == empty
+    deepest = (1,) * codec.MAX_RANK
+    assert codec.from_values("input 'x'", [1.0], np.dtype(np.float32), deepest).shape == deepest
+    codec.check_tensor_protos([("input 'x'", tensor_proto(deepest)), ("input 'y'", tensor_proto(empty))])
+
+
+def test_lists_nested_deeper_than_an_array_can_be_are_refused_as_such() -> None:
+    """numbers were "ragged nested lists"; text a ValueError (a 500), or a RecursionError deeper down."""
+    numbers: Any = 1.0
+    text: Any = "a"
+    for _ in range(codec.MAX_RANK):
+        numbers, text = [numbers], [text]
+    assert codec.from_json("input 'x'", numbers, np.dtype(np.float32)).ndim == codec.MAX_RANK
+    assert codec.from_json("input 'x'", text, None).ndim == codec.MAX_RANK
+    too_deep = f"^input 'x': nested lists more than {codec.MAX_RANK} deep; an array has at most"
+    for data, dtype in (
+        ([numbers], np.dtype(np.float32)),
+        ([numbers], None),
+        ([text], codec.STRING),
+        ([text], None),
+    ):
+        with pytest.raises(InvalidArgumentError, match=too_deep):
+            codec.from_json("input 'x'", data, dtype)
+    deeper = text
+    for _ in range(900):
+        deeper = [deeper]
+    with pytest.raises(InvalidArgumentError, match=too_deep):
+        codec.from_json("input 'x'", deeper, codec.STRING)
 
 
 # --- JSON text ------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from poolserve.proto import (
     predict_pb2,
     prediction_service_pb2_grpc,
     regression_pb2,
+    types_pb2,
 )
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
@@ -302,6 +303,29 @@ async def test_a_bytes_count_its_raw_contents_cannot_hold_is_refused_at_once(kse
     )
 
 
+@pytest.mark.parametrize("raw", [True, False])
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ([2**62], "input 'x': shape [4611686018427387904] is impossible: no array of float32"),
+        ([2**32, 2**32, 0], "input 'x': shape [4294967296, 4294967296, 0] is impossible"),
+        ([1] * 65, "input 'x': shape [1, 1, 1, 1, ...] has 65 dimensions; an array has at most"),
+    ],
+)
+async def test_a_shape_no_array_can_have_is_invalid_argument(
+    kserve: Any, raw: bool, shape: list[int], message: str
+) -> None:
+    """In raw_input_contents and in typed contents: numpy's ValueError was INTERNAL."""
+    request = pb.ModelInferRequest(model_name="calc")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=shape)
+    if raw:
+        request.raw_input_contents.append(b"")
+    else:
+        tensor.contents.SetInParent()
+    details = await expect_error(kserve.ModelInfer(request), grpc.StatusCode.INVALID_ARGUMENT)
+    assert details.startswith(message), details
+
+
 async def test_fp16_needs_raw_contents_and_int_range_is_checked(kserve: Any) -> None:
     request = pb.ModelInferRequest(model_name="types")
     request.inputs.add(name="half", datatype="FP16", shape=[2]).contents.fp32_contents.extend([1, 2])
@@ -544,6 +568,29 @@ async def test_bad_predict_requests(tfs: Any, change: str, code: grpc.StatusCode
     elif change == "version":
         request.model_spec.version.value = 4
     assert message in await expect_error(tfs.Predict(request), code)
+
+
+@pytest.mark.parametrize(
+    ("dims", "message"),
+    [
+        (
+            (2**40, 2**40),
+            "input 'x': shape [1099511627776, 1099511627776] is impossible: no array of float32",
+        ),
+        ((2**40, 2**40, 0), "input 'x': shape [1099511627776, 1099511627776, 0] is impossible"),
+        ((1,) * 65, "input 'x': shape [1, 1, 1, 1, ...] has 65 dimensions; an array has at most"),
+    ],
+)
+async def test_predict_refuses_a_tensor_shape_no_array_can_have(
+    tfs: Any, dims: tuple[int, ...], message: str
+) -> None:
+    request = predict_request("calc")
+    tensor = request.inputs["x"]
+    tensor.dtype = types_pb2.DT_FLOAT
+    for size in dims:
+        tensor.tensor_shape.dim.add(size=size)
+    details = await expect_error(tfs.Predict(request), grpc.StatusCode.INVALID_ARGUMENT)
+    assert details.startswith(message), details
 
 
 async def test_model_metadata_and_status(tfs: Any, channel: Any, http: httpx.AsyncClient) -> None:

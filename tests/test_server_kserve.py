@@ -593,6 +593,34 @@ async def test_a_bytes_count_its_binary_data_cannot_hold_is_refused_at_once(clie
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("binary", [False, True])
+@pytest.mark.parametrize(
+    ("datatype", "shape", "message"),
+    [
+        ("FP32", [4611686018427387904], r"shape \[4611686018427387904\] is impossible: no array of float32"),
+        ("BYTES", [4611686018427387904], r"shape \[4611686018427387904\] is impossible: no array of string"),
+        ("FP32", [4294967296, 4294967296, 0], r"shape \[4294967296, 4294967296, 0\] is impossible"),
+        ("BYTES", [4294967296, 4294967296, 0], r"shape \[4294967296, 4294967296, 0\] is impossible"),
+        ("FP32", [1] * 65, r"shape \[1, 1, 1, 1, \.\.\.\] has 65 dimensions; an array has at most"),
+    ],
+)
+async def test_a_shape_no_array_can_have_is_a_400_naming_the_input(client, binary, datatype, shape, message):
+    """numpy's ValueError for these shapes was a 500, in JSON and in binary."""
+    item = {"name": "x", "shape": shape, "datatype": datatype}
+    if binary:
+        header = json.dumps({"inputs": [{**item, "parameters": {"binary_data_size": 0}}]}).encode()
+        r = await client.post(
+            "/v2/models/calc/infer",
+            content=header,
+            headers={"Inference-Header-Content-Length": str(len(header))},
+        )
+    else:
+        r = await client.post("/v2/models/calc/infer", json={"inputs": [{**item, "data": []}]})
+    assert r.status_code == 400, r.text
+    assert re.match(f"input 'x': {message}", r.json()["error"]), r.text
+
+
+@pytest.mark.anyio
 async def test_raw_request_needs_one_input(client):
     r = await client.post(
         "/v2/models/types/infer", content=b"\0" * 4, headers={"Inference-Header-Content-Length": "0"}

@@ -17,7 +17,7 @@ import pytest
 from fastapi import FastAPI
 from support import asgi_scope
 
-from poolserve.proto import serving_pb2
+from poolserve.proto import serving_pb2, types_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
 from poolserve.server.app import create_app
@@ -296,6 +296,42 @@ async def test_run_protobuf_round_trip(client: httpx.AsyncClient) -> None:
         "/v1/models/add:run", content=b"\xff\xff\xff", headers={"content-type": "application/x-protobuf"}
     )
     assert "not a valid RunRequest" in error_of(bad, 400)
+
+
+def run_request(dims: tuple[int, ...], **values: Any) -> bytes:
+    """A RunRequest feeding x a float TensorProto of ``dims`` (and ``values`` as its fields, if any)."""
+    request = serving_pb2.RunRequest()
+    tensor = request.feeds["x"]
+    tensor.dtype = types_pb2.DT_FLOAT
+    for size in dims:
+        tensor.tensor_shape.dim.add(size=size)
+    for field, given in values.items():
+        getattr(tensor, field).extend(given)
+    return request.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("dims", "message"),
+    [
+        (
+            (2**40, 2**40),
+            "input 'x': shape [1099511627776, 1099511627776] is impossible: no array of float32",
+        ),
+        ((2**40, 2**40, 0), "input 'x': shape [1099511627776, 1099511627776, 0] is impossible"),
+        ((1,) * 65, "input 'x': shape [1, 1, 1, 1, ...] has 65 dimensions; an array has at most"),
+    ],
+)
+async def test_run_refuses_a_shape_no_array_can_have(
+    client: httpx.AsyncClient, dims: tuple[int, ...], message: str
+) -> None:
+    """In a protobuf body (numpy's "array is too big" from to_ndarray was a 500) and in JSON."""
+    r = await client.post(
+        "/v1/models/add:run", content=run_request(dims), headers={"content-type": "application/x-protobuf"}
+    )
+    assert error_of(r, 400).startswith(message)
+    feed = {"dtype": "float32", "shape": list(dims), "data": []}
+    r = await client.post("/v1/models/add:run", json={"feeds": {"x": feed}})
+    assert error_of(r, 400).startswith(message)
 
 
 async def test_json_request_with_protobuf_accept(client: httpx.AsyncClient) -> None:

@@ -131,6 +131,13 @@ async def error_of(client, path: str, body, status: int = 400) -> str:
     return r.json()["error"]
 
 
+def nested(value, depth: int):
+    """``value`` in ``depth`` lists."""
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def b64(data: bytes) -> dict[str, str]:
     return {"b64": base64.b64encode(data).decode()}
 
@@ -347,6 +354,8 @@ async def test_unknown_model_is_404(client):
         ({"inputs": [[None] * 64]}, "expected numbers for dtype float32"),
         ({"instances": [[b64(b"x")] * 64]}, "base64 is for string inputs"),
         ({"instances": [[0.0] * 63]}, "Cannot feed value of shape \\(1, 63\\)"),
+        ({"instances": nested([0.0], 65)}, "input 'input': nested lists more than 64 deep"),
+        ({"inputs": nested([0.0], 65)}, "input 'input': nested lists more than 64 deep"),
     ],
 )
 async def test_request_errors(client, body, match):
@@ -380,6 +389,14 @@ async def test_request_errors(client, body, match):
         ),
         ({"inputs": {"a": [[1, 2]], "n": [1], "text": [{"b64": "!!"}]}}, "invalid base64"),
         ({"inputs": {"a": [[1, 2]], "n": [1], "text": [["x"], "y"]}}, "ragged nested lists"),
+        (  # numpy refused the text's shape with a ValueError: a 500
+            {"inputs": {"a": [[1, 2]], "n": [1], "text": nested(["x"], 65)}},
+            "input 'text': nested lists more than 64 deep; an array has at most 64 dimensions",
+        ),
+        (
+            {"instances": [{"a": [1, 2], "n": 1, "text": nested("x", 65)}]},
+            "input 'text': nested lists more than 64 deep",
+        ),
         ({"inputs": {"a": [[1, 2]], "n": [1]}}, "must feed a value for placeholder tensor 'text'"),
     ],
 )
