@@ -774,19 +774,64 @@ def _proto_dtypes() -> dict[int, Dtype]:
 _PROTO_DTYPES = _proto_dtypes()
 
 
-def check_tensor_protos(tensors: Sequence[tuple[str, tensor_pb2.TensorProto]]) -> None:
+# the repeated fields a TensorProto's values may come in (float_val, int_val, string_val, ...)
+_VALUE_FIELDS = tuple(f.name for f in tensor_pb2.TensorProto.DESCRIPTOR.fields if f.name.endswith("_val"))
+
+
+def check_tensor_protos(tensors: Sequence[tuple[str, tensor_pb2.TensorProto]], fill_limit: int) -> None:
     """Refuses a request's TensorProtos (``where`` and the proto of each) before any is decoded: a shape
-    no array can have (``shape_count``). What ``to_ndarray`` itself refuses (an unknown rank, a negative
-    dimension, a dtype it cannot read) is left to it."""
+    no array can have (``shape_count``), and tensors filled from fewer values than their shape holds
+    past ``fill_limit`` bytes in all (the server's max_request_bytes). TensorFlow fills such a tensor
+    with its last value, or zeros (FromProto; ``to_ndarray`` does the same): a 25-byte body declaring
+    [524288, 64] floats and no value was 128 MiB. What ``to_ndarray`` itself refuses (an unknown rank, a
+    negative dimension, a dtype it cannot read) is left to it.
+
+    Only a request whose tensors declare more than ``fill_limit`` bytes in all has its values counted:
+    below it nothing can expand past the limit, and a tensor in ``tensor_content`` is as many bytes in
+    the body as it declares, which max_request_bytes bounds already."""
+    declared = 0
     for where, proto in tensors:
-        dtype = _PROTO_DTYPES.get(proto.dtype)
-        dims = proto.tensor_shape
-        if dtype is None or dims.unknown_rank:
+        read = _shape_of_proto(proto)
+        if read is not None:
+            dtype, shape = read
+            declared += shape_count(where, shape, dtype) * dtype.itemsize
+    if declared > fill_limit:
+        _check_fills(tensors, fill_limit)
+
+
+def _shape_of_proto(proto: tensor_pb2.TensorProto) -> tuple[Dtype, tuple[int, ...]] | None:
+    """A TensorProto's numpy dtype and shape; None when ``to_ndarray`` refuses them itself."""
+    dtype = _PROTO_DTYPES.get(proto.dtype)
+    dims = proto.tensor_shape
+    if dtype is None or dims.unknown_rank:
+        return None
+    shape = tuple([d.size for d in dims.dim])
+    if shape and min(shape) < 0:
+        return None
+    return dtype, shape
+
+
+def _check_fills(tensors: Sequence[tuple[str, tensor_pb2.TensorProto]], limit: int) -> None:
+    filled = 0
+    for where, proto in tensors:
+        read = _shape_of_proto(proto)
+        if read is None:
             continue
-        shape = tuple([d.size for d in dims.dim])
-        if shape and min(shape) < 0:
+        dtype, shape = read
+        count = math.prod(shape)
+        # values in any field count: ones in a field the dtype does not read are in the body all the same
+        given = sum(len(getattr(proto, name)) for name in _VALUE_FIELDS)
+        if given >= count or proto.tensor_content:  # no fill: its values are the body's bytes
             continue
-        shape_count(where, shape, dtype)
+        nbytes = count * dtype.itemsize
+        filled += nbytes
+        if filled > limit:
+            raise InvalidArgumentError(
+                f"{where}: shape {list(shape)} filled from {given} of its {count} values would take "
+                f"{nbytes} bytes of {dtype_name(dtype)}, past max_request_bytes ({limit}), what a "
+                "request's tensors filled from fewer values than their shape holds may take in all; "
+                "send every value (tensor_content)"
+            )
 
 
 def from_tensor_proto(where: str, proto: tensor_pb2.TensorProto, code: int = 0) -> Array:

@@ -130,7 +130,7 @@ def test_a_shape_no_array_can_have_is_refused_naming_the_input_on_every_path(
         lambda: codec.from_json("input 'x'", [1.0], f32, shape),
         lambda: codec.from_binary("input 'x'", memoryview(b""), f32, shape),
         lambda: codec.from_values("input 'x'", [], f32, shape),
-        lambda: codec.check_tensor_protos([("input 'x'", tensor_proto(shape))]),
+        lambda: codec.check_tensor_protos([("input 'x'", tensor_proto(shape))], 1 << 20),
     ]
     for decode in decodes:
         with pytest.raises(InvalidArgumentError, match=f"^input 'x': {message}"):
@@ -147,7 +147,42 @@ def test_the_largest_shapes_numpy_takes_still_decode() -> None:
     assert codec.from_binary("input 'x'", memoryview(b""), codec.STRING, empty).shape == empty
     deepest = (1,) * codec.MAX_RANK
     assert codec.from_values("input 'x'", [1.0], np.dtype(np.float32), deepest).shape == deepest
-    codec.check_tensor_protos([("input 'x'", tensor_proto(deepest)), ("input 'y'", tensor_proto(empty))])
+    codec.check_tensor_protos([("input 'x'", tensor_proto(deepest)), ("input 'y'", tensor_proto(empty))], 64)
+
+
+def test_tensor_protos_filled_from_fewer_values_take_at_most_the_limit_in_all() -> None:
+    """TensorFlow fills a tensor given fewer values than its shape holds (the last value repeated, or
+    zeros): what that expands to in one request is bounded, the values a body carries are not."""
+    limit = 1000  # bytes
+    floats = tensor_proto((100, 10))  # 4000 bytes of float32 once filled
+
+    def check(*protos: tensor_pb2.TensorProto) -> None:
+        codec.check_tensor_protos([(f"input '{i}'", p) for i, p in enumerate(protos)], limit)
+
+    past = (
+        "^input '{}': shape \\[100, 10\\] filled from {} of its 1000 values would take 4000 bytes of float32, "
+        "past max_request_bytes \\(1000\\), what a request's tensors filled from fewer values than their "
+        "shape holds may take in all; send every value"
+    )
+    with pytest.raises(InvalidArgumentError, match=past.format(0, 0)):
+        check(floats)  # zeros
+    padded = tensor_proto((100, 10))
+    padded.float_val.extend([1.5, 2.5])  # the last value repeated
+    with pytest.raises(InvalidArgumentError, match=past.format(1, 2)):
+        check(tensor_proto((0,)), padded)
+    # every value given, in its field or in tensor_content: they are the body's bytes
+    full = tensor_proto((100, 10))
+    full.float_val.extend([0.0] * 1000)
+    content = tensor_proto((100, 10))
+    content.tensor_content = bytes(4000)
+    misplaced = tensor_proto((100, 10))
+    misplaced.int_val.extend([0] * 1000)  # to_ndarray reads float_val: zeros, as many as the body carries
+    check(full, content, misplaced)
+    # within the limit a tensor is filled as TensorFlow fills it, in all: 2 x 400 bytes, then 3 x 400
+    small = tensor_proto((10, 10))
+    check(small, small, content)
+    with pytest.raises(InvalidArgumentError, match=r"^input '2': shape \[10, 10\] filled from 0 of its 100"):
+        check(small, small, small)
 
 
 def test_lists_nested_deeper_than_an_array_can_be_are_refused_as_such() -> None:

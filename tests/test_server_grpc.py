@@ -593,6 +593,25 @@ async def test_predict_refuses_a_tensor_shape_no_array_can_have(
     assert details.startswith(message), details
 
 
+async def test_predict_bounds_what_a_tensor_filled_from_fewer_values_expands_to(tfs: Any) -> None:
+    """A few bytes declaring [6000000, 3] floats and one value: 72 MB once filled, past the server's
+    max_request_bytes (64 MiB); a smaller one is filled, as TF Serving fills it."""
+    request = predict_request("calc")
+    tensor = request.inputs["x"]
+    tensor.dtype = types_pb2.DT_FLOAT
+    tensor.tensor_shape.dim.add(size=2)
+    tensor.tensor_shape.dim.add(size=3)
+    tensor.float_val.append(1.0)
+    response = await tfs.Predict(request)
+    np.testing.assert_array_equal(to_ndarray(response.outputs["y"]), np.full((2, 3), 4.0, np.float32))
+    tensor.tensor_shape.dim[0].size = 6000000
+    details = await expect_error(tfs.Predict(request), grpc.StatusCode.INVALID_ARGUMENT)
+    assert details.startswith(
+        "input 'x': shape [6000000, 3] filled from 1 of its 18000000 values would take 72000000 bytes of "
+        "float32, past max_request_bytes (67108864)"
+    ), details
+
+
 async def test_model_metadata_and_status(tfs: Any, channel: Any, http: httpx.AsyncClient) -> None:
     request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
     request.model_spec.name = "calc"

@@ -334,6 +334,30 @@ async def test_run_refuses_a_shape_no_array_can_have(
     assert error_of(r, 400).startswith(message)
 
 
+async def test_run_bounds_what_a_protobuf_feed_filled_from_fewer_values_expands_to(
+    models: list[dict[str, Any]],
+) -> None:
+    """TensorFlow fills a TensorProto given fewer values than its shape holds (zeros, or the last value
+    repeated), and so does the server, up to max_request_bytes: a 25-byte body declaring [524288, 64]
+    floats was a 128 MiB input with no bound."""
+    app = make_app(models, server={"max_request_bytes": 1 << 20})
+    protobuf = {"content-type": "application/x-protobuf"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        r = await c.post("/v1/models/add:run", content=run_request((2, 3), float_val=[1.5]), headers=protobuf)
+        assert r.status_code == 200, r.text
+        out = to_ndarray(serving_pb2.RunResponse.FromString(r.content).outputs["out"])
+        np.testing.assert_array_equal(out, np.full((2, 3), 4.0, np.float32))
+        body = run_request((100000, 3))
+        assert len(body) < 30
+        r = await c.post("/v1/models/add:run", content=body, headers=protobuf)
+        assert error_of(r, 400) == (
+            "input 'x': shape [100000, 3] filled from 0 of its 300000 values would take 1200000 bytes of "
+            "float32, past max_request_bytes (1048576), what a request's tensors filled from fewer values "
+            "than their shape holds may take in all; send every value (tensor_content)"
+        )
+    runtime_of(app).close()
+
+
 async def test_json_request_with_protobuf_accept(client: httpx.AsyncClient) -> None:
     r = await client.post(
         "/v1/models/add:run", json={"feeds": {"x": [[0, 0, 0]]}}, headers={"accept": "application/x-protobuf"}
