@@ -167,8 +167,17 @@ def parse_version(raw: str | None) -> int | None:
 # --- JSON text ------------------------------------------------------------------------------------------
 
 
-def loads(body: bytes | memoryview) -> Any:
-    """A JSON text; ``NaN``/``Infinity`` and the rest of Python's reading through the standard library."""
+def loads(body: bytes | memoryview, max_depth: int | None = None) -> Any:
+    """A JSON text; ``NaN``/``Infinity`` and the rest of Python's reading through the standard library.
+    ``max_depth``: refused when nested deeper (``SETTINGS_DEPTH``, for a request of settings, whose
+    values an error message may print: Python's repr recurses)."""
+    value = _loads(body)
+    if max_depth is not None and _deeper_than(value, max_depth):
+        raise nested_too_deeply(max_depth)
+    return value
+
+
+def _loads(body: bytes | memoryview) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as e:
@@ -177,6 +186,35 @@ def loads(body: bytes | memoryview) -> Any:
         return json.loads(bytes(body))
     except (ValueError, UnicodeDecodeError):
         raise InvalidArgumentError(f"malformed JSON: {first}") from None
+    except RecursionError:  # past orjson's 1024 levels, json recurses past Python's limit
+        raise nested_too_deeply() from None
+
+
+# a request of settings (the pool toggle, the repository calls) nests 2 or 3 levels
+SETTINGS_DEPTH = 32
+
+
+def nested_too_deeply(limit: int | None = None) -> InvalidArgumentError:
+    """The error for JSON nested deeper than the server reads: past orjson's 1024 levels, past Python's
+    recursion limit in code that walks or prints the values (``server.adapter`` answers a decode's
+    RecursionError with it), or past a ``limit`` of ``loads``."""
+    within = f" (at most {limit} levels)" if limit is not None else ""
+    return InvalidArgumentError(f"malformed JSON: nested too deeply{within}")
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and objects nest in ``value`` deeper than ``limit``; level by level, no recursion."""
+    level = [value] if isinstance(value, (list, dict)) else []
+    for _ in range(limit):
+        level = [
+            item
+            for v in level
+            for item in (v.values() if isinstance(v, dict) else v)
+            if isinstance(item, (list, dict))
+        ]
+        if not level:
+            return False
+    return bool(level)
 
 
 def loads_tensors(body: bytes | memoryview) -> Any:
@@ -365,14 +403,21 @@ def _lengths(arr: Any, shape: list[int], level: int) -> bool:
 
 
 def _brackets(value: Any) -> int:
-    """The ``[`` a Python JSON value's text holds: its lists, and those in its strings and keys."""
-    if isinstance(value, list):
-        return 1 + sum(_brackets(v) for v in value)
-    if isinstance(value, str):
-        return value.count("[")
-    if isinstance(value, dict):
-        return sum(k.count("[") + _brackets(v) for k, v in value.items())
-    return 0
+    """The ``[`` a Python JSON value's text holds: its lists, and those in its strings and keys. With a
+    stack, not recursion: simdjson reads 1024 levels, past Python's recursion limit."""
+    count = 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, list):
+            count += 1
+            stack += v
+        elif isinstance(v, str):
+            count += v.count("[")
+        elif isinstance(v, dict):
+            count += sum(k.count("[") for k in v)
+            stack += v.values()
+    return count
 
 
 def dumps(value: Any) -> bytes:

@@ -508,7 +508,7 @@ def router(service: InferenceService) -> APIRouter:
 
     async def _body(request: Request) -> dict[str, Any]:
         raw = await request.body()
-        body = _object("the request body", codec.loads(raw)) if raw.strip() else {}
+        body = _object("the request body", codec.loads(raw, codec.SETTINGS_DEPTH)) if raw.strip() else {}
         params = _object("'parameters'", body.get("parameters"))
         unsupported = sorted(k for k in params if k == "config" or k.startswith("file:"))
         if unsupported:

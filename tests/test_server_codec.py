@@ -441,6 +441,43 @@ def test_loads_tensors_refuses_malformed_text_as_loads_does() -> None:
         codec.loads_tensors(b'{"x": [' + b"1.5," * BIG + b"]")
 
 
+def deep(depth: int, leaf: bytes = b"1") -> bytes:
+    """JSON text: ``leaf`` in ``depth`` lists."""
+    return b"[" * depth + leaf + b"]" * depth
+
+
+def test_json_nested_too_deeply_is_refused_as_such() -> None:
+    """orjson stops at 1024 levels and Python's json, its fallback, raised RecursionError past Python's
+    recursion limit: it escaped loads (a 500)."""
+    for depth in (1100, 100_000):
+        for read in (codec.loads, codec.loads_tensors):
+            with pytest.raises(InvalidArgumentError, match=r"^malformed JSON: nested too deeply$"):
+                read(b'{"inputs": ' + deep(depth) + b"}")
+    settings = b'{"enabled": ' + deep(codec.SETTINGS_DEPTH - 1) + b"}"
+    assert codec.loads(settings, codec.SETTINGS_DEPTH)["enabled"]
+    too_deep = rf"^malformed JSON: nested too deeply \(at most {codec.SETTINGS_DEPTH} levels\)$"
+    for body in (
+        b'{"enabled": ' + deep(codec.SETTINGS_DEPTH) + b"}",
+        deep(1000),
+        b"[" + deep(1000, b"[]") + b"]",
+    ):
+        with pytest.raises(InvalidArgumentError, match=too_deep):
+            codec.loads(body, codec.SETTINGS_DEPTH)
+
+
+@pytest.mark.usefixtures("any_size")
+def test_loads_tensors_counts_the_lists_of_a_deep_value_without_recursion() -> None:
+    """A value within simdjson's 1024 levels beside an array of numbers: its lists are counted with a
+    stack (recursion went past Python's limit, a RecursionError)."""
+    body = b'{"x": [' + b"1.5," * BIG + b'1.5], "deep": ' + deep(1000) + b"}"
+    got = codec.loads_tensors(body)
+    assert isinstance(got["x"], np.ndarray) and got["x"].shape == (BIG + 1,)
+    depth, value = 0, got["deep"]
+    while isinstance(value, list):
+        depth, value = depth + 1, value[0]
+    assert (depth, value) == (1000, 1)
+
+
 # --- the same mistake through every protocol -------------------------------------------------------------
 
 

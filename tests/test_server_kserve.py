@@ -620,6 +620,32 @@ async def test_a_shape_no_array_can_have_is_a_400_naming_the_input(client, binar
     assert re.match(f"input 'x': {message}", r.json()["error"]), r.text
 
 
+def deep(depth: int) -> bytes:
+    return b"[" * depth + b"1" + b"]" * depth
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        # past orjson's 1024 levels: Python's json, its fallback, raised RecursionError
+        ("/v2/models/calc/infer", b'{"inputs":' + deep(1100) + b"}"),
+        ("/v2/models/calc/infer", b'{"inputs":' + deep(100_000) + b"}"),
+        # within them: the error naming the value printed it, and repr recursed past Python's limit
+        ("/v2/models/calc/infer", b'{"inputs":[{"name":"x","shape":' + deep(1000) + b',"datatype":"FP32"}]}'),
+        ("/v2/models/calc/infer", b'{"id":' + deep(1000) + b',"inputs":[]}'),
+        ("/v2/repository/index", deep(1100)),
+        ("/v2/repository/index", b'{"ready":' + deep(1000) + b"}"),
+        ("/v2/repository/models/calc/load", b'{"parameters":{"x":' + deep(100) + b"}}"),
+        ("/v2/repository/models/calc/unload", deep(100_000)),
+    ],
+)
+async def test_json_nested_too_deeply_is_a_400(client, path, body):
+    r = await client.post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"].startswith("malformed JSON: nested too deeply"), r.text
+
+
 @pytest.mark.anyio
 async def test_raw_request_needs_one_input(client):
     r = await client.post(

@@ -219,6 +219,34 @@ async def test_run_bad_requests(client: httpx.AsyncClient, body: bytes, status: 
     assert fragment in error_of(r, status)
 
 
+def deep(depth: int) -> bytes:
+    return b"[" * depth + b"1" + b"]" * depth
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # past orjson's 1024 levels: Python's json, its fallback, raised RecursionError
+        b'{"feeds":{"x":' + deep(1100) + b"}}",
+        b'{"feeds":{"x":' + deep(100_000) + b"}}",
+        # within them: an error's repr of the value, protobuf's JSON reader, recursed past Python's limit
+        b'{"feeds":{"x":{"dtype":"float32","shape":' + deep(1000) + b',"data":[]}}}',
+        b'{"feeds":{"x":[[1,2,3]]},"trace":' + deep(1000) + b"}",
+        b'{"feeds":{"x":[[1,2,3]]},"run_options":{"debugOptions":' + deep(1000) + b"}}",
+    ],
+)
+async def test_run_json_nested_too_deeply_is_a_400(client: httpx.AsyncClient, body: bytes) -> None:
+    r = await client.post("/v1/models/add:run", content=body, headers={"content-type": "application/json"})
+    assert error_of(r, 400) == "malformed JSON: nested too deeply"
+
+
+async def test_pool_toggle_refuses_json_nested_too_deeply(client: httpx.AsyncClient) -> None:
+    auth = {"Authorization": "Bearer sesame", "content-type": "application/json"}
+    for body in (deep(1100), deep(100_000), b'{"enabled":' + deep(1000) + b"}"):
+        r = await client.put("/v1/runtime/run_handler_pool", content=body, headers=auth)
+        assert error_of(r, 400).startswith("malformed JSON: nested too deeply")
+
+
 async def test_run_integer_feeds_refuse_lossy_values(client: httpx.AsyncClient) -> None:
     r = await client.post("/v1/models/slow:run", json={"feeds": {"dims": [1.5, 2]}})
     assert "expected integers for dtype int32" in error_of(r, 400)

@@ -419,6 +419,25 @@ async def test_malformed_json(client):
     assert message.startswith("malformed JSON")
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        # past orjson's 1024 levels: Python's json, its fallback, raised RecursionError
+        (b'{"instances":' + b"[" * 1100 + b"]" * 1100 + b"}", "malformed JSON: nested too deeply"),
+        (b'{"inputs":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "malformed JSON: nested too deeply"),
+        # within them: the row format's error path measured each instance's shape recursively
+        (
+            b'{"instances":' + b"[" * 1000 + b"1" + b"]" * 1000 + b"}",
+            "input 'input': nested lists more than 64 deep",
+        ),
+        (b'{"signature_name":' + b"[" * 1000 + b"]" * 1000 + b"}", "'signature_name' must be a string"),
+    ],
+)
+async def test_json_nested_too_deeply_is_a_400(client, body, message):
+    assert (await error_of(client, "/v1/models/mlp:predict", body)).startswith(message)
+
+
 # --- status and metadata ---------------------------------------------------------------------------------
 
 
