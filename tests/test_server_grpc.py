@@ -35,7 +35,7 @@ from poolserve.proto import (
 )
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
-from poolserve.server import grpc_raw
+from poolserve.server import codec, grpc_raw
 from poolserve.server.app import create_app
 from poolserve.server.config import load_config
 from poolserve.server.grpc_server import GrpcServer
@@ -324,6 +324,37 @@ async def test_a_shape_no_array_can_have_is_invalid_argument(
         tensor.contents.SetInParent()
     details = await expect_error(kserve.ModelInfer(request), grpc.StatusCode.INVALID_ARGUMENT)
     assert details.startswith(message), details
+
+
+async def test_raw_bytes_elements_are_decoded_off_the_event_loop(
+    kserve: Any, app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """raw_input_contents cost no parsing, but BYTES elements are read one by one in Python: with other
+    requests in flight, many of them leave the loop."""
+    offloaded: list[str] = []
+    to_thread = codec.in_codec_thread
+
+    async def counting(fn: Any, *args: Any) -> Any:
+        offloaded.append(f"{type(fn.__self__).__name__}.{fn.__name__}")
+        return await to_thread(fn, *args)
+
+    monkeypatch.setattr(codec, "in_codec_thread", counting)
+    texts = pb.ModelInferRequest(model_name="types")
+    texts.inputs.add(name="text", datatype="BYTES", shape=[4096])
+    texts.raw_input_contents.append(b"\x0c\0\0\0twelve bytes" * 4096)  # 64 KiB
+    texts.outputs.add(name="text_out")
+    service = service_of(app)
+    service.in_flight += 1  # as if another request were in flight
+    try:
+        for request, offload in (
+            (texts, True),
+            (raw_request("calc", x=np.zeros((5461, 3), np.float32)), False),
+        ):
+            offloaded.clear()
+            await kserve.ModelInfer(request)
+            assert ("ModelInferAdapter.decode" in offloaded) == offload, offloaded
+    finally:
+        service.in_flight -= 1
 
 
 async def test_fp16_needs_raw_contents_and_int_range_is_checked(kserve: Any) -> None:
