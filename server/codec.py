@@ -463,12 +463,9 @@ def shape_count(where: str, shape: tuple[int, ...], dtype: Dtype) -> int:
     naming ``where`` and the shape when no array of ``dtype`` can have it: more than MAX_RANK dimensions,
     or its dimensions other than 0 multiply past numpy's bound (numpy's ValueError was a 500). Every shape
     a client gives comes here before numpy sees it: a product and a few comparisons."""
+    if len(shape) > MAX_RANK:  # before the product: a million dimensions took math.prod a minute
+        raise InvalidArgumentError(_too_many_dimensions(where, shape[:4], len(shape)))
     count = math.prod(shape)
-    if len(shape) > MAX_RANK:
-        raise InvalidArgumentError(
-            f"{where}: shape {_shape_text(shape)} has {len(shape)} dimensions; "
-            f"an array has at most {MAX_RANK}"
-        )
     if (count or math.prod([d for d in shape if d])) * dtype.itemsize > _MAX_NBYTES:
         raise InvalidArgumentError(
             f"{where}: shape {list(shape)} is impossible: no array of {dtype_name(dtype)} has that many "
@@ -477,10 +474,9 @@ def shape_count(where: str, shape: tuple[int, ...], dtype: Dtype) -> int:
     return count
 
 
-def _shape_text(shape: tuple[int, ...]) -> str:
-    if len(shape) <= 8:
-        return str(list(shape))
-    return "[" + ", ".join(map(str, shape[:4])) + ", ...]"
+def _too_many_dimensions(where: str, first: Sequence[int], rank: int) -> str:
+    shown = ", ".join(map(str, first))
+    return f"{where}: shape [{shown}, ...] has {rank} dimensions; an array has at most {MAX_RANK}"
 
 
 def _too_deep(where: str) -> str:
@@ -836,7 +832,7 @@ def check_tensor_protos(tensors: Sequence[tuple[str, tensor_pb2.TensorProto]], f
     the body as it declares, which max_request_bytes bounds already."""
     declared = 0
     for where, proto in tensors:
-        read = _shape_of_proto(proto)
+        read = _shape_of_proto(where, proto)
         if read is not None:
             dtype, shape = read
             declared += shape_count(where, shape, dtype) * dtype.itemsize
@@ -844,13 +840,16 @@ def check_tensor_protos(tensors: Sequence[tuple[str, tensor_pb2.TensorProto]], f
         _check_fills(tensors, fill_limit)
 
 
-def _shape_of_proto(proto: tensor_pb2.TensorProto) -> tuple[Dtype, tuple[int, ...]] | None:
+def _shape_of_proto(where: str, proto: tensor_pb2.TensorProto) -> tuple[Dtype, tuple[int, ...]] | None:
     """A TensorProto's numpy dtype and shape; None when ``to_ndarray`` refuses them itself."""
     dtype = _PROTO_DTYPES.get(proto.dtype)
-    dims = proto.tensor_shape
-    if dtype is None or dims.unknown_rank:
+    shape_proto = proto.tensor_shape
+    if dtype is None or shape_proto.unknown_rank:
         return None
-    shape = tuple([d.size for d in dims.dim])
+    dims = shape_proto.dim
+    if len(dims) > MAX_RANK:  # before reading them all: a dimension is 2 bytes of the body
+        raise InvalidArgumentError(_too_many_dimensions(where, [d.size for d in dims[:4]], len(dims)))
+    shape = tuple([d.size for d in dims])
     if shape and min(shape) < 0:
         return None
     return dtype, shape
@@ -859,7 +858,7 @@ def _shape_of_proto(proto: tensor_pb2.TensorProto) -> tuple[Dtype, tuple[int, ..
 def _check_fills(tensors: Sequence[tuple[str, tensor_pb2.TensorProto]], limit: int) -> None:
     filled = 0
     for where, proto in tensors:
-        read = _shape_of_proto(proto)
+        read = _shape_of_proto(where, proto)
         if read is None:
             continue
         dtype, shape = read

@@ -326,6 +326,25 @@ async def test_a_shape_no_array_can_have_is_invalid_argument(
     assert details.startswith(message), details
 
 
+async def test_a_shape_of_many_dimensions_is_refused_at_once(kserve: Any, tfs: Any) -> None:
+    """300,000 dimensions of 2 (600 KB): their product, a 90,000-digit integer, took math.prod ~5 s
+    holding the GIL, and its text in the error message was past Python's digits limit (INTERNAL)."""
+    dims = [2] * 300_000
+    message = "input 'x': shape [2, 2, 2, 2, ...] has 300000 dimensions; an array has at most"
+    request = pb.ModelInferRequest(model_name="calc")
+    request.inputs.add(name="x", datatype="FP32", shape=dims)
+    request.raw_input_contents.append(b"")
+    predict = predict_request("calc")
+    predict.inputs["x"].dtype = types_pb2.DT_FLOAT
+    for size in dims:
+        predict.inputs["x"].tensor_shape.dim.add(size=size)
+    for call in (kserve.ModelInfer(request), tfs.Predict(predict)):
+        start = time.perf_counter()
+        details = await expect_error(call, grpc.StatusCode.INVALID_ARGUMENT)
+        assert time.perf_counter() - start < 1.5
+        assert details.startswith(message), details[:200]
+
+
 async def test_raw_bytes_elements_are_decoded_off_the_event_loop(
     kserve: Any, app: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
