@@ -616,27 +616,37 @@ def _strings(where: str, data: Any) -> Array:
 
 
 def _walk_strings(where: str, value: Any, flat: list[bytes], depth: int) -> tuple[int, ...]:
-    if isinstance(value, list):
-        if depth == MAX_RANK:  # a list at this depth would be one dimension too many
-            raise InvalidArgumentError(_too_deep(where))
-        shapes = [_walk_strings(where, v, flat, depth + 1) for v in value]
-        if any(s != shapes[0] for s in shapes[1:]):
-            raise InvalidArgumentError(
-                f"{where}: ragged nested lists (every list at one level must have the same length)"
-            )
-        return (len(value), *(shapes[0] if shapes else ()))
+    if not isinstance(value, list):
+        flat.append(_string(where, value))
+        return ()
+    if depth == MAX_RANK:  # a list at this depth would be one dimension too many
+        raise InvalidArgumentError(_too_deep(where))
+    if not value or not isinstance(value[0], list):  # the last level: no call for each text
+        flat += [v.encode("utf-8") if type(v) is str else _string(where, v) for v in value]
+        return (len(value),)
+    inner = depth + 1
+    shapes = [_walk_strings(where, v, flat, inner) for v in value]
+    if any(s != shapes[0] for s in shapes[1:]):
+        raise InvalidArgumentError(f"{where}: {_RAGGED}")
+    return (len(value), *shapes[0])
+
+
+def _string(where: str, value: Any) -> bytes:
     if isinstance(value, str):
-        flat.append(value.encode("utf-8"))
-    elif is_b64(value) and isinstance(value["b64"], str):
+        return value.encode("utf-8")
+    if is_b64(value) and isinstance(value["b64"], str):
         try:
-            flat.append(base64.b64decode(value["b64"], validate=True))
+            return base64.b64decode(value["b64"], validate=True)
         except binascii.Error as e:
             raise InvalidArgumentError(f"{where}: invalid base64 in a b64 value: {e}") from None
-    else:
-        raise InvalidArgumentError(
-            f'{where}: expected text or {{"b64": "..."}} for dtype string, got {json_kind(value)}'
-        )
-    return ()
+    if isinstance(value, list):  # among the texts of a level
+        raise InvalidArgumentError(f"{where}: {_RAGGED}")
+    raise InvalidArgumentError(
+        f'{where}: expected text or {{"b64": "..."}} for dtype string, got {json_kind(value)}'
+    )
+
+
+_RAGGED = "ragged nested lists (every list at one level must have the same length)"
 
 
 # what a JSON value is, in errors; an ndarray is numbers that loads_tensors read as one array
