@@ -609,7 +609,13 @@ def _contains_b64(value: Any) -> bool:
 
 def _strings(where: str, data: Any) -> Array:
     flat: list[bytes] = []
-    shape = _walk_strings(where, data, flat, 0)
+    try:
+        shape = _walk_strings(where, data, flat, 0)
+    except UnicodeEncodeError as e:  # JSON's "\ud800": a lone surrogate, which UTF-8 has no bytes for
+        raise InvalidArgumentError(
+            f"{where}: text holds a lone surrogate ({e.object[e.start : e.end]!r}), which is not Unicode; "
+            'send such bytes as {"b64": "..."}'
+        ) from None
     out = np.empty(len(flat), dtype=object)
     out[:] = flat
     return out.reshape(shape)

@@ -80,6 +80,7 @@ def test_an_untyped_input_is_read_the_same_by_every_adapter(data: Any, dtype: An
         ([[1], [2, 3]], np.float32, "ragged nested lists"),
         ([["a"], ["b", "c"]], object, "ragged nested lists"),
         ([{"b64": "!!"}], object, "invalid base64"),
+        (["a", "\ud800"], object, r"text holds a lone surrogate \('\\ud800'\), which is not Unicode"),
         ([{"b64": "AA=="}], np.float32, "base64 is for string inputs"),
         ([1, None], np.int32, "got a mix of types"),
         ([1, 2, 3], np.complex64, r"complex values are \[real, imag\] pairs"),

@@ -388,6 +388,10 @@ async def test_request_errors(client, body, match):
             "expected text or .*b64.* for dtype string, got a number",
         ),
         ({"inputs": {"a": [[1, 2]], "n": [1], "text": [{"b64": "!!"}]}}, "invalid base64"),
+        (  # JSON's "\ud800", which UTF-8 cannot encode: a UnicodeEncodeError, a 500
+            {"inputs": {"a": [[1, 2]], "n": [1], "text": ["\ud800"]}},
+            "input 'text': text holds a lone surrogate",
+        ),
         ({"inputs": {"a": [[1, 2]], "n": [1], "text": [["x"], "y"]}}, "ragged nested lists"),
         (  # numpy refused the text's shape with a ValueError: a 500
             {"inputs": {"a": [[1, 2]], "n": [1], "text": nested(["x"], 65)}},
