@@ -138,6 +138,13 @@ def decode_request(
     request_id = request.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise InvalidArgumentError(f"'id' must be a string, got {request_id!r}")
+    if request_id is not None and not request_id.isascii():  # isascii is O(1): the answer echoes it
+        try:
+            request_id.encode("utf-8")
+        except UnicodeEncodeError:  # JSON's "\ud800": the answer could not be written
+            raise InvalidArgumentError(
+                f"'id' holds a lone surrogate, which is not text: {request_id!a}"
+            ) from None
     params = _object("'parameters'", request.get("parameters"))
     binary_output = _bool_parameter("request", params, "binary_data_output")
 

@@ -683,6 +683,23 @@ async def test_json_nested_too_deeply_is_a_400(client, path, body):
 
 
 @pytest.mark.anyio
+async def test_a_lone_surrogate_is_named_back_escaped(client):
+    """JSON's "\\ud800" has no UTF-8: an error naming it could not be written (the error handler itself
+    failed), and an 'id' holding it made the answer fail (a 500)."""
+    item = b'{"name":"x","shape":[1,3],"datatype":"FP32","data":[1,2,3]}'
+    lone = b'"\\ud800"'  # JSON text: a backslash, then ud800
+    for body, message in (
+        (b'{"inputs":[' + item.replace(b'"x"', lone) + b"]}", "Model 'calc' has no input '\\ud800'"),
+        (b'{"id":' + lone + b',"inputs":[' + item + b"]}", "'id' holds a lone surrogate, which is not text"),
+    ):
+        r = await client.post(
+            "/v2/models/calc/infer", content=body, headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 400, r.text
+        assert r.json()["error"].startswith(message), r.text
+
+
+@pytest.mark.anyio
 async def test_raw_request_needs_one_input(client):
     r = await client.post(
         "/v2/models/types/infer", content=b"\0" * 4, headers={"Inference-Header-Content-Length": "0"}
