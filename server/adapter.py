@@ -86,7 +86,12 @@ async def serve_body(
             size = adapter.decode_size(request, body)
             arrivals = scope_arrivals(request.scope)
             alone = service.alone(arrivals)
-            infer, context = await codec.sized(size, adapter.decode, request, body, entry, alone=alone)
+            try:
+                infer, context = await codec.sized(size, adapter.decode, request, body, entry, alone=alone)
+            except RecursionError:
+                # JSON within orjson's 1024 levels, past Python's recursion limit where the decode walks or
+                # prints a value (an error message's repr of a deep "shape", protobuf's JSON reader)
+                raise codec.nested_too_deeply() from None
             infer.request_id, infer.received_at = request_id, received
             check_decoded(request.scope, infer, service)
             result = await service.infer(infer)

@@ -194,7 +194,7 @@ def operations_router(service: InferenceService) -> APIRouter:
     async def put_pool(request: Request) -> dict[str, Any]:
         service.check_admin(request.headers)
         # read the body ourselves: a bare `curl -d` sends it form-encoded, and it is still JSON
-        data = codec.loads(await request.body())
+        data = codec.loads(await request.body(), codec.SETTINGS_DEPTH)
         try:
             setting = PoolSetting.model_validate(data)
         except ValidationError as e:

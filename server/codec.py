@@ -167,8 +167,17 @@ def parse_version(raw: str | None) -> int | None:
 # --- JSON text ------------------------------------------------------------------------------------------
 
 
-def loads(body: bytes | memoryview) -> Any:
-    """A JSON text; ``NaN``/``Infinity`` and the rest of Python's reading through the standard library."""
+def loads(body: bytes | memoryview, max_depth: int | None = None) -> Any:
+    """A JSON text; ``NaN``/``Infinity`` and the rest of Python's reading through the standard library.
+    ``max_depth``: refused when nested deeper (``SETTINGS_DEPTH``, for a request of settings, whose
+    values an error message may print: Python's repr recurses)."""
+    value = _loads(body)
+    if max_depth is not None and _deeper_than(value, max_depth):
+        raise nested_too_deeply(max_depth)
+    return value
+
+
+def _loads(body: bytes | memoryview) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as e:
@@ -177,6 +186,35 @@ def loads(body: bytes | memoryview) -> Any:
         return json.loads(bytes(body))
     except (ValueError, UnicodeDecodeError):
         raise InvalidArgumentError(f"malformed JSON: {first}") from None
+    except RecursionError:  # past orjson's 1024 levels, json recurses past Python's limit
+        raise nested_too_deeply() from None
+
+
+# a request of settings (the pool toggle, the repository calls) nests 2 or 3 levels
+SETTINGS_DEPTH = 32
+
+
+def nested_too_deeply(limit: int | None = None) -> InvalidArgumentError:
+    """The error for JSON nested deeper than the server reads: past orjson's 1024 levels, past Python's
+    recursion limit in code that walks or prints the values (``server.adapter`` answers a decode's
+    RecursionError with it), or past a ``limit`` of ``loads``."""
+    within = f" (at most {limit} levels)" if limit is not None else ""
+    return InvalidArgumentError(f"malformed JSON: nested too deeply{within}")
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and objects nest in ``value`` deeper than ``limit``; level by level, no recursion."""
+    level = [value] if isinstance(value, (list, dict)) else []
+    for _ in range(limit):
+        level = [
+            item
+            for v in level
+            for item in (v.values() if isinstance(v, dict) else v)
+            if isinstance(item, (list, dict))
+        ]
+        if not level:
+            return False
+    return bool(level)
 
 
 def loads_tensors(body: bytes | memoryview) -> Any:
@@ -365,14 +403,21 @@ def _lengths(arr: Any, shape: list[int], level: int) -> bool:
 
 
 def _brackets(value: Any) -> int:
-    """The ``[`` a Python JSON value's text holds: its lists, and those in its strings and keys."""
-    if isinstance(value, list):
-        return 1 + sum(_brackets(v) for v in value)
-    if isinstance(value, str):
-        return value.count("[")
-    if isinstance(value, dict):
-        return sum(k.count("[") + _brackets(v) for k, v in value.items())
-    return 0
+    """The ``[`` a Python JSON value's text holds: its lists, and those in its strings and keys. With a
+    stack, not recursion: simdjson reads 1024 levels, past Python's recursion limit."""
+    count = 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, list):
+            count += 1
+            stack += v
+        elif isinstance(v, str):
+            count += v.count("[")
+        elif isinstance(v, dict):
+            count += sum(k.count("[") for k in v)
+            stack += v.values()
+    return count
 
 
 def dumps(value: Any) -> bytes:
@@ -392,6 +437,50 @@ async def sized(size: int, fn: Callable[..., T], *args: Any, alone: bool = False
     if size >= (ALONE_BYTES if alone else OFFLOAD_BYTES):
         return await in_codec_thread(fn, *args)
     return fn(*args)
+
+
+# --- shapes ---------------------------------------------------------------------------------------------
+
+
+def _max_rank() -> int:
+    """numpy's most dimensions of an array: 64 from numpy 2, 32 before."""
+    for rank in (64, 32):
+        try:
+            np.empty((1,) * rank, np.uint8)
+        except ValueError:
+            continue
+        return rank
+    return 32
+
+
+MAX_RANK = _max_rank()
+# numpy's bound on an array's size: its dimensions other than 0, times its itemsize, within a signed word
+_MAX_NBYTES = int(np.iinfo(np.intp).max)
+
+
+def shape_count(where: str, shape: tuple[int, ...], dtype: Dtype) -> int:
+    """The number of elements of a client's ``shape`` (non-negative dimensions), or an InvalidArgumentError
+    naming ``where`` and the shape when no array of ``dtype`` can have it: more than MAX_RANK dimensions,
+    or its dimensions other than 0 multiply past numpy's bound (numpy's ValueError was a 500). Every shape
+    a client gives comes here before numpy sees it: a product and a few comparisons."""
+    if len(shape) > MAX_RANK:  # before the product: a million dimensions took math.prod a minute
+        raise InvalidArgumentError(_too_many_dimensions(where, shape[:4], len(shape)))
+    count = math.prod(shape)
+    if (count or math.prod([d for d in shape if d])) * dtype.itemsize > _MAX_NBYTES:
+        raise InvalidArgumentError(
+            f"{where}: shape {list(shape)} is impossible: no array of {dtype_name(dtype)} has that many "
+            f"elements (its dimensions other than 0 times {dtype.itemsize} bytes exceed {_MAX_NBYTES})"
+        )
+    return count
+
+
+def _too_many_dimensions(where: str, first: Sequence[int], rank: int) -> str:
+    shown = ", ".join(map(str, first))
+    return f"{where}: shape [{shown}, ...] has {rank} dimensions; an array has at most {MAX_RANK}"
+
+
+def _too_deep(where: str) -> str:
+    return f"{where}: nested lists more than {MAX_RANK} deep; an array has at most {MAX_RANK} dimensions"
 
 
 # --- JSON values -> arrays ------------------------------------------------------------------------------
@@ -421,7 +510,7 @@ def from_json(where: str, data: Any, dtype: Dtype | None, shape: tuple[int, ...]
     arr = _strings(where, data) if dtype.kind == "O" else _numbers(where, data, dtype)
     if shape is None:
         return arr
-    count = math.prod(shape)
+    count = shape_count(where, shape, arr.dtype)
     if arr.size != count:
         raise InvalidArgumentError(
             f"{where}: shape {list(shape)} needs {count} values but the data holds {arr.size}"
@@ -449,6 +538,11 @@ def _parse(where: str, data: Any) -> Array:
     try:
         return np.asarray(data)
     except ValueError:
+        depth, leaf = 0, data
+        while isinstance(leaf, list) and leaf:
+            depth, leaf = depth + 1, leaf[0]
+        if depth > MAX_RANK:
+            raise InvalidArgumentError(_too_deep(where)) from None
         raise InvalidArgumentError(
             f"{where}: ragged nested lists (every list at one level must have the same length)"
         ) from None
@@ -523,29 +617,47 @@ def _contains_b64(value: Any) -> bool:
 
 def _strings(where: str, data: Any) -> Array:
     flat: list[bytes] = []
-    shape = _walk_strings(where, data, flat)
+    try:
+        shape = _walk_strings(where, data, flat, 0)
+    except UnicodeEncodeError as e:  # JSON's "\ud800": a lone surrogate, which UTF-8 has no bytes for
+        raise InvalidArgumentError(
+            f"{where}: text holds a lone surrogate ({e.object[e.start : e.end]!r}), which is not Unicode; "
+            'send such bytes as {"b64": "..."}'
+        ) from None
     out = np.empty(len(flat), dtype=object)
     out[:] = flat
     return out.reshape(shape)
 
 
-def _walk_strings(where: str, value: Any, flat: list[bytes]) -> tuple[int, ...]:
-    if isinstance(value, list):
-        shapes = [_walk_strings(where, v, flat) for v in value]
-        if any(s != shapes[0] for s in shapes[1:]):
-            raise InvalidArgumentError(
-                f"{where}: ragged nested lists (every list at one level must have the same length)"
-            )
-        return (len(value), *(shapes[0] if shapes else ()))
+def _walk_strings(where: str, value: Any, flat: list[bytes], depth: int) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        flat.append(_string(where, value))
+        return ()
+    if depth == MAX_RANK:  # a list at this depth would be one dimension too many
+        raise InvalidArgumentError(_too_deep(where))
+    if not value or not isinstance(value[0], list):  # the last level: no call for each text
+        flat += [v.encode("utf-8") if type(v) is str else _string(where, v) for v in value]
+        return (len(value),)
+    inner = depth + 1
+    shapes = [_walk_strings(where, v, flat, inner) for v in value]
+    if any(s != shapes[0] for s in shapes[1:]):
+        raise InvalidArgumentError(f"{where}: {_RAGGED}")
+    return (len(value), *shapes[0])
+
+
+def _string(where: str, value: Any) -> bytes:
     if isinstance(value, str):
-        flat.append(value.encode("utf-8"))
-    elif is_b64(value) and isinstance(value["b64"], str):
-        flat.append(b64_bytes(where, value))
-    else:
-        raise InvalidArgumentError(
-            f'{where}: expected text or {{"b64": "..."}} for dtype string, got {json_kind(value)}'
-        )
-    return ()
+        return value.encode("utf-8")
+    if is_b64(value) and isinstance(value["b64"], str):
+        return b64_bytes(where, value)
+    if isinstance(value, list):  # among the texts of a level
+        raise InvalidArgumentError(f"{where}: {_RAGGED}")
+    raise InvalidArgumentError(
+        f'{where}: expected text or {{"b64": "..."}} for dtype string, got {json_kind(value)}'
+    )
+
+
+_RAGGED = "ragged nested lists (every list at one level must have the same length)"
 
 
 # what a JSON value is, in errors; an ndarray is numbers that loads_tensors read as one array
@@ -633,7 +745,7 @@ def from_binary(
     Relu, +1.5 ms a MatMul, measured in one noisy run), where this pays one. Strings are a
     4-byte little-endian length and the bytes, per element. ``what`` names the bytes in errors (HTTP's
     binary_data_size, gRPC's raw_input_contents[i])."""
-    count = math.prod(shape)
+    count = shape_count(where, shape, dtype)
     if dtype.kind == "O":
         return _binary_strings(where, buf, shape, count, what)
     expected = count * dtype.itemsize
@@ -649,6 +761,13 @@ def from_binary(
 
 
 def _binary_strings(where: str, buf: memoryview, shape: tuple[int, ...], count: int, what: str) -> Array:
+    # each element takes its 4-byte length at least: a shape the bytes cannot hold is refused before its
+    # array is made (a 113-byte request of shape [100000000] made 800 MB of it, 1-1.4 s on the loop)
+    if 4 * count > len(buf):
+        raise InvalidArgumentError(
+            f"{where}: shape {list(shape)} has {count} string elements, which need at least "
+            f"{4 * count} bytes (a 4-byte length each), but {what} is {len(buf)} bytes"
+        )
     out = np.empty(count, dtype=object)
     pos, end = 0, len(buf)
     for i in range(count):
@@ -678,7 +797,7 @@ def _binary_strings(where: str, buf: memoryview, shape: tuple[int, ...], count: 
 def from_values(where: str, values: Sequence[Any], dtype: Dtype, shape: tuple[int, ...]) -> Array:
     """A protobuf repeated field of values (numbers, bools or bytes) as an array of ``dtype`` and ``shape``;
     integers out of the dtype's range are refused, naming the value (a field of int32 carries int8s)."""
-    count = math.prod(shape)
+    count = shape_count(where, shape, dtype)
     if len(values) != count:
         raise InvalidArgumentError(
             f"{where}: shape {list(shape)} needs {count} values but the contents hold {len(values)}"
@@ -701,6 +820,83 @@ def from_values(where: str, values: Sequence[Any], dtype: Dtype, shape: tuple[in
 
 
 # --- TensorProtos (TF Serving's gRPC API, the native protobuf endpoint) -----------------------------------
+
+
+def _proto_dtypes() -> dict[int, Dtype]:
+    out: dict[int, Dtype] = {}
+    for code in types_pb2.DataType.values():
+        try:
+            out[code] = dtypes.as_numpy_dtype(dtypes.base_dtype(code))
+        except OpError:
+            continue
+    return out
+
+
+# a TensorProto's dtype (references too) as numpy's, for the checks before it is decoded
+_PROTO_DTYPES = _proto_dtypes()
+
+
+# the repeated fields a TensorProto's values may come in (float_val, int_val, string_val, ...)
+_VALUE_FIELDS = tuple(f.name for f in tensor_pb2.TensorProto.DESCRIPTOR.fields if f.name.endswith("_val"))
+
+
+def check_tensor_protos(tensors: Sequence[tuple[str, tensor_pb2.TensorProto]], fill_limit: int) -> None:
+    """Refuses a request's TensorProtos (``where`` and the proto of each) before any is decoded: a shape
+    no array can have (``shape_count``), and tensors filled from fewer values than their shape holds
+    past ``fill_limit`` bytes in all (the server's max_request_bytes). TensorFlow fills such a tensor
+    with its last value, or zeros (FromProto; ``to_ndarray`` does the same): a 25-byte body declaring
+    [524288, 64] floats and no value was 128 MiB. What ``to_ndarray`` itself refuses (an unknown rank, a
+    negative dimension, a dtype it cannot read) is left to it.
+
+    Only a request whose tensors declare more than ``fill_limit`` bytes in all has its values counted:
+    below it nothing can expand past the limit, and a tensor in ``tensor_content`` is as many bytes in
+    the body as it declares, which max_request_bytes bounds already."""
+    declared = 0
+    for where, proto in tensors:
+        read = _shape_of_proto(where, proto)
+        if read is not None:
+            dtype, shape = read
+            declared += shape_count(where, shape, dtype) * dtype.itemsize
+    if declared > fill_limit:
+        _check_fills(tensors, fill_limit)
+
+
+def _shape_of_proto(where: str, proto: tensor_pb2.TensorProto) -> tuple[Dtype, tuple[int, ...]] | None:
+    """A TensorProto's numpy dtype and shape; None when ``to_ndarray`` refuses them itself."""
+    dtype = _PROTO_DTYPES.get(proto.dtype)
+    shape_proto = proto.tensor_shape
+    if dtype is None or shape_proto.unknown_rank:
+        return None
+    dims = shape_proto.dim
+    if len(dims) > MAX_RANK:  # before reading them all: a dimension is 2 bytes of the body
+        raise InvalidArgumentError(_too_many_dimensions(where, [d.size for d in dims[:4]], len(dims)))
+    shape = tuple([d.size for d in dims])
+    if shape and min(shape) < 0:
+        return None
+    return dtype, shape
+
+
+def _check_fills(tensors: Sequence[tuple[str, tensor_pb2.TensorProto]], limit: int) -> None:
+    filled = 0
+    for where, proto in tensors:
+        read = _shape_of_proto(where, proto)
+        if read is None:
+            continue
+        dtype, shape = read
+        count = math.prod(shape)
+        # values in any field count: ones in a field the dtype does not read are in the body all the same
+        given = sum(len(getattr(proto, name)) for name in _VALUE_FIELDS)
+        if given >= count or proto.tensor_content:  # no fill: its values are the body's bytes
+            continue
+        nbytes = count * dtype.itemsize
+        filled += nbytes
+        if filled > limit:
+            raise InvalidArgumentError(
+                f"{where}: shape {list(shape)} filled from {given} of its {count} values would take "
+                f"{nbytes} bytes of {dtype_name(dtype)}, past max_request_bytes ({limit}), what a "
+                "request's tensors filled from fewer values than their shape holds may take in all; "
+                "send every value (tensor_content)"
+            )
 
 
 def from_tensor_proto(where: str, proto: tensor_pb2.TensorProto, code: int = 0) -> Array:

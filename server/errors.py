@@ -80,6 +80,9 @@ def error_body(message: str, code: Code | int, **extra: Any) -> dict[str, Any]:
         name = Code(code).name
     except ValueError:
         name = Code.UNKNOWN.name
+    if not message.isascii():  # O(1); most messages are
+        # a lone surrogate a client sent (JSON's "\ud800"), named back, has no UTF-8: escaped instead
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return {"error": message, "code": name, **extra}
 
 

@@ -150,8 +150,11 @@ class ModelInferAdapter(GrpcAdapter[RawInferRequest, DecodedRequest, RawInferRes
         return request.message.model_name, version(request.message.model_version)
 
     def decode_size(self, request: RawInferRequest) -> int:
-        if request.raw:
-            return 0
+        if request.raw:  # no parsing, but for BYTES elements, read one by one in Python
+            if sum(map(len, request.raw)) < codec.OFFLOAD_BYTES:
+                return 0  # too few bytes to leave the loop for, whatever they are
+            pairs = zip(request.message.inputs, request.raw, strict=False)  # decode names a mismatch
+            return sum(len(r) for t, r in pairs if t.datatype == "BYTES")
         contents = codec.KSERVE_CONTENTS
         fields = (
             getattr(t.contents, contents.get(t.datatype, "bytes_contents")) for t in request.message.inputs

@@ -22,7 +22,7 @@ from poolserve.proto import config_pb2, serving_pb2
 from poolserve.runtime import dtypes
 from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.signature import TensorSpec
-from poolserve.runtime.tensor import from_ndarray, to_ndarray
+from poolserve.runtime.tensor import from_ndarray
 from poolserve.runtime.types import Array
 from poolserve.server import codec
 from poolserve.server.adapter import Adapter, Encoded, route
@@ -140,7 +140,9 @@ def decode_json(body: bytes, entry: ModelEntry, version: int | None) -> InferReq
     )
 
 
-def decode_protobuf(body: bytes, entry: ModelEntry, version: int | None) -> InferRequest:
+def decode_protobuf(body: bytes, entry: ModelEntry, version: int | None, fill_limit: int) -> InferRequest:
+    """A RunRequest; its feeds filled from fewer values than their shape holds take at most
+    ``fill_limit`` bytes in all (``codec.check_tensor_protos``)."""
     msg = serving_pb2.RunRequest()
     try:
         msg.ParseFromString(body)
@@ -148,10 +150,10 @@ def decode_protobuf(body: bytes, entry: ModelEntry, version: int | None) -> Infe
         raise InvalidArgumentError(f"The body is not a valid RunRequest: {e}") from None
     if msg.trace not in ("", *_TRACE_MODES):
         raise InvalidArgumentError(f"trace must be one of {', '.join(_TRACE_MODES)}, got {msg.trace!r}")
-    feeds = {}
-    for name, proto in msg.feeds.items():
-        entry.input_spec(name)
-        feeds[name] = to_ndarray(proto, f"input '{name}'")
+    for name in msg.feeds:
+        entry.input_spec(name)  # a name the model does not have, before any tensor
+    codec.check_tensor_protos([(f"input '{name}'", p) for name, p in msg.feeds.items()], fill_limit)
+    feeds = {name: codec.from_tensor_proto(f"input '{name}'", proto) for name, proto in msg.feeds.items()}
     return InferRequest(
         model=entry.name,
         version=version,
@@ -226,12 +228,16 @@ _JSON_TYPES = ("application/json", "", "application/x-www-form-urlencoded", "tex
 
 
 class NativeAdapter(Adapter[bool]):
-    """JSON or protobuf in; the answer in protobuf when the request was, or accepts it (the context)."""
+    """JSON or protobuf in; the answer in protobuf when the request was, or accepts it (the context).
+    ``max_request_bytes`` bounds what a protobuf body's filled tensors expand to."""
+
+    def __init__(self, max_request_bytes: int) -> None:
+        self.max_request_bytes = max_request_bytes
 
     def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, bool]:
         content_type = header(request.scope, b"content-type") or "application/json"
         if _is_protobuf(content_type):
-            return decode_protobuf(body, entry, entry.version), True
+            return decode_protobuf(body, entry, entry.version, self.max_request_bytes), True
         if content_type.split(";")[0].strip().lower() in _JSON_TYPES:
             protobuf = _is_protobuf(header(request.scope, b"accept") or "")
             return decode_json(body, entry, entry.version), protobuf
@@ -247,7 +253,7 @@ class NativeAdapter(Adapter[bool]):
 
 def inference_routes(service: InferenceService) -> list[Route]:
     """The run routes, as plain Starlette routes (see ``server.app``)."""
-    adapter = NativeAdapter()
+    adapter = NativeAdapter(service.config.server.max_request_bytes)
     return [
         route("/v1/models/{model}:run", adapter, service),
         route("/v1/models/{model}/versions/{version}:run", adapter, service),

@@ -39,6 +39,7 @@ from poolserve.runtime.errors import (
 from poolserve.runtime.fetches import is_op_name
 from poolserve.runtime.session import Session
 from poolserve.runtime.tensor import fill_tensor_proto, to_ndarray
+from poolserve.server import codec
 from poolserve.server.routes import Route
 from poolserve.server.service import InferenceService
 
@@ -203,7 +204,8 @@ def _answer(message: Message) -> Response:
     return Response(message.SerializeToString(), media_type=PROTOBUF)
 
 
-def _feeds(request: serving_pb2.RunStepRequest) -> dict[str, Any]:
+def _feeds(request: serving_pb2.RunStepRequest, fill_limit: int) -> dict[str, Any]:
+    codec.check_tensor_protos([(f.name, f.tensor) for f in request.feed], fill_limit)
     feeds: dict[str, Any] = {}
     for f in request.feed:
         if f.name in feeds:
@@ -230,9 +232,10 @@ async def _run_held(
     service: InferenceService,
     metadata: config_pb2.RunMetadata,
 ) -> Any:
+    limit = service.config.server.max_request_bytes  # what its filled feeds may expand to
     if request.partial_run_handle:
-        return await asyncio.to_thread(_partial_run, session, request)
-    feeds = _feeds(request)
+        return await asyncio.to_thread(_partial_run, session, request, limit)
+    feeds = _feeds(request, limit)
     fetches = [*request.fetch, *request.target]
     options = request.options if request.HasField("options") else None
     service.guard_options(options)
@@ -243,8 +246,8 @@ async def _run_held(
     return values[: len(request.fetch)]
 
 
-def _partial_run(session: Session, request: serving_pb2.RunStepRequest) -> Any:
-    feeds = _feeds(request)
+def _partial_run(session: Session, request: serving_pb2.RunStepRequest, fill_limit: int) -> Any:
+    feeds = _feeds(request, fill_limit)
     values = session.partial_run(request.partial_run_handle, [*request.fetch, *request.target], feeds)
     return values[: len(request.fetch)]
 

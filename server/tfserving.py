@@ -144,13 +144,16 @@ def to_array(value: Any, code: int, where: str) -> Array:
     return codec.from_json(where, value, codec.spec_dtype(code))
 
 
-def _shape_of(value: Any) -> tuple[int, ...] | None:
-    """The shape of nested lists (or of an array ``codec.loads_tensors`` read), None when ragged."""
+def _shape_of(value: Any, depth: int = 0) -> tuple[int, ...] | None:
+    """The shape of nested lists (or of an array ``codec.loads_tensors`` read), None when ragged or
+    deeper than an array can be (``codec.MAX_RANK``: the recursion stops there, far within Python's)."""
     if isinstance(value, np.ndarray):
         return tuple(value.shape)
     if not isinstance(value, list):
         return ()
-    inner = [_shape_of(v) for v in value]
+    if depth == codec.MAX_RANK:
+        return None
+    inner = [_shape_of(v, depth + 1) for v in value]
     first = inner[0] if inner else ()
     if first is None or any(s != first for s in inner):
         return None
@@ -159,7 +162,7 @@ def _shape_of(value: Any) -> tuple[int, ...] | None:
 
 def _shape_text(shape: tuple[int, ...] | None) -> str:
     if shape is None:
-        return "a ragged nested list"
+        return "a ragged or too deeply nested list"
     return "[" + ",".join(map(str, shape)) + "]"
 
 

@@ -80,6 +80,9 @@ class PredictAdapter(GrpcAdapter[predict_pb2.PredictRequest, str, predict_pb2.Pr
 
     endpoint = "/tensorflow.serving.PredictionService/Predict"
 
+    def __init__(self, max_request_bytes: int) -> None:
+        self.max_request_bytes = max_request_bytes  # bounds what filled tensors expand to
+
     def model(self, message: predict_pb2.PredictRequest) -> tuple[str, int | str | None]:
         return model_of(message)
 
@@ -92,6 +95,8 @@ class PredictAdapter(GrpcAdapter[predict_pb2.PredictRequest, str, predict_pb2.Pr
         if not message.inputs:
             raise InvalidArgumentError("PredictRequest.inputs is empty: no inputs found in the request")
         inputs: dict[str, Array] = {}
+        named = [(f"input '{name}'", proto) for name, proto in message.inputs.items()]
+        codec.check_tensor_protos(named, self.max_request_bytes)
         for name, proto in message.inputs.items():
             spec = entry.input_spec(name)  # InvalidArgumentError listing the inputs
             inputs[name] = codec.from_tensor_proto(f"input '{name}'", proto, spec.dtype)
@@ -135,7 +140,7 @@ def signature_defs(entry: ModelEntry) -> get_model_metadata_pb2.SignatureDefMap:
 class PredictionServicer:
     def __init__(self, service: InferenceService) -> None:
         self.service = service
-        self.predict = PredictAdapter()
+        self.predict = PredictAdapter(service.config.server.max_request_bytes)
         self.GetModelMetadata = guarded(self._get_model_metadata)
         self.classify = ClassifyAdapter()
         self.regress = RegressAdapter()

@@ -306,6 +306,56 @@ def test_a_run_step_that_feeds_a_tensor_twice_is_refused_naming_it(server):
     assert answer.json() == {"error": "Tensor 'x:0' is fed twice", "code": "INVALID_ARGUMENT"}
 
 
+def test_a_run_step_feeding_a_shape_no_array_can_have_is_refused_naming_it(server):
+    import httpx
+
+    from poolserve.proto import serving_pb2, tensor_pb2, types_pb2
+
+    with Session(f"{server.url}/v1/models/add") as bound:
+        assert isinstance(bound, RemoteSession)
+        handle = bound._handle
+        request = serving_pb2.RunStepRequest(session_handle=handle, fetch=["out:0"])
+        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT)
+        for size in (2**40, 2**40):
+            tensor.tensor_shape.dim.add(size=size)
+        request.feed.add(name="x:0", tensor=tensor)
+        answer = httpx.post(
+            f"{server.url}/v1/sessions/{handle}:run",
+            content=request.SerializeToString(),
+            headers={"Content-Type": "application/x-protobuf"},
+        )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"].startswith(
+        "x:0: shape [1099511627776, 1099511627776] is impossible: no array of float32 has that many elements"
+    )
+
+
+def test_a_run_step_bounds_what_a_feed_filled_from_fewer_values_expands_to(server):
+    """[6000000, 3] floats from no value: 72 MB of zeros, past the server's max_request_bytes (64 MiB)."""
+    import httpx
+
+    from poolserve.proto import serving_pb2, tensor_pb2, types_pb2
+
+    with Session(f"{server.url}/v1/models/add") as bound:
+        assert isinstance(bound, RemoteSession)
+        handle = bound._handle
+        request = serving_pb2.RunStepRequest(session_handle=handle, fetch=["out:0"])
+        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT)
+        for size in (6000000, 3):
+            tensor.tensor_shape.dim.add(size=size)
+        request.feed.add(name="x:0", tensor=tensor)
+        answer = httpx.post(
+            f"{server.url}/v1/sessions/{handle}:run",
+            content=request.SerializeToString(),
+            headers={"Content-Type": "application/x-protobuf"},
+        )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"].startswith(
+        "x:0: shape [6000000, 3] filled from 0 of its 18000000 values would take 72000000 bytes of float32, "
+        "past max_request_bytes (67108864)"
+    )
+
+
 def test_submit_and_arun_run_remotely_and_cancel_the_servers_step(server):
     b = GraphBuilder()
     x = b.placeholder("x", np.float32, (None,))

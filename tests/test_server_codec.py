@@ -17,7 +17,7 @@ import orjson
 import pytest
 from fastapi import FastAPI
 
-from poolserve.proto import types_pb2
+from poolserve.proto import tensor_pb2, types_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 from poolserve.runtime.signature import TensorSpec
@@ -80,6 +80,7 @@ def test_an_untyped_input_is_read_the_same_by_every_adapter(data: Any, dtype: An
         ([[1], [2, 3]], np.float32, "ragged nested lists"),
         ([["a"], ["b", "c"]], object, "ragged nested lists"),
         ([{"b64": "!!"}], object, "invalid base64"),
+        (["a", "\ud800"], object, r"text holds a lone surrogate \('\\ud800'\), which is not Unicode"),
         ([{"b64": "AA=="}], np.float32, "base64 is for string inputs"),
         ([1, None], np.int32, "got a mix of types"),
         ([1, 2, 3], np.complex64, r"complex values are \[real, imag\] pairs"),
@@ -95,6 +96,118 @@ def test_from_json_with_a_shape() -> None:
     assert arr.shape == (2, 3)
     with pytest.raises(InvalidArgumentError, match=r"shape \[4\] needs 4 values but the data holds 6"):
         codec.from_json("input 'x'", [[1, 2, 3], [4, 5, 6]], np.dtype(np.float32), (4,))
+
+
+# --- shapes no array can have ---------------------------------------------------------------------------
+
+TOO_MANY_DIMS = (1,) * (codec.MAX_RANK + 1)
+
+
+def tensor_proto(dims: tuple[int, ...], dtype: int = types_pb2.DT_FLOAT) -> tensor_pb2.TensorProto:
+    proto = tensor_pb2.TensorProto(dtype=dtype)  # type: ignore[arg-type]
+    for size in dims:
+        proto.tensor_shape.dim.add(size=size)
+    return proto
+
+
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ((2**62,), r"shape \[4611686018427387904\] is impossible: no array of float32 has that many"),
+        ((2**62, 2**62), r"shape \[4611686018427387904, 4611686018427387904\] is impossible"),
+        # a 0 makes no elements, but numpy still refuses dimensions whose product overflows
+        ((2**32, 2**32, 0), r"shape \[4294967296, 4294967296, 0\] is impossible"),
+        (TOO_MANY_DIMS, rf"shape \[1, 1, 1, 1, \.\.\.\] has {len(TOO_MANY_DIMS)} dimensions; an array has"),
+    ],
+)
+def test_a_shape_no_array_can_have_is_refused_naming_the_input_on_every_path(
+    shape: tuple[int, ...], message: str
+) -> None:
+    """numpy's ValueError for such a shape was a 500: every place a client's shape meets numpy refuses it
+    first (JSON data, binary data, typed values, TensorProtos), whatever the data."""
+    f32 = np.dtype(np.float32)
+    decodes = [
+        lambda: codec.from_json("input 'x'", [], f32, shape),
+        lambda: codec.from_json("input 'x'", [1.0], f32, shape),
+        lambda: codec.from_binary("input 'x'", memoryview(b""), f32, shape),
+        lambda: codec.from_values("input 'x'", [], f32, shape),
+        lambda: codec.check_tensor_protos([("input 'x'", tensor_proto(shape))], 1 << 20),
+    ]
+    for decode in decodes:
+        with pytest.raises(InvalidArgumentError, match=f"^input 'x': {message}"):
+            decode()
+    with pytest.raises(
+        InvalidArgumentError, match=r"^input 'x': shape \[.*(impossible: no array of string|dimen)"
+    ):
+        codec.from_binary("input 'x'", memoryview(b""), codec.STRING, shape)
+
+
+def test_the_largest_shapes_numpy_takes_still_decode() -> None:
+    empty = (2**28, 2**28, 0)  # no elements, and the dimensions' product fits in any dtype
+    assert codec.from_json("input 'x'", [], np.dtype(np.float32), empty).shape == empty
+    assert codec.from_binary("input 'x'", memoryview(b""), codec.STRING, empty).shape == empty
+    deepest = (1,) * codec.MAX_RANK
+    assert codec.from_values("input 'x'", [1.0], np.dtype(np.float32), deepest).shape == deepest
+    codec.check_tensor_protos([("input 'x'", tensor_proto(deepest)), ("input 'y'", tensor_proto(empty))], 64)
+
+
+def test_tensor_protos_filled_from_fewer_values_take_at_most_the_limit_in_all() -> None:
+    """TensorFlow fills a tensor given fewer values than its shape holds (the last value repeated, or
+    zeros): what that expands to in one request is bounded, the values a body carries are not."""
+    limit = 1000  # bytes
+    floats = tensor_proto((100, 10))  # 4000 bytes of float32 once filled
+
+    def check(*protos: tensor_pb2.TensorProto) -> None:
+        codec.check_tensor_protos([(f"input '{i}'", p) for i, p in enumerate(protos)], limit)
+
+    past = (
+        "^input '{}': shape \\[100, 10\\] filled from {} of its 1000 values would take 4000 bytes of float32, "
+        "past max_request_bytes \\(1000\\), what a request's tensors filled from fewer values than their "
+        "shape holds may take in all; send every value"
+    )
+    with pytest.raises(InvalidArgumentError, match=past.format(0, 0)):
+        check(floats)  # zeros
+    padded = tensor_proto((100, 10))
+    padded.float_val.extend([1.5, 2.5])  # the last value repeated
+    with pytest.raises(InvalidArgumentError, match=past.format(1, 2)):
+        check(tensor_proto((0,)), padded)
+    # every value given, in its field or in tensor_content: they are the body's bytes
+    full = tensor_proto((100, 10))
+    full.float_val.extend([0.0] * 1000)
+    content = tensor_proto((100, 10))
+    content.tensor_content = bytes(4000)
+    misplaced = tensor_proto((100, 10))
+    misplaced.int_val.extend([0] * 1000)  # to_ndarray reads float_val: zeros, as many as the body carries
+    check(full, content, misplaced)
+    # within the limit a tensor is filled as TensorFlow fills it, in all: 2 x 400 bytes, then 3 x 400
+    small = tensor_proto((10, 10))
+    check(small, small, content)
+    with pytest.raises(InvalidArgumentError, match=r"^input '2': shape \[10, 10\] filled from 0 of its 100"):
+        check(small, small, small)
+
+
+def test_lists_nested_deeper_than_an_array_can_be_are_refused_as_such() -> None:
+    """numbers were "ragged nested lists"; text a ValueError (a 500), or a RecursionError deeper down."""
+    numbers: Any = 1.0
+    text: Any = "a"
+    for _ in range(codec.MAX_RANK):
+        numbers, text = [numbers], [text]
+    assert codec.from_json("input 'x'", numbers, np.dtype(np.float32)).ndim == codec.MAX_RANK
+    assert codec.from_json("input 'x'", text, None).ndim == codec.MAX_RANK
+    too_deep = f"^input 'x': nested lists more than {codec.MAX_RANK} deep; an array has at most"
+    for data, dtype in (
+        ([numbers], np.dtype(np.float32)),
+        ([numbers], None),
+        ([text], codec.STRING),
+        ([text], None),
+    ):
+        with pytest.raises(InvalidArgumentError, match=too_deep):
+            codec.from_json("input 'x'", data, dtype)
+    deeper = text
+    for _ in range(900):
+        deeper = [deeper]
+    with pytest.raises(InvalidArgumentError, match=too_deep):
+        codec.from_json("input 'x'", deeper, codec.STRING)
 
 
 # --- JSON text ------------------------------------------------------------------------------------------
@@ -327,6 +440,43 @@ def test_loads_tensors_checks_arrays_of_many_lists_on_the_text(text: Any, arrays
 def test_loads_tensors_refuses_malformed_text_as_loads_does() -> None:
     with pytest.raises(InvalidArgumentError, match="malformed JSON"):
         codec.loads_tensors(b'{"x": [' + b"1.5," * BIG + b"]")
+
+
+def deep(depth: int, leaf: bytes = b"1") -> bytes:
+    """JSON text: ``leaf`` in ``depth`` lists."""
+    return b"[" * depth + leaf + b"]" * depth
+
+
+def test_json_nested_too_deeply_is_refused_as_such() -> None:
+    """orjson stops at 1024 levels and Python's json, its fallback, raised RecursionError past Python's
+    recursion limit: it escaped loads (a 500)."""
+    for depth in (1100, 100_000):
+        for read in (codec.loads, codec.loads_tensors):
+            with pytest.raises(InvalidArgumentError, match=r"^malformed JSON: nested too deeply$"):
+                read(b'{"inputs": ' + deep(depth) + b"}")
+    settings = b'{"enabled": ' + deep(codec.SETTINGS_DEPTH - 1) + b"}"
+    assert codec.loads(settings, codec.SETTINGS_DEPTH)["enabled"]
+    too_deep = rf"^malformed JSON: nested too deeply \(at most {codec.SETTINGS_DEPTH} levels\)$"
+    for body in (
+        b'{"enabled": ' + deep(codec.SETTINGS_DEPTH) + b"}",
+        deep(1000),
+        b"[" + deep(1000, b"[]") + b"]",
+    ):
+        with pytest.raises(InvalidArgumentError, match=too_deep):
+            codec.loads(body, codec.SETTINGS_DEPTH)
+
+
+@pytest.mark.usefixtures("any_size")
+def test_loads_tensors_counts_the_lists_of_a_deep_value_without_recursion() -> None:
+    """A value within simdjson's 1024 levels beside an array of numbers: its lists are counted with a
+    stack (recursion went past Python's limit, a RecursionError)."""
+    body = b'{"x": [' + b"1.5," * BIG + b'1.5], "deep": ' + deep(1000) + b"}"
+    got = codec.loads_tensors(body)
+    assert isinstance(got["x"], np.ndarray) and got["x"].shape == (BIG + 1,)
+    depth, value = 0, got["deep"]
+    while isinstance(value, list):
+        depth, value = depth + 1, value[0]
+    assert (depth, value) == (1000, 1)
 
 
 # --- the same mistake through every protocol -------------------------------------------------------------

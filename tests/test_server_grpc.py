@@ -31,10 +31,11 @@ from poolserve.proto import (
     predict_pb2,
     prediction_service_pb2_grpc,
     regression_pb2,
+    types_pb2,
 )
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
-from poolserve.server import grpc_raw
+from poolserve.server import codec, grpc_raw
 from poolserve.server.app import create_app
 from poolserve.server.config import load_config
 from poolserve.server.grpc_server import GrpcServer
@@ -333,6 +334,94 @@ async def test_bad_infer_requests_are_invalid_argument_naming_the_field(
     assert message in details
 
 
+async def test_a_bytes_count_its_raw_contents_cannot_hold_is_refused_at_once(kserve: Any) -> None:
+    """tritonclient.grpc's form of the QA's request: shape [100000000] of BYTES and an empty
+    raw_input_contents entry; refused from the entry's size before any array of the elements is made."""
+    request = pb.ModelInferRequest(model_name="types")
+    request.inputs.add(name="text", datatype="BYTES", shape=[100000000])
+    request.raw_input_contents.append(b"")
+    start = time.perf_counter()
+    details = await expect_error(kserve.ModelInfer(request), grpc.StatusCode.INVALID_ARGUMENT)
+    assert time.perf_counter() - start < 0.5
+    assert details == (
+        "input 'text': shape [100000000] has 100000000 string elements, which need at least 400000000 "
+        "bytes (a 4-byte length each), but raw_input_contents[0] is 0 bytes"
+    )
+
+
+@pytest.mark.parametrize("raw", [True, False])
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ([2**62], "input 'x': shape [4611686018427387904] is impossible: no array of float32"),
+        ([2**32, 2**32, 0], "input 'x': shape [4294967296, 4294967296, 0] is impossible"),
+        ([1] * 65, "input 'x': shape [1, 1, 1, 1, ...] has 65 dimensions; an array has at most"),
+    ],
+)
+async def test_a_shape_no_array_can_have_is_invalid_argument(
+    kserve: Any, raw: bool, shape: list[int], message: str
+) -> None:
+    """In raw_input_contents and in typed contents: numpy's ValueError was INTERNAL."""
+    request = pb.ModelInferRequest(model_name="calc")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=shape)
+    if raw:
+        request.raw_input_contents.append(b"")
+    else:
+        tensor.contents.SetInParent()
+    details = await expect_error(kserve.ModelInfer(request), grpc.StatusCode.INVALID_ARGUMENT)
+    assert details.startswith(message), details
+
+
+async def test_a_shape_of_many_dimensions_is_refused_at_once(kserve: Any, tfs: Any) -> None:
+    """300,000 dimensions of 2 (600 KB): their product, a 90,000-digit integer, took math.prod ~5 s
+    holding the GIL, and its text in the error message was past Python's digits limit (INTERNAL)."""
+    dims = [2] * 300_000
+    message = "input 'x': shape [2, 2, 2, 2, ...] has 300000 dimensions; an array has at most"
+    request = pb.ModelInferRequest(model_name="calc")
+    request.inputs.add(name="x", datatype="FP32", shape=dims)
+    request.raw_input_contents.append(b"")
+    predict = predict_request("calc")
+    predict.inputs["x"].dtype = types_pb2.DT_FLOAT
+    for size in dims:
+        predict.inputs["x"].tensor_shape.dim.add(size=size)
+    for call in (kserve.ModelInfer(request), tfs.Predict(predict)):
+        start = time.perf_counter()
+        details = await expect_error(call, grpc.StatusCode.INVALID_ARGUMENT)
+        assert time.perf_counter() - start < 1.5
+        assert details.startswith(message), details[:200]
+
+
+async def test_raw_bytes_elements_are_decoded_off_the_event_loop(
+    kserve: Any, app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """raw_input_contents cost no parsing, but BYTES elements are read one by one in Python: with other
+    requests in flight, many of them leave the loop."""
+    offloaded: list[str] = []
+    to_thread = codec.in_codec_thread
+
+    async def counting(fn: Any, *args: Any) -> Any:
+        offloaded.append(f"{type(fn.__self__).__name__}.{fn.__name__}")
+        return await to_thread(fn, *args)
+
+    monkeypatch.setattr(codec, "in_codec_thread", counting)
+    texts = pb.ModelInferRequest(model_name="types")
+    texts.inputs.add(name="text", datatype="BYTES", shape=[4096])
+    texts.raw_input_contents.append(b"\x0c\0\0\0twelve bytes" * 4096)  # 64 KiB
+    texts.outputs.add(name="text_out")
+    service = service_of(app)
+    service.in_flight += 1  # as if another request were in flight
+    try:
+        for request, offload in (
+            (texts, True),
+            (raw_request("calc", x=np.zeros((5461, 3), np.float32)), False),
+        ):
+            offloaded.clear()
+            await kserve.ModelInfer(request)
+            assert ("ModelInferAdapter.decode" in offloaded) == offload, offloaded
+    finally:
+        service.in_flight -= 1
+
+
 async def test_fp16_needs_raw_contents_and_int_range_is_checked(kserve: Any) -> None:
     request = pb.ModelInferRequest(model_name="types")
     request.inputs.add(name="half", datatype="FP16", shape=[2]).contents.fp32_contents.extend([1, 2])
@@ -575,6 +664,48 @@ async def test_bad_predict_requests(tfs: Any, change: str, code: grpc.StatusCode
     elif change == "version":
         request.model_spec.version.value = 4
     assert message in await expect_error(tfs.Predict(request), code)
+
+
+@pytest.mark.parametrize(
+    ("dims", "message"),
+    [
+        (
+            (2**40, 2**40),
+            "input 'x': shape [1099511627776, 1099511627776] is impossible: no array of float32",
+        ),
+        ((2**40, 2**40, 0), "input 'x': shape [1099511627776, 1099511627776, 0] is impossible"),
+        ((1,) * 65, "input 'x': shape [1, 1, 1, 1, ...] has 65 dimensions; an array has at most"),
+    ],
+)
+async def test_predict_refuses_a_tensor_shape_no_array_can_have(
+    tfs: Any, dims: tuple[int, ...], message: str
+) -> None:
+    request = predict_request("calc")
+    tensor = request.inputs["x"]
+    tensor.dtype = types_pb2.DT_FLOAT
+    for size in dims:
+        tensor.tensor_shape.dim.add(size=size)
+    details = await expect_error(tfs.Predict(request), grpc.StatusCode.INVALID_ARGUMENT)
+    assert details.startswith(message), details
+
+
+async def test_predict_bounds_what_a_tensor_filled_from_fewer_values_expands_to(tfs: Any) -> None:
+    """A few bytes declaring [6000000, 3] floats and one value: 72 MB once filled, past the server's
+    max_request_bytes (64 MiB); a smaller one is filled, as TF Serving fills it."""
+    request = predict_request("calc")
+    tensor = request.inputs["x"]
+    tensor.dtype = types_pb2.DT_FLOAT
+    tensor.tensor_shape.dim.add(size=2)
+    tensor.tensor_shape.dim.add(size=3)
+    tensor.float_val.append(1.0)
+    response = await tfs.Predict(request)
+    np.testing.assert_array_equal(to_ndarray(response.outputs["y"]), np.full((2, 3), 4.0, np.float32))
+    tensor.tensor_shape.dim[0].size = 6000000
+    details = await expect_error(tfs.Predict(request), grpc.StatusCode.INVALID_ARGUMENT)
+    assert details.startswith(
+        "input 'x': shape [6000000, 3] filled from 1 of its 18000000 values would take 72000000 bytes of "
+        "float32, past max_request_bytes (67108864)"
+    ), details
 
 
 async def test_model_metadata_and_status(tfs: Any, channel: Any, http: httpx.AsyncClient) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import time
+import tracemalloc
 import zlib
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 from support import body_of, bytes_elements, split_response
 
 from poolserve.runtime.builder import GraphBuilder
+from poolserve.server import codec
 from poolserve.server.app import create_app
 from poolserve.server.config import load_config
 from poolserve.server.kserve import decode_request
@@ -593,6 +596,148 @@ async def test_infer_body_errors(client, content, headers, message):
     r = await client.post("/v2/models/calc/infer", content=content, headers=headers)
     assert r.status_code == 400, r.text
     assert re.search(message, r.json()["error"])
+
+
+@pytest.mark.anyio
+async def test_a_bytes_count_its_binary_data_cannot_hold_is_refused_at_once(client):
+    """The QA's 113-byte body for 100,000,000 BYTES elements: a 400 from the body's size (each element
+    needs its 4-byte length) in well under the 1-1.4 s the 800 MB array of them took on the event loop."""
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "text",
+                    "shape": [100000000],
+                    "datatype": "BYTES",
+                    "parameters": {"binary_data_size": 0},
+                }
+            ]
+        }
+    ).encode()
+    tracemalloc.start()
+    try:
+        start = time.perf_counter()
+        r = await client.post(
+            "/v2/models/types/infer",
+            content=header,
+            headers={"Inference-Header-Content-Length": str(len(header))},
+        )
+        elapsed = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == (
+        "input 'text': shape [100000000] has 100000000 string elements, which need at least 400000000 "
+        "bytes (a 4-byte length each), but binary_data_size is 0 bytes"
+    )
+    assert elapsed < 0.5 and peak < 16 << 20, (elapsed, peak)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("binary", [False, True])
+@pytest.mark.parametrize(
+    ("datatype", "shape", "message"),
+    [
+        ("FP32", [4611686018427387904], r"shape \[4611686018427387904\] is impossible: no array of float32"),
+        ("BYTES", [4611686018427387904], r"shape \[4611686018427387904\] is impossible: no array of string"),
+        ("FP32", [4294967296, 4294967296, 0], r"shape \[4294967296, 4294967296, 0\] is impossible"),
+        ("BYTES", [4294967296, 4294967296, 0], r"shape \[4294967296, 4294967296, 0\] is impossible"),
+        ("FP32", [1] * 65, r"shape \[1, 1, 1, 1, \.\.\.\] has 65 dimensions; an array has at most"),
+    ],
+)
+async def test_a_shape_no_array_can_have_is_a_400_naming_the_input(client, binary, datatype, shape, message):
+    """numpy's ValueError for these shapes was a 500, in JSON and in binary."""
+    item = {"name": "x", "shape": shape, "datatype": datatype}
+    if binary:
+        header = json.dumps({"inputs": [{**item, "parameters": {"binary_data_size": 0}}]}).encode()
+        r = await client.post(
+            "/v2/models/calc/infer",
+            content=header,
+            headers={"Inference-Header-Content-Length": str(len(header))},
+        )
+    else:
+        r = await client.post("/v2/models/calc/infer", json={"inputs": [{**item, "data": []}]})
+    assert r.status_code == 400, r.text
+    assert re.match(f"input 'x': {message}", r.json()["error"]), r.text
+
+
+@pytest.mark.anyio
+async def test_binary_bytes_elements_are_decoded_off_the_event_loop(client, app, monkeypatch):
+    """Binary tensors cost no parsing, but BYTES elements are read one by one in Python (a million took
+    0.6-0.9 s): with other requests in flight, a body of many leaves the loop as JSON of its size does."""
+    offloaded: list[str] = []
+    to_thread = codec.in_codec_thread
+
+    async def counting(fn, *args):
+        offloaded.append(f"{type(fn.__self__).__name__}.{fn.__name__}")
+        return await to_thread(fn, *args)
+
+    monkeypatch.setattr(codec, "in_codec_thread", counting)
+    texts = bytes_elements(*[b"twelve bytes"] * 4096)  # 64 KiB
+    floats = np.zeros((5461, 3), np.float32).tobytes()  # as many bytes of numbers
+    requests = [
+        ("types", {"name": "text", "shape": [4096], "datatype": "BYTES"}, texts, "text_out"),
+        ("calc", {"name": "x", "shape": [5461, 3], "datatype": "FP32"}, floats, "y"),
+    ]
+    service = app.state.service
+    service.in_flight += 1  # as if another request were in flight
+    try:
+        for model, item, data, output in requests:
+            offloaded.clear()
+            parameters = {"binary_data_size": len(data)}
+            header = {"inputs": [{**item, "parameters": parameters}], "outputs": [{"name": output}]}
+            body, length = body_of({**header, "parameters": {"binary_data_output": True}}, data)
+            r = await client.post(
+                f"/v2/models/{model}/infer", content=body, headers={"Inference-Header-Content-Length": length}
+            )
+            assert r.status_code == 200, r.text
+            assert ("KServeAdapter.decode" in offloaded) == (model == "types"), (model, offloaded)
+    finally:
+        service.in_flight -= 1
+
+
+def deep(depth: int) -> bytes:
+    return b"[" * depth + b"1" + b"]" * depth
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        # past orjson's 1024 levels: Python's json, its fallback, raised RecursionError
+        ("/v2/models/calc/infer", b'{"inputs":' + deep(1100) + b"}"),
+        ("/v2/models/calc/infer", b'{"inputs":' + deep(100_000) + b"}"),
+        # within them: the error naming the value printed it, and repr recursed past Python's limit
+        ("/v2/models/calc/infer", b'{"inputs":[{"name":"x","shape":' + deep(1000) + b',"datatype":"FP32"}]}'),
+        ("/v2/models/calc/infer", b'{"id":' + deep(1000) + b',"inputs":[]}'),
+        ("/v2/repository/index", deep(1100)),
+        ("/v2/repository/index", b'{"ready":' + deep(1000) + b"}"),
+        ("/v2/repository/models/calc/load", b'{"parameters":{"x":' + deep(100) + b"}}"),
+        ("/v2/repository/models/calc/unload", deep(100_000)),
+    ],
+)
+async def test_json_nested_too_deeply_is_a_400(client, path, body):
+    r = await client.post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"].startswith("malformed JSON: nested too deeply"), r.text
+
+
+@pytest.mark.anyio
+async def test_a_lone_surrogate_is_named_back_escaped(client):
+    """JSON's "\\ud800" has no UTF-8: an error naming it could not be written (the error handler itself
+    failed), and an 'id' holding it made the answer fail (a 500)."""
+    item = b'{"name":"x","shape":[1,3],"datatype":"FP32","data":[1,2,3]}'
+    lone = b'"\\ud800"'  # JSON text: a backslash, then ud800
+    for body, message in (
+        (b'{"inputs":[' + item.replace(b'"x"', lone) + b"]}", "Model 'calc' has no input '\\ud800'"),
+        (b'{"id":' + lone + b',"inputs":[' + item + b"]}", "'id' holds a lone surrogate, which is not text"),
+    ):
+        r = await client.post(
+            "/v2/models/calc/infer", content=body, headers={"content-type": "application/json"}
+        )
+        assert r.status_code == 400, r.text
+        assert r.json()["error"].startswith(message), r.text
 
 
 @pytest.mark.anyio

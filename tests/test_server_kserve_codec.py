@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import struct
+import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -326,14 +328,19 @@ def binary_input(size: int, shape=(2,), datatype="FP32") -> dict:
         ),
         (binary_input(-1), b"", "binary_data_size must be a non-negative integer, got -1"),
         (binary_input("8"), b"\0" * 8, "binary_data_size must be a non-negative integer"),
-        (binary_input(6, datatype="BYTES"), bytes_elements(b"ab"), r"ends after 1 of the 2 elements"),
         (
-            binary_input(7, datatype="BYTES"),
-            bytes_elements(b"ab", b"")[:7],
+            binary_input(6, datatype="BYTES"),
+            bytes_elements(b"ab"),
+            r"shape \[2\] has 2 string elements, which need at least 8 bytes \(a 4-byte length each\), "
+            "but binary_data_size is 6 bytes",
+        ),
+        (
+            binary_input(9, datatype="BYTES"),
+            bytes_elements(b"abcde"),
             r"ends after 1 of the 2 elements",
         ),
         (
-            binary_input(7, datatype="BYTES"),
+            binary_input(7, shape=(1,), datatype="BYTES"),
             struct.pack("<I", 5) + b"abc",
             "element 0 claims 5 bytes but only 3 remain",
         ),
@@ -348,6 +355,27 @@ def test_decode_binary_errors(request_json, payload, message):
     body, length = body_of(request_json, payload)
     with pytest.raises(InvalidArgumentError, match=message):
         decode_request(body, length)
+
+
+def test_decode_binary_strings_refuses_a_count_the_bytes_cannot_hold_before_making_the_array():
+    """113 bytes asking for 100,000,000 BYTES elements: each element needs its 4-byte length, so the
+    request is refused from its size, at once, without the 800 MB array of them it made before (1-1.4 s
+    on the event loop)."""
+    body, length = body_of(binary_input(0, shape=(100_000_000,), datatype="BYTES"), b"")
+    tracemalloc.start()
+    try:
+        start = time.perf_counter()
+        with pytest.raises(InvalidArgumentError) as info:
+            decode_request(body, length)
+        elapsed = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.value.message == (
+        "input 'x': shape [100000000] has 100000000 string elements, which need at least 400000000 "
+        "bytes (a 4-byte length each), but binary_data_size is 0 bytes"
+    )
+    assert elapsed < 0.5 and peak < 1 << 20, (elapsed, peak)
 
 
 def test_decode_binary_with_both_data_and_size():

@@ -17,7 +17,7 @@ import pytest
 from fastapi import FastAPI
 from support import asgi_scope
 
-from poolserve.proto import serving_pb2
+from poolserve.proto import serving_pb2, types_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
 from poolserve.server.app import create_app
@@ -224,6 +224,34 @@ async def test_run_bad_requests(client: httpx.AsyncClient, body: bytes, status: 
     assert fragment in error_of(r, status)
 
 
+def deep(depth: int) -> bytes:
+    return b"[" * depth + b"1" + b"]" * depth
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # past orjson's 1024 levels: Python's json, its fallback, raised RecursionError
+        b'{"feeds":{"x":' + deep(1100) + b"}}",
+        b'{"feeds":{"x":' + deep(100_000) + b"}}",
+        # within them: an error's repr of the value, protobuf's JSON reader, recursed past Python's limit
+        b'{"feeds":{"x":{"dtype":"float32","shape":' + deep(1000) + b',"data":[]}}}',
+        b'{"feeds":{"x":[[1,2,3]]},"trace":' + deep(1000) + b"}",
+        b'{"feeds":{"x":[[1,2,3]]},"run_options":{"debugOptions":' + deep(1000) + b"}}",
+    ],
+)
+async def test_run_json_nested_too_deeply_is_a_400(client: httpx.AsyncClient, body: bytes) -> None:
+    r = await client.post("/v1/models/add:run", content=body, headers={"content-type": "application/json"})
+    assert error_of(r, 400) == "malformed JSON: nested too deeply"
+
+
+async def test_pool_toggle_refuses_json_nested_too_deeply(client: httpx.AsyncClient) -> None:
+    auth = {"Authorization": "Bearer sesame", "content-type": "application/json"}
+    for body in (deep(1100), deep(100_000), b'{"enabled":' + deep(1000) + b"}"):
+        r = await client.put("/v1/runtime/run_handler_pool", content=body, headers=auth)
+        assert error_of(r, 400).startswith("malformed JSON: nested too deeply")
+
+
 async def test_run_integer_feeds_refuse_lossy_values(client: httpx.AsyncClient) -> None:
     r = await client.post("/v1/models/slow:run", json={"feeds": {"dims": [1.5, 2]}})
     assert "expected integers for dtype int32" in error_of(r, 400)
@@ -301,6 +329,66 @@ async def test_run_protobuf_round_trip(client: httpx.AsyncClient) -> None:
         "/v1/models/add:run", content=b"\xff\xff\xff", headers={"content-type": "application/x-protobuf"}
     )
     assert "not a valid RunRequest" in error_of(bad, 400)
+
+
+def run_request(dims: tuple[int, ...], **values: Any) -> bytes:
+    """A RunRequest feeding x a float TensorProto of ``dims`` (and ``values`` as its fields, if any)."""
+    request = serving_pb2.RunRequest()
+    tensor = request.feeds["x"]
+    tensor.dtype = types_pb2.DT_FLOAT
+    for size in dims:
+        tensor.tensor_shape.dim.add(size=size)
+    for field, given in values.items():
+        getattr(tensor, field).extend(given)
+    return request.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("dims", "message"),
+    [
+        (
+            (2**40, 2**40),
+            "input 'x': shape [1099511627776, 1099511627776] is impossible: no array of float32",
+        ),
+        ((2**40, 2**40, 0), "input 'x': shape [1099511627776, 1099511627776, 0] is impossible"),
+        ((1,) * 65, "input 'x': shape [1, 1, 1, 1, ...] has 65 dimensions; an array has at most"),
+    ],
+)
+async def test_run_refuses_a_shape_no_array_can_have(
+    client: httpx.AsyncClient, dims: tuple[int, ...], message: str
+) -> None:
+    """In a protobuf body (numpy's "array is too big" from to_ndarray was a 500) and in JSON."""
+    r = await client.post(
+        "/v1/models/add:run", content=run_request(dims), headers={"content-type": "application/x-protobuf"}
+    )
+    assert error_of(r, 400).startswith(message)
+    feed = {"dtype": "float32", "shape": list(dims), "data": []}
+    r = await client.post("/v1/models/add:run", json={"feeds": {"x": feed}})
+    assert error_of(r, 400).startswith(message)
+
+
+async def test_run_bounds_what_a_protobuf_feed_filled_from_fewer_values_expands_to(
+    models: list[dict[str, Any]],
+) -> None:
+    """TensorFlow fills a TensorProto given fewer values than its shape holds (zeros, or the last value
+    repeated), and so does the server, up to max_request_bytes: a 25-byte body declaring [524288, 64]
+    floats was a 128 MiB input with no bound."""
+    app = make_app(models, server={"max_request_bytes": 1 << 20})
+    protobuf = {"content-type": "application/x-protobuf"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        r = await c.post("/v1/models/add:run", content=run_request((2, 3), float_val=[1.5]), headers=protobuf)
+        assert r.status_code == 200, r.text
+        out = to_ndarray(serving_pb2.RunResponse.FromString(r.content).outputs["out"])
+        np.testing.assert_array_equal(out, np.full((2, 3), 4.0, np.float32))
+        body = run_request((100000, 3))
+        assert len(body) < 30
+        r = await c.post("/v1/models/add:run", content=body, headers=protobuf)
+        assert error_of(r, 400) == (
+            "input 'x': shape [100000, 3] filled from 0 of its 300000 values would take 1200000 bytes of "
+            "float32, past max_request_bytes (1048576), what a request's tensors filled from fewer values "
+            "than their shape holds may take in all; send every value (tensor_content)"
+        )
+    runtime_of(app).close()
 
 
 async def test_json_request_with_protobuf_accept(client: httpx.AsyncClient) -> None:

@@ -139,6 +139,13 @@ async def error_of(client, path: str, body, status: int = 400) -> str:
     return r.json()["error"]
 
 
+def nested(value, depth: int):
+    """``value`` in ``depth`` lists."""
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def b64(data: bytes) -> dict[str, str]:
     return {"b64": base64.b64encode(data).decode()}
 
@@ -355,6 +362,8 @@ async def test_unknown_model_is_404(client):
         ({"inputs": [[None] * 64]}, "expected numbers for dtype float32"),
         ({"instances": [[b64(b"x")] * 64]}, "base64 is for string inputs"),
         ({"instances": [[0.0] * 63]}, "Cannot feed value of shape \\(1, 63\\)"),
+        ({"instances": nested([0.0], 65)}, "input 'input': nested lists more than 64 deep"),
+        ({"inputs": nested([0.0], 65)}, "input 'input': nested lists more than 64 deep"),
     ],
 )
 async def test_request_errors(client, body, match):
@@ -387,7 +396,19 @@ async def test_request_errors(client, body, match):
             "expected text or .*b64.* for dtype string, got a number",
         ),
         ({"inputs": {"a": [[1, 2]], "n": [1], "text": [{"b64": "!!"}]}}, "invalid base64"),
+        (  # JSON's "\ud800", which UTF-8 cannot encode: a UnicodeEncodeError, a 500
+            {"inputs": {"a": [[1, 2]], "n": [1], "text": ["\ud800"]}},
+            "input 'text': text holds a lone surrogate",
+        ),
         ({"inputs": {"a": [[1, 2]], "n": [1], "text": [["x"], "y"]}}, "ragged nested lists"),
+        (  # numpy refused the text's shape with a ValueError: a 500
+            {"inputs": {"a": [[1, 2]], "n": [1], "text": nested(["x"], 65)}},
+            "input 'text': nested lists more than 64 deep; an array has at most 64 dimensions",
+        ),
+        (
+            {"instances": [{"a": [1, 2], "n": 1, "text": nested("x", 65)}]},
+            "input 'text': nested lists more than 64 deep",
+        ),
         ({"inputs": {"a": [[1, 2]], "n": [1]}}, "must feed a value for placeholder tensor 'text'"),
     ],
 )
@@ -408,6 +429,25 @@ async def test_row_format_needs_batched_outputs(client):
 async def test_malformed_json(client):
     message = await error_of(client, "/v1/models/mlp:predict", b'{"instances": [1,')
     assert message.startswith("malformed JSON")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        # past orjson's 1024 levels: Python's json, its fallback, raised RecursionError
+        (b'{"instances":' + b"[" * 1100 + b"]" * 1100 + b"}", "malformed JSON: nested too deeply"),
+        (b'{"inputs":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "malformed JSON: nested too deeply"),
+        # within them: the row format's error path measured each instance's shape recursively
+        (
+            b'{"instances":' + b"[" * 1000 + b"1" + b"]" * 1000 + b"}",
+            "input 'input': nested lists more than 64 deep",
+        ),
+        (b'{"signature_name":' + b"[" * 1000 + b"]" * 1000 + b"}", "'signature_name' must be a string"),
+    ],
+)
+async def test_json_nested_too_deeply_is_a_400(client, body, message):
+    assert (await error_of(client, "/v1/models/mlp:predict", body)).startswith(message)
 
 
 # --- status and metadata ---------------------------------------------------------------------------------
