@@ -492,8 +492,10 @@ def _fused_batch_norm(node: Node) -> Compute:
         if half:
             y = y.astype(_F16)
         if x.size == 0:
-            # TensorFlow reports NaN batch statistics for an empty batch.
-            mean = variance = np.full(c, np.nan, factor.dtype)
+            # TensorFlow reports NaN batch statistics for an empty batch, its reserve spaces unset (oneDNN: 0)
+            nan = np.full(c, np.nan, factor.dtype)
+            outs = [y, nan, nan, np.zeros(c, factor.dtype), np.zeros(c, factor.dtype)]
+            return outs + [_reserve_space_3(x)] if v3 else outs
         outs = [y, mean, variance, mean, variance]
         if v3:
             outs.append(_reserve_space_3(x))
