@@ -510,6 +510,19 @@ def _reserve_space_3(x: Any) -> Any:
     return np.zeros((0,) if x.ndim == 4 else (), _F32)
 
 
+def _sums_of_channel_rows(a: Any) -> Any:
+    """Per-channel sums of ``[N, C, rest]`` values, as a (C, 1) column: each channel's values are rows."""
+    sums = row_sums(a)
+    return sums[0] if a.shape[0] == 1 else sums.sum(axis=0)
+
+
+def _sums_of_channel_columns(a: Any) -> Any:
+    """Per-channel sums of ``[rest, C]`` values, as a (1, C) row, by BLAS: numpy's column sums add row after
+    row (a [25088, 64] batch at one BLAS thread on this project's machine: 0.71 ms against 0.26, and 7.3e-6
+    against 2.0e-6 from the float64 sums)."""
+    return np.matmul(_ones_column(a.shape[0], _F32).T, a)
+
+
 def _batch_norm_training(node: Node, epsilon: float, channels_first: bool, v3: bool) -> Compute:
     """``is_training=true``: ``x`` normalized by its own per-channel mean and biased variance over N, H, W
     (and D). Outputs, as TensorFlow's CPU kernels give them in float32: ``batch_mean``, and
@@ -521,6 +534,7 @@ def _batch_norm_training(node: Node, epsilon: float, channels_first: bool, v3: b
     ``[1, rows, features, 1]``, NCHW, one channel per row."""
     factor = node.attr_float("exponential_avg_factor", 1.0)
     running = factor != 1.0
+    channel_sums = _sums_of_channel_rows if channels_first else _sums_of_channel_columns
     eps = _F32.type(epsilon)
     keep, take = _F32.type(1.0 - factor), _F32.type(factor)
     when = "When exponential_avg_factor != 1, " if running else ""
@@ -540,20 +554,7 @@ def _batch_norm_training(node: Node, epsilon: float, channels_first: bool, v3: b
             xs = xs.astype(_F32)
         n = x.size // c
         inv_n = _F32.type(1) / _F32.type(n)
-        if channels_first:  # [N, C, rest]: each channel's values are rows; per-channel values (C, 1)
-            rows = xs.reshape(x.shape[0], c, -1)
-
-            def channel_sums(a: Any) -> Any:
-                sums = row_sums(a)
-                return sums[0] if a.shape[0] == 1 else sums.sum(axis=0)
-
-        else:  # [rest, C]: each channel is a column; per-channel values (1, C)
-            rows = xs.reshape(-1, c)
-            ones = _ones_column(n, _F32).T
-
-            def channel_sums(a: Any) -> Any:
-                return np.matmul(ones, a)
-
+        rows = xs.reshape(x.shape[0], c, -1) if channels_first else xs.reshape(-1, c)
         batch_mean = channel_sums(rows)
         batch_mean *= inv_n
         centered = np.subtract(rows, batch_mean)
