@@ -7,9 +7,10 @@ stays as it is, so graphs without control flow pay nothing):
 - every value is tagged with a *frame* (one instance per loop entry: the root frame, or a child made by an
   Enter in a parent frame's iteration) and an *iteration* of it; a node is ready when all its inputs of one
   (frame, iteration) have arrived, so each node runs once per iteration it is reached in;
-- Switch sends its data to one port and a *dead* tensor to the other; a node with a dead input does not run
-  and its outputs are dead; a Merge runs on its first live input (output 1 is that input's index), or is
-  dead when every input it can get in that iteration is dead;
+- Switch sends its data to one port and a *dead* tensor to the other (_SwitchN, a lowered ``tf.switch_case``,
+  to one of N ports, the others dead); a node with a dead input does not run and its outputs are dead; a
+  Merge runs on its first live input (output 1 is that input's index), or is dead when every input it can
+  get in that iteration is dead;
 - Enter moves a tensor into iteration 0 of its child frame (``is_constant``: into every iteration, a loop
   invariant); NextIteration into the next iteration (at most ``parallel_iterations`` run at once, later
   ones wait as TensorFlow's do); Exit out to the parent frame. A dead Exit reaches the parent only when
@@ -43,6 +44,7 @@ from poolserve.runtime.kernels.control_flow_ops import (
     EXIT_OPS,
     MERGE_OPS,
     NEXT_ITERATION_OPS,
+    SWITCH_N_OPS,
     SWITCH_OPS,
 )
 from poolserve.runtime.kernels.functional_ops import truthy
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
     from poolserve.runtime.executor import Plan, PlanNode, Step
 
 # node kinds (those below ENTER route their outputs within their own frame and iteration)
-NORMAL, SWITCH, MERGE, TRIGGER, ENTER, EXIT, NEXT = range(7)
+NORMAL, SWITCH, SWITCH_N, MERGE, TRIGGER, ENTER, EXIT, NEXT = range(8)
 # how an edge reaches its consumer (FrameInfo.routes): READY, at once to a consumer it alone makes ready
 # (READY_EXIT: an Exit, whose dead value its frame remembers instead of running it); JOIN, to a consumer of
 # several producer edges, through the iteration's pending counts; GENERAL, the rest (Merge, readers of feeds)
@@ -102,6 +104,8 @@ class FrameInfo:
             i = pn.index
             if op in SWITCH_OPS:
                 self.kind[i] = SWITCH
+            elif op in SWITCH_N_OPS:
+                self.kind[i] = SWITCH_N
             elif op in MERGE_OPS:
                 self.kind[i] = MERGE
             elif op in ENTER_OPS:
@@ -469,7 +473,7 @@ class FrameRun:
         return outs
 
     def routed(self, node: int, inputs: list[Any]) -> Sequence[Any]:
-        """The outputs of a live routing op (Switch, Merge, Enter, Exit, NextIteration)."""
+        """The outputs of a live routing op (Switch, _SwitchN, Merge, Enter, Exit, NextIteration)."""
         kind = self.info.kind[node]
         if kind == SWITCH:
             pred = inputs[1]
@@ -480,6 +484,15 @@ class FrameRun:
                     )
                 pred = truthy(pred)
             return [DEAD, inputs[0]] if pred else [inputs[0], DEAD]
+        if kind == SWITCH_N:
+            index = inputs[1]
+            if np.ndim(index) != 0:
+                shape = ",".join(str(d) for d in np.shape(index))
+                raise InvalidArgumentError(f"The second input must be a scalar, but it has shape [{shape}]")
+            outs = list(self.info.dead_outs[node])
+            i = int(index)
+            outs[i if 0 <= i < len(outs) else -1] = inputs[0]  # out of range: the last port, the default
+            return outs
         if kind == MERGE:
             return inputs
         return [inputs[0]]

@@ -14,7 +14,7 @@ into the function's nodes under ``<call node>/``:
 - the call's control inputs reach the body through ``<call>/input_control_node``, a NoOp every
   input-less body node waits on.
 
-Calls inside the inlined bodies are inlined in turn. Functional control flow (If, While) is not inlined:
+Calls inside the inlined bodies are inlined in turn. Functional control flow (If, Case, While) is not inlined:
 its kernels (``kernels/functional_ops.py``) run the branch and loop functions, each compiled once from
 ``FunctionLibrary.function_graph``: the same inlining, applied to one call of the function fed by
 Placeholders.
@@ -31,7 +31,7 @@ from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 
 CALL_OPS = frozenset({"StatefulPartitionedCall", "PartitionedCall"})
 # Ops that run functions of the library at run time: a graph keeping one of them keeps its library
-FUNCTIONAL_OPS = frozenset({"If", "StatelessIf", "While", "StatelessWhile"})
+FUNCTIONAL_OPS = frozenset({"If", "StatelessIf", "Case", "StatelessCase", "While", "StatelessWhile"})
 # Nesting deeper than this is taken for recursion (TensorFlow graphs cannot recurse without While).
 MAX_DEPTH = 64
 # Output arg names of common multi-output ops, used when a graph comes without its ops' OpDefs

@@ -285,10 +285,13 @@ def fused_batch_norm(rng: Rng, count: int) -> list[Case]:
             "mean": values(rng, (pc[2],), "float32", edge=False),
             "variance": var,
         }
-        attrs: dict[str, Any] = {"is_training": False, "data_format": fmt}
+        training = bool(rng.random() < 0.5)
+        attrs: dict[str, Any] = {"is_training": training, "data_format": fmt}
         attrs["epsilon"] = float(_pick(rng, (1e-3, 1e-5, 0.0, 0.1)))
         if op != "FusedBatchNorm" and rng.random() < 0.2:
             attrs["exponential_avg_factor"] = 0.5
+        elif training and rng.random() < 0.5:  # what Keras passes: no running statistics
+            inputs["mean"] = inputs["variance"] = np.zeros(0, np.float32)
         cases.append(Case(op, inputs, attrs))
     return cases
 

@@ -24,6 +24,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     lookup_ops,
     math_ops,
     nn_ops,
+    optional_ops,
     parsing_ops,
     partition_ops,
     pool_ops,

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.proto import types_pb2
+from poolserve.runtime import dtypes
 from poolserve.runtime.errors import InvalidArgumentError, OpError
 from poolserve.runtime.node import Node
 
@@ -30,6 +31,12 @@ def _shape_str(shape: tuple[int, ...] | None) -> str:
 
 def _dims(shape: tuple[int, ...]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _type_name(dtype: np.dtype[Any] | int) -> str:
+    """TensorFlow's DataTypeString spelling ("float", "int32", "half") used in its errors."""
+    code = dtype if isinstance(dtype, int) else dtypes.from_numpy(dtype)
+    return str(types_pb2.DataType.Name(code))[3:].lower()
 
 
 def _bad_attr(node: Node, attr: str, problem: str) -> InvalidArgumentError:

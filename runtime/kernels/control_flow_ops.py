@@ -1,4 +1,5 @@
-"""TensorFlow's v1 control-flow ops: Switch, Merge, Enter, Exit, NextIteration, LoopCond (and the Ref forms).
+"""TensorFlow's v1 control-flow ops: Switch, _SwitchN, Merge, Enter, Exit, NextIteration, LoopCond (and the
+Ref forms).
 
 These ops move tensors between branches, frames and iterations rather than compute anything, so the work is
 the executor's (``runtime/frames.py``): a plan holding one of them runs with frames, iterations and dead
@@ -18,12 +19,15 @@ from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
 SWITCH_OPS = frozenset({"Switch", "RefSwitch"})
+SWITCH_N_OPS = frozenset({"_SwitchN"})
 MERGE_OPS = frozenset({"Merge", "RefMerge"})
 ENTER_OPS = frozenset({"Enter", "RefEnter"})
 EXIT_OPS = frozenset({"Exit", "RefExit"})
 NEXT_ITERATION_OPS = frozenset({"NextIteration", "RefNextIteration"})
 # ops whose presence makes a plan run with frames
-CONTROL_FLOW_OPS = SWITCH_OPS | MERGE_OPS | ENTER_OPS | EXIT_OPS | NEXT_ITERATION_OPS | {"LoopCond"}
+CONTROL_FLOW_OPS = (
+    SWITCH_OPS | SWITCH_N_OPS | MERGE_OPS | ENTER_OPS | EXIT_OPS | NEXT_ITERATION_OPS | {"LoopCond"}
+)
 
 
 def _forward(node: Node) -> Compute:
@@ -42,6 +46,26 @@ def switch(node: Node) -> Compute:
 
     def compute(ctx: OpContext, inputs: list[Any]) -> list[Any]:
         return [inputs[0], inputs[0]]
+
+    return compute
+
+
+@kernel("_SwitchN", stateful=True, outputs=lambda node: node.attr_int("num_outs"))
+def switch_n(node: Node) -> Compute:
+    """``tf.switch_case`` lowered to v1 control flow (what TensorFlow's lowering pass and
+    ``convert_variables_to_constants_v2`` write for ``Case``): inputs (data, output_index), ``data`` on port
+    ``output_index``, the other ports dead (the executor routes it so); an index out of range takes the last
+    port, the default branch, as in TensorFlow."""
+    if len(node.inputs) != 2:
+        raise InvalidArgumentError(
+            f"_SwitchN '{node.name}' takes (data, output_index), not {len(node.inputs)} inputs"
+        )
+    num_outs = node.attr_int("num_outs")
+    if num_outs < 1:
+        raise InvalidArgumentError(f"_SwitchN '{node.name}': num_outs must be at least 1, got {num_outs}")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> list[Any]:
+        return [inputs[0]] * num_outs
 
     return compute
 

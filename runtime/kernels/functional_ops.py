@@ -1,4 +1,5 @@
-"""Functional control flow: If, StatelessIf, While, StatelessWhile, and calls that inlining did not reach.
+"""Functional control flow: If, StatelessIf, Case, StatelessCase, While, StatelessWhile, and calls that
+inlining did not reach.
 
 Each function a node names is compiled once per graph library (``FunctionLibrary.compiled``) into a graph
 and a ``Plan`` whose feeds are the function's args and whose fetches are its results. The kernel runs that
@@ -89,7 +90,20 @@ def _compile(node: Node, name: str) -> FunctionBody:
 
 def instantiate(node: Node, attr: str) -> FunctionBody:
     """The compiled function named by ``node``'s func attr ``attr`` (made on first use, then shared)."""
-    value = node.attr(attr)
+    return _body(node, attr, node.attr(attr))
+
+
+def instantiate_list(node: Node, attr: str) -> list[FunctionBody]:
+    """The compiled functions named by ``node``'s list(func) attr ``attr`` (at least one)."""
+    values = node.attr(attr)
+    if not isinstance(values, list) or not values:
+        raise InvalidArgumentError(
+            f"Node '{node.name}' (op '{node.op}'): attr '{attr}' must list at least one function", node.name
+        )
+    return [_body(node, attr, v) for v in values]
+
+
+def _body(node: Node, attr: str, value: Any) -> FunctionBody:
     name = getattr(value, "name", None)
     if not isinstance(name, str) or not name:
         raise InvalidArgumentError(f"Node '{node.name}' (op '{node.op}'): attr '{attr}' must name a function")
@@ -180,6 +194,32 @@ def if_op(node: Node) -> Compute:
 
     def compute(ctx: OpContext, inputs: list[Any]) -> list[Any]:
         body = then_body if truthy(inputs[0]) else else_body
+        return cast(body.run(ctx, inputs[1:], name))
+
+    return compute
+
+
+@kernel(
+    "Case", "StatelessCase", expensive=True, stateful=True, outputs=lambda node: len(node.attr_types("Tout"))
+)
+def case_op(node: Node) -> Compute:
+    """``tf.switch_case``: runs branch ``branch_index`` (an int32 scalar) of ``branches`` on the other inputs.
+    An index out of range runs the last branch, the default, as TensorFlow's kernel does."""
+    bodies = instantiate_list(node, "branches")
+    num_args = len(node.inputs) - 1
+    for i, body in enumerate(bodies):
+        _check_args(node, body, num_args, f"branches[{i}]")
+        _caster(node, "Tout", body.num_results, f"branches[{i}]")  # checks the branch's result count
+    cast = _caster(node, "Tout", bodies[0].num_results, "branches[0]")
+    last = len(bodies) - 1
+    name = node.name
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> list[Any]:
+        index = inputs[0]
+        if np.ndim(index) != 0:
+            raise InvalidArgumentError("branch_index must be scalar", name)
+        i = int(index)
+        body = bodies[i if 0 <= i <= last else last]
         return cast(body.run(ctx, inputs[1:], name))
 
     return compute

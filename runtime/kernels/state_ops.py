@@ -28,9 +28,8 @@ from typing import Any, Final, NoReturn
 
 import numpy as np
 
-from poolserve.proto import types_pb2
-from poolserve.runtime import dtypes
 from poolserve.runtime.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from poolserve.runtime.kernels._common import _type_name
 from poolserve.runtime.kernels.registry import Compute, OpContext, ResourceContainer, kernel
 from poolserve.runtime.node import Node, parse_input
 
@@ -85,12 +84,6 @@ class _RefVariable:
     dtype: np.dtype[Any]
     # The shape of the uninitialized tensor, which Assign's validate_shape compares against.
     initial_shape: tuple[int, ...]
-
-
-def _type_name(dtype: np.dtype[Any] | int) -> str:
-    """TensorFlow's DataTypeString spelling ("float", "int32", "half") used in its variable errors."""
-    code = dtype if isinstance(dtype, int) else dtypes.from_numpy(dtype)
-    return str(types_pb2.DataType.Name(code))[3:].lower()
 
 
 def _shape_str(shape: tuple[int, ...]) -> str:
