@@ -28,22 +28,9 @@ import numpy as np
 
 from poolserve.proto import types_pb2
 from poolserve.runtime.errors import InvalidArgumentError, OutOfRangeError, UnimplementedError
-from poolserve.runtime.kernels._common import _bad_attr, _dims
+from poolserve.runtime.kernels._common import _bad_attr, _dims, _each, _strings
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
-
-
-def _strings(items: list[bytes], shape: tuple[int, ...]) -> np.ndarray:
-    out = np.empty(len(items), dtype=object)
-    out[:] = items
-    return out.reshape(shape)
-
-
-def _each(x: Any, fn: Callable[[bytes], Any], dtype: Any = object) -> np.ndarray:
-    values = [fn(s) for s in x.ravel().tolist()]
-    if dtype is object:
-        return _strings(values, x.shape)
-    return np.array(values, dtype=dtype).reshape(x.shape)
 
 
 @kernel("StringToHashBucketFast")
