@@ -30,6 +30,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     quant_ops,
     ragged_ops,
     random_ops,
+    regex_ops,
     segment_ops,
     slicing_ops,
     space_ops,

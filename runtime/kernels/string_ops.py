@@ -1,4 +1,4 @@
-"""String kernels: hashing to buckets, formatting numbers as text, case, joins, regexes and lengths.
+"""String kernels: hashing to buckets, formatting numbers as text, case, joins and lengths.
 
 What Keras' Hashing, StringLookup (``num_oov_indices`` > 1) and TextVectorization layers and feature
 columns (``categorical_column_with_hash_bucket``) leave in a serving graph. Strings are object arrays of
@@ -6,9 +6,7 @@ columns (``categorical_column_with_hash_bucket``) leave in a serving graph. Stri
 relative to the arithmetic around them.
 
 StringToHashBucketFast is TensorFlow's ``Fingerprint64`` (FarmHash) modulo the bucket count, from
-pyfarmhash, which computes the same fingerprint. Regexes are RE2's in TensorFlow and Python's ``re`` here:
-the two agree on the character classes, alternations and repetitions such layers use; a pattern ``re``
-cannot compile is an InvalidArgumentError naming it.
+pyfarmhash, which computes the same fingerprint. Regexes are in ``regex_ops.py`` (RE2, as TensorFlow).
 
 Also here: base64 (web-safe), Substr, ReduceJoin, StringFormat (``tf.print``'s summaries), StringToNumber,
 and the other hash buckets: StringToHashBucketStrong is SipHash-2-4 under the node's key, and the legacy
@@ -122,94 +120,6 @@ def string_join(node: Node) -> Compute:
         arrays = np.broadcast_arrays(*inputs)
         joined = [separator.join(parts) for parts in zip(*(a.ravel().tolist() for a in arrays), strict=True)]
         return (_strings(joined, arrays[0].shape),)
-
-    return compute
-
-
-def _compile(node: Node, pattern: bytes | str) -> re.Pattern[str]:
-    text = pattern.decode("utf-8", "surrogateescape") if isinstance(pattern, bytes) else pattern
-    try:
-        # RE2 matches UTF-8 text, with ASCII-only \w, \d and \b as here
-        return re.compile(text, re.ASCII)
-    except re.error as e:
-        raise InvalidArgumentError(f"Node '{node.name}': invalid pattern {text!r}: {e}") from None
-
-
-def _text(s: bytes) -> str:
-    return s.decode("utf-8", "surrogateescape")
-
-
-def _replace(rx: re.Pattern[str], rewrite: bytes, replace_global: bool) -> Callable[[bytes], bytes]:
-    """RE2's rewrite: \\0-\\9 name groups, \\\\ is a backslash. One naming a group the pattern lacks makes
-    TensorFlow leave every string as it is."""
-    parts: list[str | int] = []
-    text = _text(rewrite)
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt.isdigit():
-                parts.append(int(nxt))
-            elif nxt == "\\":
-                parts.append("\\")
-            i += 2  # another escape is dropped, as TensorFlow's answers show
-            continue
-        parts.append(c)
-        i += 1
-    if any(isinstance(p, int) and p > rx.groups for p in parts):
-        return lambda s: s
-    count = 0 if replace_global else 1
-
-    def expand(m: re.Match[str]) -> str:
-        return "".join(p if isinstance(p, str) else (m.group(p) or "") for p in parts)
-
-    return lambda s: rx.sub(expand, _text(s), count=count).encode("utf-8", "surrogateescape")
-
-
-@kernel("StaticRegexReplace")
-def static_regex_replace(node: Node) -> Compute:
-    rx = _compile(node, node.attr_str("pattern"))
-    fn = _replace(rx, node.attr_str("rewrite").encode(), node.attr_bool("replace_global", True))
-
-    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        return (_each(inputs[0], fn),)
-
-    return compute
-
-
-@kernel("RegexReplace")
-def regex_replace(node: Node) -> Compute:
-    replace_global = node.attr_bool("replace_global", True)
-
-    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        x, pattern, rewrite = inputs
-        if pattern.ndim or rewrite.ndim:
-            raise InvalidArgumentError("Pattern and rewrite must be scalars")
-        fn = _replace(_compile(node, pattern.item()), rewrite.item(), replace_global)
-        return (_each(x, fn),)
-
-    return compute
-
-
-@kernel("StaticRegexFullMatch")
-def static_regex_full_match(node: Node) -> Compute:
-    rx = _compile(node, node.attr_str("pattern"))
-
-    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        return (_each(inputs[0], lambda s: rx.fullmatch(_text(s)) is not None, bool),)
-
-    return compute
-
-
-@kernel("RegexFullMatch")
-def regex_full_match(node: Node) -> Compute:
-    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        x, pattern = inputs
-        if pattern.ndim:
-            raise InvalidArgumentError("Pattern must be scalar")
-        rx = _compile(node, pattern.item())
-        return (_each(x, lambda s: rx.fullmatch(_text(s)) is not None, bool),)
 
     return compute
 
