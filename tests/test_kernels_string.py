@@ -1,4 +1,5 @@
-"""String kernels. Expected values are TensorFlow 2.21's (tf.strings on the same inputs);
+"""String kernels. Expected values are TensorFlow 2.21's (tf.strings on the same inputs; for StringNGrams
+and StringSplit the cases of tests/fixtures/kernels/text_ops.json, tools/make_text_fixtures.py);
 tools/op_fuzz_strings.py compares the kernels with TensorFlow on random cases. Regexes:
 test_kernels_regex.py."""
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support import run_op
+from support import check_node_case, node_cases, run_op
 
 from poolserve.runtime.errors import InvalidArgumentError, OutOfRangeError
 
@@ -199,3 +200,8 @@ def test_keyed_and_legacy_hash_buckets():
     )
     with pytest.raises(InvalidArgumentError, match="Key must have 2 elements"):
         run_op("StringToHashBucketStrong", [x], {"num_buckets": 10, "key": [1]})
+
+
+@pytest.mark.parametrize("case", node_cases("StringNGrams", "StringSplit"))
+def test_ngrams_and_v1_split_answer_as_tensorflow(case: dict[str, Any]):
+    check_node_case(case)
