@@ -39,6 +39,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     state_ops,
     string_ops,
     tensor_array_ops,
+    unicode_ops,
 )
 from poolserve.runtime.kernels.registry import (
     KERNELS,
