@@ -34,11 +34,11 @@ _BY_SPEC = {
         "MatrixSetDiag MatrixSetDiagV2 MatrixSetDiagV3 MatrixSolve MatrixTriangularSolve Max MaxPool3D "
         "Maximum Mean Min Minimum MirrorPad Mul Ndtri Neg NextIteration OneHot OnesLike Pack Pad PadV2 "
         "ParallelDynamicStitch Pow PreventGradient Print Prod QuantizeAndDequantizeV2 "
-        "QuantizeAndDequantizeV3 QuantizeAndDequantizeV4 RaggedTensorToTensor RealDiv Reciprocal RefEnter "
-        "RefExit RefNextIteration Relu Relu6 Reshape ResizeNearestNeighbor Reverse ReverseSequence "
-        "ReverseV2 RightShift Rint Roll Round Rsqrt ScatterNd SegmentMax SegmentMean SegmentMin "
-        "SegmentProd SegmentSum Select SelectV2 Selu Sigmoid Sign Sin Sinh Slice Snapshot Softmax "
-        "Softplus Softsign SpaceToBatch SpaceToBatchND SpaceToDepth SparseSegmentMean "
+        "QuantizeAndDequantizeV3 QuantizeAndDequantizeV4 RaggedBincount RaggedTensorToTensor RealDiv "
+        "Reciprocal RefEnter RefExit RefNextIteration Relu Relu6 Reshape ResizeNearestNeighbor Reverse "
+        "ReverseSequence ReverseV2 RightShift Rint Roll Round Rsqrt ScatterNd SegmentMax SegmentMean "
+        "SegmentMin SegmentProd SegmentSum Select SelectV2 Selu Sigmoid Sign Sin Sinh Slice Snapshot "
+        "Softmax Softplus Softsign SpaceToBatch SpaceToBatchND SpaceToDepth SparseSegmentMean "
         "SparseSegmentMeanWithNumSegments SparseSegmentSqrtN SparseSegmentSqrtNWithNumSegments "
         "SparseSegmentSum SparseSegmentSumWithNumSegments SparseTensorDenseMatMul SparseToDense Sqrt "
         "Square SquaredDifference Squeeze StopGradient StridedSlice Sub Sum Tan Tanh TensorScatterAdd "
@@ -50,7 +50,7 @@ _BY_SPEC = {
     "DT_BOOL": (
         "All Any ApproximateEqual Equal Greater GreaterEqual InTopK InTopKV2 IsFinite IsInf IsNan "
         "IsVariableInitialized Less LessEqual LogicalAnd LogicalNot LogicalOr LoopCond NotEqual "
-        "RegexFullMatch StaticRegexFullMatch VarIsInitializedOp"
+        "OptionalHasValue RegexFullMatch StaticRegexFullMatch VarIsInitializedOp"
     ),
     "dtype": (
         "Const Empty ImageProjectiveTransformV2 ImageProjectiveTransformV3 Placeholder "
@@ -58,29 +58,29 @@ _BY_SPEC = {
         "StatelessRandomUniformInt StatelessRandomUniformIntV2 TensorArrayGatherV3 TensorArrayReadV3 "
         "TruncatedNormal VariableV2"
     ),
+    "DT_STRING": (
+        "AsString DecodeBase64 EncodeBase64 EncodeWav ReduceJoin RegexReplace StaticRegexReplace "
+        "StringFormat StringJoin StringLower StringStrip StringUpper Substr UnicodeEncode"
+    ),
     "DT_FLOAT": (
         "AudioSpectrogram CropAndResize FakeQuantWithMinMaxArgs FakeQuantWithMinMaxVars "
         "FakeQuantWithMinMaxVarsPerChannel Mfcc ResizeArea ResizeBicubic ResizeBilinear ScaleAndTranslate "
         "TensorArrayScatterV3 TensorArraySplitV3 TensorArrayWriteV3"
-    ),
-    "DT_STRING": (
-        "AsString DecodeBase64 EncodeBase64 EncodeWav ReduceJoin RegexReplace StaticRegexReplace "
-        "StringFormat StringJoin StringLower StringStrip StringUpper Substr"
     ),
     "": (
         "Assert AssignAddVariableOp AssignSubVariableOp AssignVariableOp ControlTrigger "
         "InitializeTableFromTextFileV2 InitializeTableV2 LookupTableImportV2 LookupTableInsertV2 NoOp "
         "PrintV2 TensorArrayCloseV3"
     ),
+    "DT_VARIANT": (
+        "EmptyTensorList OptionalFromValue OptionalNone TensorListFromTensor TensorListPushBack "
+        "TensorListReserve TensorListResize TensorListScatter TensorListScatterIntoExistingList "
+        "TensorListScatterV2 TensorListSetItem TensorListSplit"
+    ),
     "DT_INT32": (
         "Bucketize NonMaxSuppression NonMaxSuppressionV2 NonMaxSuppressionV3 "
         "NonMaxSuppressionWithOverlaps Rank StatelessRandomGetAlg StringLength TensorArraySizeV3 "
-        "TensorListLength"
-    ),
-    "DT_VARIANT": (
-        "EmptyTensorList TensorListFromTensor TensorListPushBack TensorListReserve TensorListResize "
-        "TensorListScatter TensorListScatterIntoExistingList TensorListScatterV2 TensorListSetItem "
-        "TensorListSplit"
+        "TensorListLength UnicodeScript"
     ),
     "Tcomplex=DT_COMPLEX64": "FFT FFT2D FFT3D IFFT IFFT2D IFFT3D RFFT RFFT2D RFFT3D",
     "T=DT_FLOAT": "AdjustContrastv2 AdjustSaturation HSVToRGB LRN LeakyRelu MaxPool MaxPoolV2 RGBToHSV",
@@ -92,10 +92,10 @@ _BY_SPEC = {
         "Dequantize StatelessRandomNormal StatelessRandomNormalV2 StatelessRandomUniform "
         "StatelessRandomUniformV2 StatelessTruncatedNormal StatelessTruncatedNormalV2"
     ),
+    "[Tout]": "Case If PartitionedCall StatefulPartitionedCall StatelessCase StatelessIf",
     "DT_INT64": "LookupTableSizeV2 StringToHashBucket StringToHashBucketFast StringToHashBucketStrong Where",
     "DT_UINT8": "DecodeBmp DecodeGif DecodeJpeg PopulationCount",
     "Tout=DT_FLOAT": "Angle ComplexAbs Imag Real",
-    "[Tout]": "If PartitionedCall StatefulPartitionedCall StatelessIf",
     "out_type=DT_INT32": "LowerBound Shape Size UpperBound",
     "DT_RESOURCE": "HashTableV2 MutableHashTableV2 VarHandleOp",
     "T,out_idx=DT_INT32": "ListDiff Unique UniqueV2",
@@ -105,6 +105,7 @@ _BY_SPEC = {
     "[T]": "IdentityN StatelessWhile While",
     "dtype=DT_UINT8": "DecodeImage DecodePng DecodeWebP",
     "element_dtype": "TensorListGather TensorListGetItem TensorListStack",
+    "DT_INT64,DT_STRING,DT_INT64": "StringSplit StringSplitV2",
     "T*num_split": "Split SplitV",
     "T,DT_INT32": "Merge RefMerge",
     "T,out_idx=DT_INT32,out_idx=DT_INT32": "UniqueWithCounts UniqueWithCountsV2",
@@ -123,14 +124,15 @@ _BY_SPEC = {
     ): "ParseExampleV2",
     "DT_INT64,DT_INT64": "SparseReshape",
     "DT_INT64,DT_INT64,DT_INT64,T=DT_FLOAT": "CTCGreedyDecoder",
-    "DT_INT64,DT_STRING,DT_INT64": "StringSplitV2",
     "DT_INT64,T": "SparseReorder",
     "DT_INT64,T,DT_BOOL,DT_INT64": "SparseFillEmptyRows",
     "DT_RESOURCE,DT_FLOAT": "TensorArrayV3",
+    "DT_STRING,Tsplits=DT_INT64": "StringNGrams",
     "DT_UINT64,DT_UINT64": "StatelessRandomGetKeyCounter",
     "DT_VARIANT,element_dtype": "TensorListPopBack",
     "DstT": "Cast",
     "T*num": "Unpack",
+    "T*num_outs": "_SwitchN",
     "T*num_partitions": "DynamicPartition",
     "T,DT_FLOAT,DT_FLOAT": "QuantizeV2",
     "T,T,T": "Svd",
@@ -144,7 +146,10 @@ _BY_SPEC = {
     "Tidx=DT_INT32": "Range",
     "Tkeys,Tvalues": "LookupTableExportV2",
     "Tout=DT_COMPLEX64": "Complex",
+    "Tsplits=DT_INT64,DT_INT32": "UnicodeDecode",
+    "Tsplits=DT_INT64,DT_INT32,DT_INT64": "UnicodeDecodeWithOffsets",
     "[dtypes]": "RestoreV2",
+    "[output_types]": "OptionalGetValue",
     "dtype,DT_INT64": "TensorArrayConcatV3",
     "dtype=DT_INT32": "HistogramFixedWidth",
     "out_type": "DecodeRaw",

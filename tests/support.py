@@ -418,3 +418,66 @@ def asgi_scope(
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 80),
     }
+
+
+# --- TensorFlow's answers kept as JSON (tools/make_text_fixtures.py) ----------------------------------------
+
+import pytest  # noqa: E402
+from google.protobuf import text_format  # noqa: E402
+
+from poolserve.proto import graph_pb2, node_def_pb2  # noqa: E402
+from poolserve.runtime import errors as op_errors  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def from_json(t: dict[str, Any]) -> Any:
+    """A tensor the fixture tools wrote as {"dtype", "shape", "data"}: strings are bytes decoded with
+    surrogateescape, so a malformed byte comes back as it was."""
+    if t["dtype"] == "string":
+        flat = np.empty(len(t["data"]), dtype=object)
+        flat[:] = [s.encode("utf-8", "surrogateescape") for s in t["data"]]
+    else:
+        flat = np.array(t["data"], dtype=t["dtype"])
+    return flat.reshape(t["shape"])
+
+
+def assert_same(actual: Any, expected: Any, what: str = "") -> None:
+    """Same dtype, shape and values, exactly (strings as bytes)."""
+    actual = np.asarray(actual)
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    assert actual.tolist() == expected.tolist(), f"{what}: {actual.tolist()} != {expected.tolist()}"
+
+
+def node_cases(*ops: str) -> list[Any]:
+    """The cases of ``kernels/text_ops.json`` whose node is one of ``ops``, as pytest params named by case."""
+    cases = json.loads((FIXTURES / "kernels" / "text_ops.json").read_text())["cases"]
+    chosen = [c for c in cases if text_format.Parse(c["node"], node_def_pb2.NodeDef()).op in ops]
+    return [pytest.param(c, id=c["name"]) for c in chosen]
+
+
+def check_node_case(case: dict[str, Any]) -> None:
+    """Runs the case's NodeDef (as TensorFlow wrote it) on placeholders fed its inputs, and compares with
+    what TensorFlow answered: the outputs exactly, or the same error class with TensorFlow's message in
+    poolserve's. A graph poolserve refuses when it is loaded counts as the same error."""
+    node = text_format.Parse(case["node"], node_def_pb2.NodeDef())
+    graph_def = graph_pb2.GraphDef()
+    inputs = [from_json(t) for t in case["inputs"]]
+    b = GraphBuilder()
+    for i, arr in enumerate(inputs):
+        b.placeholder(f"in{i}", arr.dtype, None)
+    graph_def.CopyFrom(b.graph_def)
+    graph_def.node.add().CopyFrom(node)
+    feeds = {f"in{i}:0": arr for i, arr in enumerate(inputs)}
+    if "error" in case:
+        error_class = getattr(op_errors, case["error"]["type"])
+        with pytest.raises(error_class) as caught, Session(graph_def) as s:
+            s.run("op:0", feeds)
+        assert case["error"]["message"] in str(caught.value)
+        return
+    expected = [from_json(t) for t in case["outputs"]]
+    with Session(graph_def) as s:
+        got = s.run([f"op:{i}" for i in range(len(expected))], feeds)
+    for i, (g, want) in enumerate(zip(got, expected, strict=True)):
+        assert_same(g, want, f"{case['name']} output {i}")

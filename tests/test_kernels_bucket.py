@@ -1,11 +1,14 @@
-"""Bucketize and the bincounts. Expected values are TensorFlow 2.21's (tf.raw_ops on the same inputs);
-tools/op_fuzz_space.py compares the kernels with TensorFlow on random cases."""
+"""Bucketize and the bincounts. Expected values are TensorFlow 2.21's (tf.raw_ops on the same inputs, and
+the cases of tests/fixtures/kernels/text_ops.json, tools/make_text_fixtures.py); tools/op_fuzz_space.py
+compares the kernels with TensorFlow on random cases."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
-from support import run_op
+from support import check_node_case, node_cases, run_op
 
 from poolserve.runtime.errors import InvalidArgumentError
 
@@ -57,3 +60,25 @@ def test_bincount_v1():
     )
     assert out.dtype == np.int64
     np.testing.assert_array_equal(out, [1, 2, 0, 0, 1])
+
+
+@pytest.mark.parametrize("case", node_cases("RaggedBincount", "DenseBincount", "Bincount"))
+def test_bincounts_answer_as_tensorflow(case: dict[str, Any]):
+    """Counts per ragged row, weights summed one after the other in the output's dtype (bit for bit
+    TensorFlow's float32 sums), values past ``size`` dropped, TensorFlow's messages for bad input."""
+    check_node_case(case)
+
+
+def test_ragged_bincount_refuses_weights_that_are_not_one_per_value():
+    """TensorFlow reads past the end of such weights; poolserve says what is wrong."""
+    with pytest.raises(InvalidArgumentError, match="2 weights for 4 values"):
+        run_op(
+            "RaggedBincount",
+            [
+                np.array([0, 3, 4]),
+                np.array([1, 2, 2, 4], np.int32),
+                np.int32(5),
+                np.array([1.0, 2.0], np.float32),
+            ],
+            {"T": np.float32, "Tidx": np.int32, "binary_output": False},
+        )

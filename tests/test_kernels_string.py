@@ -1,5 +1,7 @@
-"""String kernels. Expected values are TensorFlow 2.21's (tf.strings on the same inputs);
-tools/op_fuzz_strings.py compares the kernels with TensorFlow on random cases."""
+"""String kernels. Expected values are TensorFlow 2.21's (tf.strings on the same inputs; for StringNGrams
+and StringSplit the cases of tests/fixtures/kernels/text_ops.json, tools/make_text_fixtures.py);
+tools/op_fuzz_strings.py compares the kernels with TensorFlow on random cases. Regexes:
+test_kernels_regex.py."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from support import run_op
+from support import check_node_case, node_cases, run_op
 
 from poolserve.runtime.errors import InvalidArgumentError, OutOfRangeError
 
@@ -45,27 +47,6 @@ def test_case_and_length_take_bytes_or_utf8():
     np.testing.assert_array_equal(run_op("StringLength", [x], {"unit": "BYTE"}), [0, 3, 24, 13])
     np.testing.assert_array_equal(run_op("StringLength", [x], {"unit": "UTF8_CHAR"}), [0, 3, 24, 11])
     assert as_text(run_op("StringStrip", [strings("\t a b \n")])) == ["a b"]
-
-
-def test_regexes_match_utf8_text_with_re2_rewrites():
-    x = strings(*WORDS)
-    out = run_op("StaticRegexReplace", [x], {"pattern": r"[^\w\s]", "rewrite": "", "replace_global": True})
-    assert as_text(out) == ["", "cat", "The Cat sat on the DOG", "hllo wrld"]
-    once = run_op(
-        "StaticRegexReplace",
-        [strings("cat at")],
-        {"pattern": "(a)(t)", "rewrite": r"\2\1|\0", "replace_global": False},
-    )
-    assert as_text(once) == ["cta|at at"]
-    # a rewrite naming a group the pattern lacks leaves the strings as they are
-    same = run_op(
-        "StaticRegexReplace", [strings("cat at")], {"pattern": "a", "rewrite": r"\2", "replace_global": True}
-    )
-    assert as_text(same) == ["cat at"]
-    full = run_op("StaticRegexFullMatch", [x], {"pattern": ".*[Cc]at.*"})
-    np.testing.assert_array_equal(full, [False, True, True, False])
-    with pytest.raises(InvalidArgumentError, match="invalid pattern"):
-        run_op("StaticRegexFullMatch", [x], {"pattern": "(unclosed"})
 
 
 def test_join_broadcasts_scalars_and_as_string_formats_like_printf():
@@ -219,3 +200,8 @@ def test_keyed_and_legacy_hash_buckets():
     )
     with pytest.raises(InvalidArgumentError, match="Key must have 2 elements"):
         run_op("StringToHashBucketStrong", [x], {"num_buckets": 10, "key": [1]})
+
+
+@pytest.mark.parametrize("case", node_cases("StringNGrams", "StringSplit"))
+def test_ngrams_and_v1_split_answer_as_tensorflow(case: dict[str, Any]):
+    check_node_case(case)

@@ -31,6 +31,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     quant_ops,
     ragged_ops,
     random_ops,
+    regex_ops,
     segment_ops,
     slicing_ops,
     space_ops,
@@ -39,6 +40,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     state_ops,
     string_ops,
     tensor_array_ops,
+    unicode_ops,
 )
 from poolserve.runtime.kernels.registry import (
     KERNELS,

@@ -1,10 +1,11 @@
 """Private helpers shared by several kernel modules: shapes in error messages, attr checks, scalar inputs,
-half-precision widening, and the tap loops of window ops (pooling, LRN)."""
+half-precision widening, the tap loops of window ops (pooling, LRN), and string tensors built from Python
+lists."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -152,3 +153,21 @@ def _reduce_taps(x: Any, axis: int, k: int, count: int, step: int, fn: Any, init
     for t in range(first, k):
         fn(out, tap(t), out=out)
     return out
+
+
+# --- string tensors ----------------------------------------------------------------------------------------
+
+
+def _strings(items: list[bytes], shape: tuple[int, ...]) -> np.ndarray:
+    """A string tensor (an object array of bytes) of ``shape`` from a flat list."""
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out.reshape(shape)
+
+
+def _each(x: Any, fn: Callable[[bytes], Any], dtype: Any = object) -> np.ndarray:
+    """``fn`` of every string of ``x``, in ``x``'s shape: strings, or numbers of ``dtype``."""
+    values = [fn(s) for s in x.ravel().tolist()]
+    if dtype is object:
+        return _strings(values, x.shape)
+    return np.array(values, dtype=dtype).reshape(x.shape)

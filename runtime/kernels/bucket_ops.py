@@ -1,6 +1,6 @@
-"""Bucketing and counting: Bucketize, Bincount and DenseBincount, what Keras' Discretization and
-CategoryEncoding layers (and feature columns) leave in a serving graph, and HistogramFixedWidth
-(``tf.histogram_fixed_width``)."""
+"""Bucketing and counting: Bucketize, Bincount, DenseBincount and RaggedBincount, what Keras'
+Discretization, CategoryEncoding and TextVectorization layers (and feature columns) leave in a serving
+graph, and HistogramFixedWidth (``tf.histogram_fixed_width``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from poolserve.proto import types_pb2
 from poolserve.runtime.errors import InvalidArgumentError
-from poolserve.runtime.kernels._common import _bad_attr, _shape_str
+from poolserve.runtime.kernels._common import _bad_attr, _dims
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
@@ -29,34 +29,46 @@ def bucketize(node: Node) -> Compute:
     return compute
 
 
-def _counts(arr: Any, size_t: Any, weights: Any, binary: bool, out_dtype: np.dtype[Any]) -> Any:
+def _size(size_t: Any) -> int:
     if size_t.ndim != 0:
-        raise InvalidArgumentError(f"Shape must be rank 0 but is rank {size_t.ndim} for size")
+        raise InvalidArgumentError(f"Shape must be rank 0 but is rank {size_t.ndim}")
     size = int(size_t)
     if size < 0:
         raise InvalidArgumentError(f"size ({size}) must be non-negative")
+    return size
+
+
+def _accumulate(rows: Any, bins: Any, weights: Any, shape: tuple[int, int], binary: bool, dtype: Any) -> Any:
+    """Counts (or sums of weights) per (row, bin), values at or past the last bin dropped, as TensorFlow's
+    CPU kernels add them: one value after the other, in the output's dtype (a float32 sum is float32's)."""
+    keep = bins < shape[1]
+    out = np.zeros(shape, dtype=dtype)
+    if binary:
+        out[rows[keep], bins[keep]] = 1
+    elif weights is None:
+        np.add.at(out, (rows[keep], bins[keep]), 1)
+    else:
+        np.add.at(out, (rows[keep], bins[keep]), weights.reshape(-1)[keep].astype(dtype, copy=False))
+    return out
+
+
+def _counts(arr: Any, size_t: Any, weights: Any, binary: bool, out_dtype: np.dtype[Any], v1: bool) -> Any:
+    size = _size(size_t)
     if arr.ndim not in (1, 2):
-        raise InvalidArgumentError(f"Shape must be at most rank 2 but is rank {arr.ndim} for input")
+        raise InvalidArgumentError(f"Shape must be at most rank 2 but is rank {arr.ndim}")
     if weights is not None and weights.size and weights.shape != arr.shape:
+        if v1:
+            raise InvalidArgumentError("Input indices and weights must have the same size.")
         raise InvalidArgumentError(
-            f"Expected weights to be empty or the same shape as arr, got weights of shape "
-            f"{_shape_str(weights.shape)} and arr of shape {_shape_str(arr.shape)}"
+            "`weights` must be the same shape as `arr` or a length-0 `Tensor`, in which case it acts as all "
+            f"weights equal to 1. Received {_dims(weights.shape)}"
         )
     if arr.size and arr.min() < 0:
         raise InvalidArgumentError("Input arr must be non-negative!")
-    rows = arr if arr.ndim == 2 else arr.reshape(1, arr.shape[0])
-    keep = rows < size  # values past the last bin are dropped, as TensorFlow does
-    row_ids = np.broadcast_to(np.arange(rows.shape[0])[:, None], rows.shape)[keep]
-    flat = row_ids * size + rows[keep]
-    counts: Any
-    if binary or weights is None or not weights.size:
-        counts = np.bincount(flat, minlength=rows.shape[0] * size)
-        if binary:
-            counts = counts > 0
-    else:
-        w = weights.reshape(rows.shape)[keep]
-        counts = np.bincount(flat, weights=w.astype(np.float64), minlength=rows.shape[0] * size)
-    out = counts.astype(out_dtype).reshape(rows.shape[0], size)
+    values = arr if arr.ndim == 2 else arr.reshape(1, arr.shape[0])
+    rows = np.repeat(np.arange(values.shape[0]), values.shape[1])
+    used = weights if weights is not None and weights.size else None
+    out = _accumulate(rows, values.reshape(-1), used, (values.shape[0], size), binary, out_dtype)
     return out if arr.ndim == 2 else out.reshape(size)
 
 
@@ -67,7 +79,7 @@ def dense_bincount(node: Node) -> Compute:
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         arr, size_t, weights = inputs
-        return (_counts(arr, size_t, weights, binary, out_dtype),)
+        return (_counts(arr, size_t, weights, binary, out_dtype, v1=False),)
 
     return compute
 
@@ -78,10 +90,46 @@ def bincount(node: Node) -> Compute:
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         arr, size_t, weights = inputs
-        if arr.ndim != 1:  # v1 counts the values of any shape, as one list
-            arr = arr.reshape(-1)
-            weights = weights.reshape(-1) if weights.size else weights
-        return (_counts(arr, size_t, weights, False, out_dtype),)
+        # v1 counts the values of any shape, as one list
+        flat_weights = weights.reshape(-1) if weights.size else weights
+        return (_counts(arr.reshape(-1), size_t, flat_weights, False, out_dtype, v1=True),)
+
+    return compute
+
+
+@kernel("RaggedBincount")
+def ragged_bincount(node: Node) -> Compute:
+    """Counts per row of a ragged tensor (its row splits and flat values): ``tf.math.bincount`` of a
+    RaggedTensor, Keras' TextVectorization in multi_hot, count and tf_idf modes."""
+    binary = node.attr_bool("binary_output", False)
+    out_dtype = node.attr_dtype("T")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        splits_t, values_t, size_t, weights = inputs
+        size = _size(size_t)
+        splits = splits_t.reshape(-1).astype(np.int64)
+        values = values_t.reshape(-1)
+        if not splits.size:
+            raise InvalidArgumentError("Splits must be non-empty")
+        if splits[0] != 0:
+            raise InvalidArgumentError(f"Splits must start with 0, not with {splits[0]}")
+        if splits[-1] != values.size:
+            raise InvalidArgumentError(
+                f"Splits must end with the number of values, got {splits[-1]} instead of {values.size}"
+            )
+        if weights.size and weights.size != values.size:
+            # TensorFlow reads past the weights' end here
+            raise InvalidArgumentError(
+                f"weights must be empty or have one weight per value: {weights.size} weights for "
+                f"{values.size} values"
+            )
+        if values.size and values.min() < 0:
+            raise InvalidArgumentError("Input must be non-negative")
+        # a value's row: the first split past its index (TensorFlow walks the splits; a split smaller
+        # than one before it changes nothing), so the running maximum of the splits, searched
+        rows = np.searchsorted(np.maximum.accumulate(splits), np.arange(values.size), side="right") - 1
+        used = weights if weights.size else None
+        return (_accumulate(rows, values, used, (splits.size - 1, size), binary, out_dtype),)
 
     return compute
 

@@ -1,4 +1,4 @@
-"""String kernels: hashing to buckets, formatting numbers as text, case, joins, regexes and lengths.
+"""String kernels: hashing to buckets, formatting numbers as text, case, joins, splits and lengths.
 
 What Keras' Hashing, StringLookup (``num_oov_indices`` > 1) and TextVectorization layers and feature
 columns (``categorical_column_with_hash_bucket``) leave in a serving graph. Strings are object arrays of
@@ -6,9 +6,10 @@ columns (``categorical_column_with_hash_bucket``) leave in a serving graph. Stri
 relative to the arithmetic around them.
 
 StringToHashBucketFast is TensorFlow's ``Fingerprint64`` (FarmHash) modulo the bucket count, from
-pyfarmhash, which computes the same fingerprint. Regexes are RE2's in TensorFlow and Python's ``re`` here:
-the two agree on the character classes, alternations and repetitions such layers use; a pattern ``re``
-cannot compile is an InvalidArgumentError naming it.
+pyfarmhash, which computes the same fingerprint. Regexes are in ``regex_ops.py`` (RE2, as TensorFlow).
+
+Splits: StringSplitV2 (``tf.strings.split``), the v1 StringSplit (``tf.compat.v1.string_split``) and
+StringNGrams (``tf.strings.ngrams``, TextVectorization's ``ngrams``) over a ragged tensor's flat tokens.
 
 Also here: base64 (web-safe), Substr, ReduceJoin, StringFormat (``tf.print``'s summaries), StringToNumber,
 and the other hash buckets: StringToHashBucketStrong is SipHash-2-4 under the node's key, and the legacy
@@ -19,6 +20,7 @@ at once.
 from __future__ import annotations
 
 import base64
+import itertools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -28,22 +30,9 @@ import numpy as np
 
 from poolserve.proto import types_pb2
 from poolserve.runtime.errors import InvalidArgumentError, OutOfRangeError, UnimplementedError
-from poolserve.runtime.kernels._common import _bad_attr, _dims
+from poolserve.runtime.kernels._common import _bad_attr, _dims, _each, _strings
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
-
-
-def _strings(items: list[bytes], shape: tuple[int, ...]) -> np.ndarray:
-    out = np.empty(len(items), dtype=object)
-    out[:] = items
-    return out.reshape(shape)
-
-
-def _each(x: Any, fn: Callable[[bytes], Any], dtype: Any = object) -> np.ndarray:
-    values = [fn(s) for s in x.ravel().tolist()]
-    if dtype is object:
-        return _strings(values, x.shape)
-    return np.array(values, dtype=dtype).reshape(x.shape)
 
 
 @kernel("StringToHashBucketFast")
@@ -139,94 +128,6 @@ def string_join(node: Node) -> Compute:
     return compute
 
 
-def _compile(node: Node, pattern: bytes | str) -> re.Pattern[str]:
-    text = pattern.decode("utf-8", "surrogateescape") if isinstance(pattern, bytes) else pattern
-    try:
-        # RE2 matches UTF-8 text, with ASCII-only \w, \d and \b as here
-        return re.compile(text, re.ASCII)
-    except re.error as e:
-        raise InvalidArgumentError(f"Node '{node.name}': invalid pattern {text!r}: {e}") from None
-
-
-def _text(s: bytes) -> str:
-    return s.decode("utf-8", "surrogateescape")
-
-
-def _replace(rx: re.Pattern[str], rewrite: bytes, replace_global: bool) -> Callable[[bytes], bytes]:
-    """RE2's rewrite: \\0-\\9 name groups, \\\\ is a backslash. One naming a group the pattern lacks makes
-    TensorFlow leave every string as it is."""
-    parts: list[str | int] = []
-    text = _text(rewrite)
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt.isdigit():
-                parts.append(int(nxt))
-            elif nxt == "\\":
-                parts.append("\\")
-            i += 2  # another escape is dropped, as TensorFlow's answers show
-            continue
-        parts.append(c)
-        i += 1
-    if any(isinstance(p, int) and p > rx.groups for p in parts):
-        return lambda s: s
-    count = 0 if replace_global else 1
-
-    def expand(m: re.Match[str]) -> str:
-        return "".join(p if isinstance(p, str) else (m.group(p) or "") for p in parts)
-
-    return lambda s: rx.sub(expand, _text(s), count=count).encode("utf-8", "surrogateescape")
-
-
-@kernel("StaticRegexReplace")
-def static_regex_replace(node: Node) -> Compute:
-    rx = _compile(node, node.attr_str("pattern"))
-    fn = _replace(rx, node.attr_str("rewrite").encode(), node.attr_bool("replace_global", True))
-
-    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        return (_each(inputs[0], fn),)
-
-    return compute
-
-
-@kernel("RegexReplace")
-def regex_replace(node: Node) -> Compute:
-    replace_global = node.attr_bool("replace_global", True)
-
-    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        x, pattern, rewrite = inputs
-        if pattern.ndim or rewrite.ndim:
-            raise InvalidArgumentError("Pattern and rewrite must be scalars")
-        fn = _replace(_compile(node, pattern.item()), rewrite.item(), replace_global)
-        return (_each(x, fn),)
-
-    return compute
-
-
-@kernel("StaticRegexFullMatch")
-def static_regex_full_match(node: Node) -> Compute:
-    rx = _compile(node, node.attr_str("pattern"))
-
-    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        return (_each(inputs[0], lambda s: rx.fullmatch(_text(s)) is not None, bool),)
-
-    return compute
-
-
-@kernel("RegexFullMatch")
-def regex_full_match(node: Node) -> Compute:
-    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
-        x, pattern = inputs
-        if pattern.ndim:
-            raise InvalidArgumentError("Pattern must be scalar")
-        rx = _compile(node, pattern.item())
-        return (_each(x, lambda s: rx.fullmatch(_text(s)) is not None, bool),)
-
-    return compute
-
-
 @kernel("StringLength")
 def string_length(node: Node) -> Compute:
     unit = node.attr_str("unit", "BYTE", choices=("BYTE", "UTF8_CHAR"))
@@ -265,30 +166,136 @@ def _split_whitespace(s: bytes, maxsplit: int) -> list[bytes]:
     return out
 
 
+def _sparse_tokens(pieces: list[list[bytes]]) -> tuple[Any, Any, Any]:
+    """Tokens per string as TensorFlow's string splits return them: a SparseTensor's indices (row,
+    position), values and dense shape (rows, most tokens in a row)."""
+    counts = np.array([len(p) for p in pieces], dtype=np.int64)
+    rows = np.repeat(np.arange(len(pieces), dtype=np.int64), counts)
+    starts = np.cumsum(counts) - counts
+    cols = np.arange(rows.size, dtype=np.int64) - np.repeat(starts, counts)
+    values = _strings([t for p in pieces for t in p], (rows.size,))
+    shape = np.array([len(pieces), int(counts.max()) if counts.size else 0], dtype=np.int64)
+    return np.stack([rows, cols], axis=1).reshape(rows.size, 2), values, shape
+
+
+def _split_inputs(x: Any, sep_t: Any, sep_name: str) -> bytes:
+    if x.ndim != 1:
+        raise InvalidArgumentError(f"input must be a vector, got shape: {_dims(x.shape)}")
+    if sep_t.ndim:
+        raise InvalidArgumentError(f"{sep_name} must be a scalar, got shape: {_dims(sep_t.shape)}")
+    sep: bytes = sep_t.item()
+    return sep
+
+
 @kernel("StringSplitV2", outputs=3)
 def string_split_v2(node: Node) -> Compute:
     maxsplit = node.attr_int("maxsplit", -1)
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         x, sep_t = inputs
-        if x.ndim != 1:
-            raise InvalidArgumentError(f"input must be a vector, got shape: {list(x.shape)}")
-        if sep_t.ndim:
-            raise InvalidArgumentError(f"sep must be a scalar, got shape: {list(sep_t.shape)}")
-        sep = sep_t.item()
+        sep = _split_inputs(x, sep_t, "sep")
         if maxsplit == 0:
             pieces = [[s] for s in x.tolist()]
         elif sep:
             pieces = [s.split(sep, maxsplit) for s in x.tolist()]
         else:
             pieces = [_split_whitespace(s, maxsplit) for s in x.tolist()]
-        counts = np.array([len(p) for p in pieces], dtype=np.int64)
-        rows = np.repeat(np.arange(len(pieces), dtype=np.int64), counts)
-        starts = np.cumsum(counts) - counts
-        cols = np.arange(rows.size, dtype=np.int64) - np.repeat(starts, counts)
-        values = _strings([t for p in pieces for t in p], (rows.size,))
-        shape = np.array([len(pieces), int(counts.max()) if counts.size else 0], dtype=np.int64)
-        return np.stack([rows, cols], axis=1).reshape(rows.size, 2), values, shape
+        return _sparse_tokens(pieces)
+
+    return compute
+
+
+@kernel("StringSplit", outputs=3)
+def string_split(node: Node) -> Compute:
+    """``tf.compat.v1.string_split``: every byte of ``delimiter`` splits, an empty delimiter splits into
+    bytes, and an empty string has no tokens (even an empty one)."""
+    skip_empty = node.attr_bool("skip_empty", True)
+
+    def split(s: bytes, delimiter: bytes) -> list[bytes]:
+        if not s:
+            return []
+        if not delimiter:
+            return [s[i : i + 1] for i in range(len(s))]
+        first = delimiter[:1]
+        if len(delimiter) > 1:
+            s = s.translate(bytes.maketrans(delimiter[1:], first * (len(delimiter) - 1)))
+        tokens = s.split(first)
+        return [t for t in tokens if t] if skip_empty else tokens
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, delimiter_t = inputs
+        delimiter = _split_inputs(x, delimiter_t, "delimiter")
+        return _sparse_tokens([split(s, delimiter) for s in x.tolist()])
+
+    return compute
+
+
+@kernel("StringNGrams", outputs=2)
+def string_ngrams(node: Node) -> Compute:
+    """``tf.strings.ngrams`` over a ragged tensor of tokens (its flat ``data`` and row splits): every
+    n-gram of each width in turn, per row; ``pad_width`` pads of ``left_pad``/``right_pad`` at the row's
+    ends (-1: width - 1, never more), and ``preserve_short_sequences`` makes a row too short for any
+    n-gram one n-gram of all its tokens."""
+    separator = node.attr("separator")
+    widths = node.attr_ints("ngram_widths")
+    left_pad, right_pad = node.attr("left_pad"), node.attr("right_pad")
+    pad_width = node.attr_int("pad_width")
+    preserve_short = node.attr_bool("preserve_short_sequences")
+    if any(w <= 0 for w in widths):
+        raise _bad_attr(node, "ngram_widths", "ngram_widths must contain positive values")
+    splits_dtype = node.attr_dtype("Tsplits", types_pb2.DT_INT64)
+
+    def padding(width: int) -> int:
+        return min(width - 1 if pad_width < 0 else pad_width, width - 1)
+
+    def count(length: int, width: int) -> int:
+        return max(0, length + 2 * padding(width) - width + 1)
+
+    def ngrams(tokens: list[bytes], width: int) -> list[bytes]:
+        pad = padding(width)
+        num = count(len(tokens), width)
+        out = []
+        for k in range(num):
+            left, right = max(0, pad - k), max(0, pad - (num - 1 - k))
+            start = 0 if left else k - pad
+            words = tokens[start : start + width - left - right]
+            out.append(separator.join([left_pad] * left + words + [right_pad] * right))
+        return out
+
+    def check(bounds: list[int], size: int) -> None:
+        if bounds[0] != 0:
+            raise InvalidArgumentError(f"First split value must be 0, got {bounds[0]}")
+        for prev, cur in itertools.pairwise(bounds):
+            if not prev <= cur <= size:
+                raise InvalidArgumentError(f"Invalid split value {cur}, must be in [{prev}, {size}]")
+        if bounds[-1] != size:
+            raise InvalidArgumentError(
+                f"Last split value must be data size. Expected {size}, got {bounds[-1]}"
+            )
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        data, splits = inputs
+        bounds = splits.reshape(-1).tolist()
+        items = data.reshape(-1).tolist()
+        if bounds:
+            check(bounds, len(items))
+        if not items or not bounds:  # TensorFlow's output then: empty strings in the data's shape
+            return _strings([b""] * data.size, data.shape), np.zeros(splits.shape, dtype=splits_dtype)
+        out: list[bytes] = []
+        row_splits = [0]
+        for start, end in itertools.pairwise(bounds):
+            tokens = items[start:end]
+            row = [g for width in widths for g in ngrams(tokens, width)]
+            if preserve_short and tokens and not row:
+                if pad_width < 0:
+                    raise InvalidArgumentError(
+                        "Pad width should be >= 0 when preserve_short_sequences is True and ngram_widths "
+                        f"are not provided, got {pad_width}"
+                    )
+                row = ngrams(tokens, len(tokens) + 2 * pad_width)
+            out += row
+            row_splits.append(len(out))
+        return _strings(out, (len(out),)), np.array(row_splits, dtype=splits_dtype)
 
     return compute
 
