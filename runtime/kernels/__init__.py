@@ -7,6 +7,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     control_flow_ops,
     conv3d_ops,
     conv_ops,
+    cross_ops,
     ctc_ops,
     depthwise_ops,
     detection_ops,
