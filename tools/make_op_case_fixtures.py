@@ -279,7 +279,250 @@ def cross(g: Group) -> None:
     g.case("fp_bad_method", "Fingerprint", {"data": np.zeros(2, I32), "method": np.array(b"md5", object)})
 
 
-GROUPS: dict[str, Callable[[Group], None]] = {"cross": cross}
+# --- sparse ------------------------------------------------------------------------------------------------
+
+
+def sparse(g: Group) -> None:
+    rng = np.random.default_rng(12)
+    ind = idx([[0, 0, 1], [0, 2, 0], [1, 1, 1], [1, 1, 2], [2, 0, 0], [2, 2, 2]])
+    shape = np.array([3, 3, 3], I64)
+    vals = {
+        "f32": rng.standard_normal(6).astype(F32),
+        "f64": rng.standard_normal(6),
+        "i32": np.array([4, -1, 7, 3, 0, -9], I32),
+        "i64": np.array([4, -1, 7, 3, 0, -9], I64),
+    }
+    for op in ("SparseReduceSum", "SparseReduceSumSparse", "SparseReduceMax", "SparseReduceMaxSparse"):
+        short = op.removeprefix("SparseReduce").lower()
+        for dt, v in vals.items():
+            for axes, keep in (([1], False), ([0, 2], True), ([-1], False), ([], False), ([0, 1, 2], False)):
+                name = f"{short}_{dt}_{'_'.join(str(a) for a in axes) or 'none'}_{int(keep)}"
+                g.case(
+                    name.replace("-", "m"),
+                    op,
+                    {
+                        "input_indices": ind,
+                        "input_values": v,
+                        "input_shape": shape,
+                        "reduction_axes": np.array(axes, I32),
+                    },
+                    keep_dims=keep,
+                )
+        neg = np.array([-1, -2, -3, -4, -5, -6], F32)
+        g.case(
+            f"{short}_negative",
+            op,
+            {
+                "input_indices": ind,
+                "input_values": neg,
+                "input_shape": shape,
+                "reduction_axes": np.array(1, I32),
+            },
+            keep_dims=False,
+        )
+        g.case(
+            f"{short}_empty",
+            op,
+            {
+                "input_indices": np.zeros((0, 2), I64),
+                "input_values": np.zeros(0, F32),
+                "input_shape": np.array([2, 3], I64),
+                "reduction_axes": np.array([0], I32),
+            },
+        )
+        g.case(
+            f"{short}_unsorted",
+            op,
+            {
+                "input_indices": ind[::-1].copy(),
+                "input_values": vals["f64"],
+                "input_shape": shape,
+                "reduction_axes": np.array([2], I32),
+            },
+        )
+        g.case(
+            f"{short}_bad_axis",
+            op,
+            {
+                "input_indices": ind,
+                "input_values": vals["f32"],
+                "input_shape": shape,
+                "reduction_axes": np.array([3], I32),
+            },
+        )
+    # SparseAdd: overlapping, cancelling under thresh, disjoint, empty
+    a_i = idx([[0, 0], [0, 2], [1, 1], [2, 0]])
+    b_i = idx([[0, 1], [0, 2], [1, 1], [3, 3]])
+    sh = np.array([4, 4], I64)
+    for dt, cast in (("f32", F32), ("f64", F64), ("i64", I64), ("i32", I32)):
+        a_v = np.array([1, 2, 3, 4], cast)
+        b_v = np.array([10, -2, 0.5 if cast in (F32, F64) else 5, 7], cast)
+        for thresh in (0, 1):
+            g.case(
+                f"add_{dt}_{thresh}",
+                "SparseAdd",
+                {
+                    "a_indices": a_i,
+                    "a_values": a_v,
+                    "a_shape": sh,
+                    "b_indices": b_i,
+                    "b_values": b_v,
+                    "b_shape": sh,
+                    "thresh": np.array(thresh, cast),
+                },
+            )
+    g.case(
+        "add_empty",
+        "SparseAdd",
+        {
+            "a_indices": np.zeros((0, 2), I64),
+            "a_values": np.zeros(0, F32),
+            "a_shape": sh,
+            "b_indices": b_i,
+            "b_values": np.ones(4, F32),
+            "b_shape": sh,
+            "thresh": np.array(0, F32),
+        },
+    )
+    g.case(
+        "add_strings_none",
+        "SparseAdd",
+        {
+            "a_indices": a_i,
+            "a_values": np.arange(4, dtype=F32),
+            "a_shape": sh,
+            "b_indices": b_i,
+            "b_values": np.ones(4, F32),
+            "b_shape": np.array([4, 5], I64),
+            "thresh": np.array(0, F32),
+        },
+    )
+    g.case(
+        "add_rank_mismatch",
+        "SparseAdd",
+        {
+            "a_indices": a_i,
+            "a_values": np.arange(4, dtype=F32),
+            "a_shape": sh,
+            "b_indices": b_i,
+            "b_values": np.ones(4, F32),
+            "b_shape": np.array([4, 4, 1], I64),
+            "thresh": np.array(0, F32),
+        },
+    )
+    # SparseConcat
+    c1 = (idx([[0, 1], [1, 0]]), np.array([1, 2], F32), np.array([2, 3], I64))
+    c2 = (idx([[0, 0], [1, 2], [1, 3]]), np.array([3, 4, 5], F32), np.array([2, 4], I64))
+    c3 = (np.zeros((0, 2), I64), np.zeros(0, F32), np.array([2, 1], I64))
+    for dim in (1, -1):
+        g.case(
+            f"concat_{dim}".replace("-", "m"),
+            "SparseConcat",
+            {
+                "indices": [c1[0], c2[0], c3[0]],
+                "values": [c1[1], c2[1], c3[1]],
+                "shapes": [c1[2], c2[2], c3[2]],
+            },
+            concat_dim=dim,
+        )
+    r1 = (idx([[0, 1], [1, 0]]), S("a", "b"), np.array([2, 3], I64))
+    r2 = (idx([[0, 0], [2, 2]]), S("c", "d"), np.array([3, 3], I64))
+    g.case(
+        "concat_rows_strings",
+        "SparseConcat",
+        {"indices": [r1[0], r2[0]], "values": [r1[1], r2[1]], "shapes": [r1[2], r2[2]]},
+        concat_dim=0,
+    )
+    g.case(
+        "concat_shape_mismatch",
+        "SparseConcat",
+        {"indices": [c1[0], r2[0]], "values": [c1[1], c1[1]], "shapes": [c1[2], r2[2]]},
+        concat_dim=1,
+    )
+    g.case(
+        "concat_bad_dim",
+        "SparseConcat",
+        {"indices": [c1[0], c2[0]], "values": [c1[1], c2[1]], "shapes": [c1[2], c2[2]]},
+        concat_dim=2,
+    )
+    # SparseSlice
+    s_i = idx([[0, 0], [0, 3], [1, 1], [2, 2], [3, 0], [3, 4]])
+    s_v = np.arange(6, dtype=I64)
+    s_sh = np.array([4, 5], I64)
+    for name, start, size in (
+        ("mid", [1, 1], [2, 3]),
+        ("past_end", [2, 3], [10, 10]),
+        ("all", [0, 0], [4, 5]),
+        ("empty", [4, 0], [2, 2]),
+        ("zero_size", [1, 1], [0, 2]),
+    ):
+        g.case(
+            f"slice_{name}",
+            "SparseSlice",
+            {
+                "indices": s_i,
+                "values": s_v,
+                "shape": s_sh,
+                "start": np.array(start, I64),
+                "size": np.array(size, I64),
+            },
+        )
+    g.case(
+        "slice_strings",
+        "SparseSlice",
+        {
+            "indices": s_i,
+            "values": S(*"abcdef"),
+            "shape": s_sh,
+            "start": np.array([0, 2], I64),
+            "size": np.array([4, 3], I64),
+        },
+    )
+    g.case(
+        "slice_bad_rank",
+        "SparseSlice",
+        {
+            "indices": s_i,
+            "values": s_v,
+            "shape": s_sh,
+            "start": np.array([0], I64),
+            "size": np.array([4, 3], I64),
+        },
+    )
+    # SparseSoftmax
+    for dt, cast in (("f32", F32), ("f64", F64)):
+        g.case(
+            f"softmax_{dt}",
+            "SparseSoftmax",
+            {"sp_indices": ind, "sp_values": (vals["f64"] * 3).astype(cast), "sp_shape": shape},
+        )
+    g.case(
+        "softmax_2d",
+        "SparseSoftmax",
+        {"sp_indices": s_i, "sp_values": np.array([1, 2, 3, 4, 1000, 1001], F32), "sp_shape": s_sh},
+    )
+    g.case(
+        "softmax_empty",
+        "SparseSoftmax",
+        {"sp_indices": np.zeros((0, 2), I64), "sp_values": np.zeros(0, F32), "sp_shape": s_sh},
+    )
+    g.case(
+        "softmax_unsorted",
+        "SparseSoftmax",
+        {"sp_indices": s_i[[0, 2, 1, 3, 4, 5]], "sp_values": np.arange(6, dtype=F32), "sp_shape": s_sh},
+    )
+    g.case(
+        "softmax_rank1",
+        "SparseSoftmax",
+        {
+            "sp_indices": idx([[0], [1]]).reshape(2, 1),
+            "sp_values": np.zeros(2, F32),
+            "sp_shape": np.array([2], I64),
+        },
+    )
+
+
+GROUPS: dict[str, Callable[[Group], None]] = {"cross": cross, "sparse": sparse}
 
 
 def main() -> None:

@@ -35,6 +35,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     segment_ops,
     slicing_ops,
     space_ops,
+    sparse_math_ops,
     sparse_ops,
     special_ops,
     state_ops,
