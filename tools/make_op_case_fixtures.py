@@ -522,7 +522,103 @@ def sparse(g: Group) -> None:
     )
 
 
-GROUPS: dict[str, Callable[[Group], None]] = {"cross": cross, "sparse": sparse}
+# --- ragged ------------------------------------------------------------------------------------------------
+
+
+def ragged(g: Group) -> None:
+    rng = np.random.default_rng(13)
+    for name, st, li, de, dt in (
+        ("int", [0, 5, 3, 2], [4, 5, -3, 9], [1, 2, -2, 3], I32),
+        ("int64_bcast", 2, [5, 2, 8], 3, I64),
+        ("float", [0.0, 1.5, -2.0], [1.0, 1.0, 2.0], [0.1, -0.25, 0.3], F32),
+        ("double", [0.0, 10.0], [1.0, 0.0], [0.07, -0.7], F64),
+        ("scalar", 1, 10, 4, I32),
+        ("empty", np.zeros(0, I32), np.zeros(0, I32), np.zeros(0, I32), I32),
+        ("zero_delta", [0, 1], [3, 4], [1, 0], I32),
+        ("shape_mismatch", [0, 1], [3, 4, 5], 1, I32),
+    ):
+        for splits in (I32, I64):
+            g.case(
+                f"range_{name}_{np.dtype(splits).name}",
+                "RaggedRange",
+                {"starts": np.array(st, dt), "limits": np.array(li, dt), "deltas": np.array(de, dt)},
+                Tsplits=tf.as_dtype(splits),
+            )
+    # RaggedGather: params [[a, b], [], [c, d, e]] (ragged rank 1), and a ragged rank 2 one
+    splits1 = np.array([0, 2, 2, 5], I64)
+    vals1 = S(*"abcde")
+    for name, ind in (
+        ("vector", np.array([2, 0, 1, 2], I32)),
+        ("matrix", np.array([[0, 2], [1, 1], [2, 0]], I64)),
+        ("scalar_like", np.array([1], I32)),
+        ("empty", np.zeros(0, I32)),
+        ("out_of_range", np.array([0, 3], I32)),
+        ("negative", np.array([-1], I32)),
+    ):
+        g.case(
+            f"gather_{name}",
+            "RaggedGather",
+            {"params_nested_splits": [splits1], "params_dense_values": vals1, "indices": ind},
+            OUTPUT_RAGGED_RANK=ind.ndim,
+        )
+    s_outer = np.array([0, 1, 3, 3, 4], I32)
+    s_inner = np.array([0, 2, 2, 5, 6], I32)
+    dense = rng.standard_normal((6, 2)).astype(F32)
+    g.case(
+        "gather_rank2",
+        "RaggedGather",
+        {
+            "params_nested_splits": [s_outer, s_inner],
+            "params_dense_values": dense,
+            "indices": np.array([1, 3, 0, 1, 2], I64),
+        },
+        OUTPUT_RAGGED_RANK=2,
+    )
+    g.case(
+        "gather_rank2_matrix",
+        "RaggedGather",
+        {
+            "params_nested_splits": [s_outer, s_inner],
+            "params_dense_values": dense,
+            "indices": np.array([[3, 1], [0, 2]], I32),
+        },
+        OUTPUT_RAGGED_RANK=3,
+    )
+    # RaggedTensorToSparse
+    g.case(
+        "to_sparse_rank1",
+        "RaggedTensorToSparse",
+        {"rt_nested_splits": [splits1], "rt_dense_values": np.arange(5, dtype=F32)},
+    )
+    g.case(
+        "to_sparse_rank2",
+        "RaggedTensorToSparse",
+        {"rt_nested_splits": [s_outer, s_inner], "rt_dense_values": dense},
+    )
+    g.case(
+        "to_sparse_strings",
+        "RaggedTensorToSparse",
+        {"rt_nested_splits": [np.array([0, 0, 3, 4], I64)], "rt_dense_values": S("x", "y", "z", "w")},
+    )
+    g.case(
+        "to_sparse_empty",
+        "RaggedTensorToSparse",
+        {"rt_nested_splits": [np.array([0, 0, 0], I64)], "rt_dense_values": np.zeros(0, I32)},
+    )
+    g.case(
+        "to_sparse_no_rows",
+        "RaggedTensorToSparse",
+        {"rt_nested_splits": [np.array([0], I64)], "rt_dense_values": np.zeros(0, I32)},
+    )
+    for name, sp in (("bad_start", [1, 2, 5]), ("bad_end", [0, 2, 4]), ("unsorted", [0, 3, 2, 5])):
+        g.case(
+            f"to_sparse_{name}",
+            "RaggedTensorToSparse",
+            {"rt_nested_splits": [np.array(sp, I64)], "rt_dense_values": np.arange(5, dtype=F32)},
+        )
+
+
+GROUPS: dict[str, Callable[[Group], None]] = {"cross": cross, "sparse": sparse, "ragged": ragged}
 
 
 def main() -> None:
