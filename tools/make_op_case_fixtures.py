@@ -82,7 +82,8 @@ class Group:
                 try:
                     outs = sess.run(meta["fetches"], feeds)
                 except tf.errors.OpError as e:
-                    meta["error"] = [type(e).__name__, e.message.split("\n\t [[")[0].splitlines()[-1]]
+                    lines = [x for x in e.message.split("\n\t [[")[0].splitlines() if x.strip()]
+                    meta["error"] = [type(e).__name__, lines[-1]]
                     continue
                 for k, v in zip(meta["fetches"], outs, strict=True):
                     arrays[f"{case}/out/{k}"] = store(np.asarray(v))
@@ -618,7 +619,113 @@ def ragged(g: Group) -> None:
         )
 
 
-GROUPS: dict[str, Callable[[Group], None]] = {"cross": cross, "sparse": sparse, "ragged": ragged}
+# --- sets, UnravelIndex, AdjustHue -------------------------------------------------------------------------
+
+
+def sets(g: Group) -> None:
+    rng = np.random.default_rng(14)
+    a = np.array([[1, 2, 2, 5], [3, 3, 1, 0], [7, 8, 9, 7]], I32)
+    b = np.array([[2, 1, 6], [4, 3, 3], [0, 0, 0]], I32)
+    words_a = S("a", "b", "c", "b", "x", "y").reshape(2, 3)
+    words_b = S("b", "z", "y", "y").reshape(2, 2)
+    for op_name in ("intersection", "union", "a-b", "b-a"):
+        short = op_name.replace("-", "_")
+        g.case(f"dd_{short}_int32", "DenseToDenseSetOperation", {"set1": a, "set2": b}, set_operation=op_name)
+        g.case(
+            f"dd_{short}_int64_3d",
+            "DenseToDenseSetOperation",
+            {"set1": a.astype(I64).reshape(3, 2, 2), "set2": b[:, :2].astype(I64).reshape(3, 2, 1)},
+            set_operation=op_name,
+        )
+        g.case(
+            f"dd_{short}_strings",
+            "DenseToDenseSetOperation",
+            {"set1": words_a, "set2": words_b},
+            set_operation=op_name,
+        )
+        g.case(
+            f"dd_{short}_empty",
+            "DenseToDenseSetOperation",
+            {"set1": np.zeros((2, 0), I32), "set2": np.zeros((2, 3), I32)},
+            set_operation=op_name,
+        )
+        # set2 sparse: rows 0 and 2 hold values, row 1 none
+        g.case(
+            f"ds_{short}_int32",
+            "DenseToSparseSetOperation",
+            {
+                "set1": a,
+                "set2_indices": idx([[0, 0], [0, 1], [2, 0], [2, 2]]),
+                "set2_values": np.array([2, 9, 7, 1], I32),
+                "set2_shape": np.array([3, 4], I64),
+            },
+            set_operation=op_name,
+        )
+        g.case(
+            f"ds_{short}_strings",
+            "DenseToSparseSetOperation",
+            {
+                "set1": words_a,
+                "set2_indices": idx([[1, 0], [1, 1]]),
+                "set2_values": S("y", "q"),
+                "set2_shape": np.array([2, 5], I64),
+            },
+            set_operation=op_name,
+        )
+    g.case(
+        "dd_big",
+        "DenseToDenseSetOperation",
+        {"set1": rng.integers(0, 20, (30, 12)).astype(I64), "set2": rng.integers(0, 20, (30, 9)).astype(I64)},
+        set_operation="intersection",
+    )
+    g.case("dd_bad_op", "DenseToDenseSetOperation", {"set1": a, "set2": b}, set_operation="xor")
+    g.case("dd_shape_mismatch", "DenseToDenseSetOperation", {"set1": a, "set2": b[:2]}, set_operation="union")
+    g.case("dd_rank1", "DenseToDenseSetOperation", {"set1": a[0], "set2": b[0]}, set_operation="union")
+    g.case(
+        "ds_unsorted",
+        "DenseToSparseSetOperation",
+        {
+            "set1": a,
+            "set2_indices": idx([[2, 0], [0, 0]]),
+            "set2_values": np.array([2, 9], I32),
+            "set2_shape": np.array([3, 4], I64),
+        },
+        set_operation="union",
+    )
+    # UnravelIndex
+    for name, ind, dims, dt in (
+        ("vector", [0, 5, 11, 7], [3, 4], I32),
+        ("scalar", 17, [2, 3, 4], I64),
+        ("matrix", [[1, 2], [3, 4]], [5], I32),
+        ("empty", np.zeros(0, I32), [2, 2], I32),
+        ("out_of_range", [0, 12], [3, 4], I32),
+        ("negative", [-1], [3, 4], I64),
+        ("zero_dim", [0], [3, 0], I32),
+    ):
+        g.case(f"unravel_{name}", "UnravelIndex", {"indices": np.array(ind, dt), "dims": np.array(dims, dt)})
+    # AdjustHue
+    img = rng.random((2, 4, 5, 3)).astype(F32)
+    img[0, 0, 0] = [0.5, 0.5, 0.5]  # grey: no hue
+    img[0, 0, 1] = [0.2, 0.7, 0.7]  # ties
+    img[0, 0, 2] = [0.7, 0.2, 0.7]
+    img[0, 0, 3] = [0.0, 0.0, 0.0]
+    for delta in (0.0, 0.2, -0.45, 0.999, 1.7, -2.3):
+        g.case(
+            f"hue_{str(delta).replace('-', 'm').replace('.', '_')}",
+            "AdjustHue",
+            {"images": img, "delta": np.array(delta, F32)},
+        )
+    g.case("hue_bad_channels", "AdjustHue", {"images": img[..., :2], "delta": np.array(0.3, F32)})
+    g.case("hue_rank2", "AdjustHue", {"images": img[0, 0], "delta": np.array(0.3, F32)})
+    g.case("hue_delta_vector", "AdjustHue", {"images": img, "delta": np.array([0.3], F32)})
+
+
+GROUPS: dict[str, Callable[[Group], None]] = {
+    "cross": cross,
+    "sparse": sparse,
+    "ragged": ragged,
+    "sets": sets,
+}
 
 
 def main() -> None:

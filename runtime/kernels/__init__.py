@@ -33,6 +33,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     ragged_ops,
     random_ops,
     segment_ops,
+    set_ops,
     slicing_ops,
     space_ops,
     sparse_math_ops,
