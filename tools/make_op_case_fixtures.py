@@ -411,6 +411,21 @@ def sparse(g: Group) -> None:
             "thresh": np.array(0, F32),
         },
     )
+    # TensorFlow merges the operands as given: unsorted or repeated indices
+    for name, ai in (("unsorted", idx([[2, 0], [0, 1]])), ("repeated", idx([[0, 1], [0, 1]]))):
+        g.case(
+            f"add_{name}",
+            "SparseAdd",
+            {
+                "a_indices": ai,
+                "a_values": np.array([1, 2], F32),
+                "a_shape": np.array([3, 3], I64),
+                "b_indices": idx([[0, 1], [1, 1], [2, 0]]),
+                "b_values": np.array([10, 20, 30], F32),
+                "b_shape": np.array([3, 3], I64),
+                "thresh": np.array(0, F32),
+            },
+        )
     # SparseConcat
     c1 = (idx([[0, 1], [1, 0]]), np.array([1, 2], F32), np.array([2, 3], I64))
     c2 = (idx([[0, 0], [1, 2], [1, 3]]), np.array([3, 4, 5], F32), np.array([2, 4], I64))

@@ -6,7 +6,8 @@ A SparseTensor travels as int64 ``indices`` [N, rank], ``values`` [N] and ``dens
 TensorFlow: reductions group the values by their index outside the reduced axes (an index with no value
 gives 0 in the dense result, for the max too); SparseAdd merges two operands in index order, adding the
 values of indices both hold and dropping such sums smaller in magnitude than ``thresh`` (values only one
-operand holds are kept whatever their size); SparseConcat and SparseSoftmax sort their output by index;
+operand holds are kept whatever their size; operands out of order merge as TensorFlow's two cursors
+merge them); SparseConcat and SparseSoftmax sort their output by index;
 SparseSlice keeps the input's order. The Sparse forms of the reductions list only the groups that hold a
 value, in index order.
 """
@@ -129,6 +130,48 @@ def sparse_reduce_max_sparse(node: Node) -> Compute:
 # --- SparseAdd ---------------------------------------------------------------------------------------------
 
 
+def _strictly_sorted(idx: Any) -> bool:
+    """Whether an index matrix's rows increase strictly (in index order, no repeats)."""
+    if idx.shape[0] < 2:
+        return True
+    if idx.shape[1] == 0:
+        return False
+    neq = idx[1:] != idx[:-1]
+    col = neq.argmax(axis=1)
+    rows = np.arange(idx.shape[0] - 1)
+    return bool((neq.any(axis=1) & (idx[1:][rows, col] > idx[:-1][rows, col])).all())
+
+
+def _merge(a_idx: Any, a_val: Any, b_idx: Any, b_val: Any, thresh: Any) -> tuple[Any, Any]:
+    """TensorFlow's SparseAdd merge, step by step: what unsorted or repeated indices give there (one pass
+    of two cursors, comparing rows in index order). Sorted operands take the vectorized path."""
+    a_rows, b_rows = a_idx.tolist(), b_idx.tolist()
+    rows: list[Any] = []
+    values: list[Any] = []
+    i = j = 0
+    while i < len(a_rows) and j < len(b_rows):
+        if a_rows[i] < b_rows[j]:
+            rows.append(a_rows[i])
+            values.append(a_val[i])
+            i += 1
+        elif a_rows[i] == b_rows[j]:
+            total = a_val[i] + b_val[j]
+            if thresh <= abs(total):
+                rows.append(a_rows[i])
+                values.append(total)
+            i += 1
+            j += 1
+        else:
+            rows.append(b_rows[j])
+            values.append(b_val[j])
+            j += 1
+    rows += a_rows[i:] + b_rows[j:]
+    values += list(a_val[i:]) + list(b_val[j:])
+    out_val = np.empty(len(values), a_val.dtype)
+    out_val[:] = values
+    return np.array(rows, _I64).reshape(len(rows), a_idx.shape[1]), out_val
+
+
 @kernel("SparseAdd", outputs=3, expensive=True)
 def sparse_add(node: Node) -> Compute:
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
@@ -153,6 +196,9 @@ def sparse_add(node: Node) -> Compute:
                 )
         _check_sparse(a_idx, a_val, a_shape, "a_")
         _check_sparse(b_idx, b_val, b_shape, "b_")
+        if not (_strictly_sorted(a_idx) and _strictly_sorted(b_idx)):
+            out_idx, out_val = _merge(a_idx, a_val, b_idx, b_val, thresh)
+            return out_idx, out_val, a_shape.astype(_I64, copy=False)
         indices = np.concatenate([a_idx, b_idx]).astype(_I64, copy=False)
         values = np.concatenate([a_val, b_val])
         from_a = np.r_[np.ones(a_idx.shape[0], bool), np.zeros(b_idx.shape[0], bool)]
