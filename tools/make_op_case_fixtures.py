@@ -707,6 +707,29 @@ def sets(g: Group) -> None:
         },
         set_operation="union",
     )
+    two = np.array([[1, 2], [3, 4]], I32)
+    g.case(
+        "dd_rank_mismatch",
+        "DenseToDenseSetOperation",
+        {"set1": two.reshape(2, 1, 2), "set2": two},
+        set_operation="union",
+    )
+    for name, ind, shape in (
+        ("ds_group_mismatch", [[0, 0]], [3, 2]),
+        ("ds_out_of_bounds", [[0, 5]], [2, 2]),
+        ("ds_rank_mismatch", [[0, 0, 0]], [2, 2, 1]),
+    ):
+        g.case(
+            name,
+            "DenseToSparseSetOperation",
+            {
+                "set1": two,
+                "set2_indices": np.array(ind, I64),
+                "set2_values": np.array([1], I32),
+                "set2_shape": np.array(shape, I64),
+            },
+            set_operation="union",
+        )
     # UnravelIndex
     for name, ind, dims, dt in (
         ("vector", [0, 5, 11, 7], [3, 4], I32),
