@@ -38,14 +38,14 @@ _BY_SPEC = {
         "Reciprocal RefEnter RefExit RefNextIteration Relu Relu6 Reshape ResizeNearestNeighbor Reverse "
         "ReverseSequence ReverseV2 RightShift Rint Roll Round Rsqrt ScatterNd SegmentMax SegmentMean "
         "SegmentMin SegmentProd SegmentSum Select SelectV2 Selu Sigmoid Sign Sin Sinh Slice Snapshot "
-        "Softmax Softplus Softsign SpaceToBatch SpaceToBatchND SpaceToDepth SparseSegmentMean "
-        "SparseSegmentMeanWithNumSegments SparseSegmentSqrtN SparseSegmentSqrtNWithNumSegments "
-        "SparseSegmentSum SparseSegmentSumWithNumSegments SparseTensorDenseMatMul SparseToDense Sqrt "
-        "Square SquaredDifference Squeeze StopGradient StridedSlice Sub Sum Tan Tanh TensorScatterAdd "
-        "TensorScatterMax TensorScatterMin TensorScatterSub TensorScatterUpdate Tile Transpose "
-        "TruncateDiv TruncateMod UnsortedSegmentMax UnsortedSegmentMin UnsortedSegmentProd "
-        "UnsortedSegmentSum Xdivy Xlog1py Xlogy ZerosLike _FusedConv2D _FusedDepthwiseConv2dNative "
-        "_FusedMatMul"
+        "Softmax Softplus Softsign SpaceToBatch SpaceToBatchND SpaceToDepth SparseReduceMax "
+        "SparseReduceSum SparseSegmentMean SparseSegmentMeanWithNumSegments SparseSegmentSqrtN "
+        "SparseSegmentSqrtNWithNumSegments SparseSegmentSum SparseSegmentSumWithNumSegments SparseSoftmax "
+        "SparseTensorDenseMatMul SparseToDense Sqrt Square SquaredDifference Squeeze StopGradient "
+        "StridedSlice Sub Sum Tan Tanh TensorScatterAdd TensorScatterMax TensorScatterMin "
+        "TensorScatterSub TensorScatterUpdate Tile Transpose TruncateDiv TruncateMod UnsortedSegmentMax "
+        "UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum Xdivy Xlog1py Xlogy ZerosLike "
+        "_FusedConv2D _FusedDepthwiseConv2dNative _FusedMatMul"
     ),
     "DT_BOOL": (
         "All Any ApproximateEqual Equal Greater GreaterEqual InTopK InTopKV2 IsFinite IsInf IsNan "
@@ -82,8 +82,14 @@ _BY_SPEC = {
         "NonMaxSuppressionWithOverlaps Rank StatelessRandomGetAlg StringLength TensorArraySizeV3 "
         "TensorListLength UnicodeScript"
     ),
+    "T=DT_FLOAT": (
+        "AdjustContrastv2 AdjustHue AdjustSaturation HSVToRGB LRN LeakyRelu MaxPool MaxPoolV2 RGBToHSV"
+    ),
     "Tcomplex=DT_COMPLEX64": "FFT FFT2D FFT3D IFFT IFFT2D IFFT3D RFFT RFFT2D RFFT3D",
-    "T=DT_FLOAT": "AdjustContrastv2 AdjustSaturation HSVToRGB LRN LeakyRelu MaxPool MaxPoolV2 RGBToHSV",
+    "DT_INT64,T,DT_INT64": (
+        "DenseToDenseSetOperation DenseToSparseSetOperation RaggedTensorToSparse SparseAdd SparseConcat "
+        "SparseReduceMaxSparse SparseReduceSumSparse SparseSlice"
+    ),
     "T,T": (
         "LogMatrixDeterminant Qr RefSwitch SelfAdjointEigV2 SoftmaxCrossEntropyWithLogits "
         "SparseSoftmaxCrossEntropyWithLogits Switch"
@@ -94,9 +100,10 @@ _BY_SPEC = {
     ),
     "[Tout]": "Case If PartitionedCall StatefulPartitionedCall StatelessCase StatelessIf",
     "DT_INT64": "LookupTableSizeV2 StringToHashBucket StringToHashBucketFast StringToHashBucketStrong Where",
-    "DT_UINT8": "DecodeBmp DecodeGif DecodeJpeg PopulationCount",
+    "DT_UINT8": "DecodeBmp DecodeGif DecodeJpeg Fingerprint PopulationCount",
     "Tout=DT_FLOAT": "Angle ComplexAbs Imag Real",
     "out_type=DT_INT32": "LowerBound Shape Size UpperBound",
+    "DT_INT64,DT_STRING,DT_INT64": "SparseCrossV2 StringSplit StringSplitV2",
     "DT_RESOURCE": "HashTableV2 MutableHashTableV2 VarHandleOp",
     "T,out_idx=DT_INT32": "ListDiff Unique UniqueV2",
     "Tout": "BatchMatMulV3 LookupTableFindV2 RandomUniformInt",
@@ -105,10 +112,10 @@ _BY_SPEC = {
     "[T]": "IdentityN StatelessWhile While",
     "dtype=DT_UINT8": "DecodeImage DecodePng DecodeWebP",
     "element_dtype": "TensorListGather TensorListGetItem TensorListStack",
-    "DT_INT64,DT_STRING,DT_INT64": "StringSplit StringSplitV2",
     "T*num_split": "Split SplitV",
     "T,DT_INT32": "Merge RefMerge",
     "T,out_idx=DT_INT32,out_idx=DT_INT32": "UniqueWithCounts UniqueWithCountsV2",
+    "Tidx=DT_INT32": "Range UnravelIndex",
     "element_dtype,DT_INT64": "TensorListConcat TensorListConcatV2",
     "output_dtype=DT_INT64": "Multinomial StatelessMultinomial",
     "output_type=DT_INT64": "ArgMax ArgMin",
@@ -123,9 +130,11 @@ _BY_SPEC = {
         "[ragged_split_types]"
     ): "ParseExampleV2",
     "DT_INT64,DT_INT64": "SparseReshape",
+    "DT_INT64,DT_INT64,DT_INT64": "SparseCrossHashed",
     "DT_INT64,DT_INT64,DT_INT64,T=DT_FLOAT": "CTCGreedyDecoder",
     "DT_INT64,T": "SparseReorder",
     "DT_INT64,T,DT_BOOL,DT_INT64": "SparseFillEmptyRows",
+    "DT_INT64,out_type,DT_INT64": "SparseCross",
     "DT_RESOURCE,DT_FLOAT": "TensorArrayV3",
     "DT_STRING,Tsplits=DT_INT64": "StringNGrams",
     "DT_UINT64,DT_UINT64": "StatelessRandomGetKeyCounter",
@@ -143,11 +152,12 @@ _BY_SPEC = {
     "T,index_type=DT_INT32": "TopKV2",
     "T=DT_COMPLEX64": "Conj",
     "T=DT_INT32": "BroadcastArgs",
-    "Tidx=DT_INT32": "Range",
     "Tkeys,Tvalues": "LookupTableExportV2",
     "Tout=DT_COMPLEX64": "Complex",
+    "Tsplits=DT_INT64*OUTPUT_RAGGED_RANK,Tvalues": "RaggedGather",
     "Tsplits=DT_INT64,DT_INT32": "UnicodeDecode",
     "Tsplits=DT_INT64,DT_INT32,DT_INT64": "UnicodeDecodeWithOffsets",
+    "Tsplits=DT_INT64,T=DT_INT32": "RaggedRange",
     "[dtypes]": "RestoreV2",
     "[output_types]": "OptionalGetValue",
     "dtype,DT_INT64": "TensorArrayConcatV3",

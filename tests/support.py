@@ -481,3 +481,71 @@ def check_node_case(case: dict[str, Any]) -> None:
         got = s.run([f"op:{i}" for i in range(len(expected))], feeds)
     for i, (g, want) in enumerate(zip(got, expected, strict=True)):
         assert_same(g, want, f"{case['name']} output {i}")
+
+
+# --- single-op cases TensorFlow computed (tools/make_op_case_fixtures.py) -----------------------------------
+
+OP_CASES = Path(__file__).parent / "fixtures" / "kernels" / "cases"
+
+
+class OpCases:
+    """One group's fixture: a GraphDef with one node per case, the values fed and TensorFlow's outputs, or
+    the error class and message it refused the inputs with."""
+
+    def __init__(self, group: str) -> None:
+        from poolserve.runtime.graph import load_graph_def
+
+        self.graph_def = load_graph_def(OP_CASES / f"{group}.pb")
+        self.meta: dict[str, dict[str, Any]] = json.loads((OP_CASES / f"{group}.json").read_text())
+        with np.load(OP_CASES / f"{group}.npz") as data:
+            self.arrays = {k: _unstore(data[k]) for k in data.files}
+        self.graph = Graph(self.graph_def)
+
+    def names(self, op: str | None = None) -> list[str]:
+        return sorted(c for c, m in self.meta.items() if op is None or m["op"] == op)
+
+    def run(self, case: str) -> tuple[list[Any], list[Any] | None, tuple[str, str] | None]:
+        """(poolserve's outputs or the error it raised, TensorFlow's outputs, TensorFlow's error)."""
+        meta = self.meta[case]
+        feeds = {k: self.arrays[f"{case}/in/{k}"] for k in meta["feeds"]}
+        want = None if "error" in meta else [self.arrays[f"{case}/out/{k}"] for k in meta["fetches"]]
+        error = tuple(meta["error"]) if "error" in meta else None
+        return evaluate(self.graph, meta["fetches"], feeds), want, error  # type: ignore[return-value]
+
+    def check(self, case: str, atol: float = 1e-6) -> None:
+        """Runs ``case`` and asserts poolserve matches TensorFlow: outputs (same dtype and shape, integers
+        and strings exactly, floats within ``atol``), or the same error class with TensorFlow's message."""
+        from poolserve.runtime.errors import OpError
+
+        meta = self.meta[case]
+        if "error" in meta:
+            cls, message = meta["error"]
+            try:
+                self.run(case)
+            except OpError as e:
+                assert type(e).__name__ == cls, f"{case}: {type(e).__name__} != {cls}: {e}"
+                assert message in str(e), f"{case}: {str(e)!r} does not hold {message!r}"
+                return
+            raise AssertionError(
+                f"{case}: TensorFlow refused the inputs ({cls}: {message}), poolserve did not"
+            )
+        got, want, _ = self.run(case)
+        assert want is not None
+        for k, g, w in zip(meta["fetches"], got, want, strict=True):
+            g = np.asarray(g)
+            assert (g.dtype, g.shape) == (w.dtype, w.shape), (
+                f"{case} {k}: {g.dtype}{g.shape} != {w.dtype}{w.shape}"
+            )
+            if w.dtype.kind in "fc":
+                np.testing.assert_allclose(g, w, rtol=0, atol=atol, err_msg=f"{case} {k}")
+            else:
+                assert g.tolist() == w.tolist(), f"{case} {k}: {g.tolist()} != {w.tolist()}"
+
+
+def _unstore(arr: np.ndarray) -> np.ndarray:
+    """Strings come back as object arrays of bytes, as poolserve holds them."""
+    if arr.dtype.kind == "S":
+        out = np.empty(arr.shape, dtype=object)
+        out.reshape(-1)[:] = [bytes(x) for x in arr.reshape(-1).tolist()]
+        return out
+    return arr

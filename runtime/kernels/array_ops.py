@@ -19,7 +19,7 @@ import numpy as np
 
 from poolserve.runtime import dtypes
 from poolserve.runtime.errors import InvalidArgumentError
-from poolserve.runtime.kernels._common import _dims, _index_type, _scalar, _shape_str
+from poolserve.runtime.kernels._common import _dims, _index_type, _scalar, _shape_str, _type_name
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
@@ -691,5 +691,41 @@ def bitcast(node: Node) -> Compute:
         if x.ndim == 0 or x.shape[-1] != b // a:
             raise InvalidArgumentError(refused)
         return (c.view(dst).reshape(x.shape[:-1]),)
+
+    return compute
+
+
+# --- UnravelIndex ------------------------------------------------------------------------------------------
+
+
+@kernel("UnravelIndex")
+def unravel_index(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        indices, dims = inputs
+        if indices.ndim > 1:
+            raise InvalidArgumentError(
+                f'The indices can only be scalar or vector, got "{_dims(indices.shape)}"'
+            )
+        if dims.ndim != 1:
+            raise InvalidArgumentError(f'The indices can only be 1-D, got "{_dims(dims.shape)}"')
+        if indices.size == 0:
+            raise InvalidArgumentError(
+                f"received empty tensor indices: Tensor<type: {_type_name(indices.dtype)} shape: "
+                f"{_dims(indices.shape)} values: >"
+            )
+        zeros = np.flatnonzero(dims == 0)
+        if zeros.size:
+            raise InvalidArgumentError(
+                f"Input dims cannot contain a dim of zero, but dims contains zero at index {int(zeros[0])}"
+            )
+        strides = np.ones(dims.size, dims.dtype)
+        strides[:-1] = np.cumprod(dims[::-1])[::-1][1:]
+        if (indices >= np.prod(dims)).any():
+            raise InvalidArgumentError("index is out of bound as with dims")
+        flat = indices.reshape(-1, 1)
+        # C division and remainder, as TensorFlow's Eigen expression: a negative index is not refused
+        quotient = np.abs(flat) // strides * np.sign(flat)
+        out = np.fmod(quotient, dims).T.astype(indices.dtype)
+        return (out.reshape(dims.size) if indices.ndim == 0 else out,)
 
     return compute

@@ -406,6 +406,72 @@ def adjust_saturation(node: Node) -> Compute:
     return compute
 
 
+def _hue_range(r: Any, g: Any, b: Any) -> tuple[Any, Any, Any]:
+    """adjust_hue_op.cc's RGB to (hue in [0, 6), min, max): the hue's sector by the channels' order."""
+    f = np.float32
+    rg, br, bg = r < g, b < r, b > g
+    gb, rb = b < g, b > r
+    # sectors and (max, mid, min) as TensorFlow's branches pick them, ties falling as its comparisons do
+    cases = [
+        (rg & br, 1, g, r, b),
+        (rg & ~br & bg, 3, b, g, r),
+        (rg & ~br & ~bg, 2, g, b, r),
+        (~rg & gb, 0, r, g, b),
+        (~rg & ~gb & rb, 4, b, r, g),
+        (~rg & ~gb & ~rb, 5, r, b, g),
+    ]
+    sector = np.select([c[0] for c in cases], [np.int32(c[1]) for c in cases])
+    vmax = np.select([c[0] for c in cases], [c[2] for c in cases])
+    vmid = np.select([c[0] for c in cases], [c[3] for c in cases])
+    vmin = np.select([c[0] for c in cases], [c[4] for c in cases])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = (vmid - vmin) / (vmax - vmin)
+    increase = sector % 2 == 0
+    h = sector.astype(f) + np.where(increase, ratio, f(1) - ratio)
+    return np.where(vmax == vmin, f(0), h).astype(f), vmin, vmax
+
+
+@kernel("AdjustHue")
+def adjust_hue(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        images, delta = inputs
+        if images.ndim < 3:
+            raise InvalidArgumentError(f"input must be at least 3-D, got shape{_shape_str(images.shape)}")
+        if delta.ndim != 0:
+            raise InvalidArgumentError(f"delta must be scalar: {_shape_str(delta.shape)}")
+        if images.shape[-1] != 3:
+            raise InvalidArgumentError(
+                f"input must have 3 channels but instead has {images.shape[-1]} channels."
+            )
+        f = np.float32
+        x = images.astype(f, copy=False)
+        h, vmin, vmax = _hue_range(x[..., 0], x[..., 1], x[..., 2])
+        h = h + f(delta) * f(6)
+        # back into [0, 6) by whole turns, one at a time as TensorFlow's loops (|delta| is small)
+        while (low := h < 0).any():
+            h[low] += f(6)
+        while (high := h >= 6).any():
+            h[high] -= f(6)
+        sector = h.astype(np.int32)
+        ratio = h - sector.astype(f)
+        ratio = np.where(sector % 2 == 0, ratio, f(1) - ratio)
+        vmid = vmin + ratio * (vmax - vmin)
+        picks = [
+            (vmax, vmid, vmin),
+            (vmid, vmax, vmin),
+            (vmin, vmax, vmid),
+            (vmin, vmid, vmax),
+            (vmid, vmin, vmax),
+        ]
+        channels = []
+        for c in range(3):
+            default = (vmax, vmin, vmid)[c]  # sector 5
+            channels.append(np.select([sector == k for k in range(5)], [p[c] for p in picks], default))
+        return (np.stack(channels, axis=-1).astype(images.dtype, copy=False),)
+
+    return compute
+
+
 # --- projective transforms: ImageProjectiveTransformV2/V3 (Keras' ops.image.affine_transform) ------------
 
 

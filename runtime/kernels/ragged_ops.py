@@ -1,5 +1,6 @@
-"""Ragged tensors made dense: RaggedTensorToTensor, what ``RaggedTensor.to_tensor`` leaves in a serving
-graph (Keras' TextVectorization pads its token ids with it).
+"""Ragged tensors: RaggedTensorToTensor, what ``RaggedTensor.to_tensor`` leaves in a serving graph (Keras'
+TextVectorization pads its token ids with it), RaggedTensorToSparse (``to_sparse``), RaggedRange
+(``tf.ragged.range``) and RaggedGather (``tf.gather`` on a ragged tensor).
 
 A ragged tensor is its flat ``values`` and one row partition per ragged dimension, outermost first: row
 splits (``ROW_SPLITS``), or the number of rows and each value's row (``FIRST_DIM_SIZE``, then
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.runtime.errors import InvalidArgumentError
-from poolserve.runtime.kernels._common import _bad_attr, _shape_str
+from poolserve.runtime.kernels._common import _bad_attr, _index_type, _shape_str
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
@@ -113,5 +114,133 @@ def ragged_tensor_to_tensor(node: Node) -> Compute:
             keep &= c < d
         out[tuple(c[keep] for c in coords)] = values[keep]
         return (out,)
+
+    return compute
+
+
+# --- RaggedTensorToSparse, RaggedRange, RaggedGather -------------------------------------------------------
+
+
+def _check_splits(all_splits: list[Any], count: int) -> None:
+    """TensorFlow's checks of nested row splits over ``count`` values, in its order."""
+    for depth, splits in enumerate(all_splits):
+        if splits.size == 0:
+            raise InvalidArgumentError("ragged splits may not be empty.")
+        if splits[0] != 0:
+            raise InvalidArgumentError("First value of ragged splits must be 0.")
+        drops = np.flatnonzero(splits[1:] < splits[:-1])
+        if drops.size:
+            i = int(drops[0])
+            raise InvalidArgumentError(
+                f"Ragged splits should be non decreasing, but we got {splits[i]} followed by {splits[i + 1]}"
+            )
+        want = all_splits[depth + 1].size - 1 if depth + 1 < len(all_splits) else count
+        if splits[-1] != want:
+            raise InvalidArgumentError(
+                "Final value of ragged splits must match the length the corresponding ragged values."
+            )
+
+
+def _ranges(starts: Any, ends: Any) -> Any:
+    """The positions ``starts[i] .. ends[i] - 1`` of every i, concatenated."""
+    lengths = ends - starts
+    total = int(lengths.sum())
+    offsets = np.cumsum(lengths) - lengths
+    return np.repeat(starts - offsets, lengths) + np.arange(total, dtype=np.int64)
+
+
+@kernel("RaggedTensorToSparse", outputs=3)
+def ragged_tensor_to_sparse(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        *splits_in, values = inputs
+        all_splits = [np.asarray(s, dtype=np.int64).reshape(-1) for s in splits_in]
+        _check_splits(all_splits, values.shape[0])
+        levels = _levels(["ROW_SPLITS"] * len(all_splits), all_splits)
+        item = np.arange(values.shape[0], dtype=np.int64)
+        coords = []
+        for rows, pos, _ in reversed(levels):
+            coords.append(pos[item])
+            item = rows[item]
+        coords.append(item)
+        coords.reverse()
+        inner = values.shape[1:]
+        per_value = int(np.prod(inner, dtype=np.int64))
+        ragged = np.stack(coords, axis=1) if coords else np.zeros((values.shape[0], 0), np.int64)
+        indices = np.repeat(ragged, per_value, axis=0)
+        if inner:
+            dense = np.indices(inner).reshape(len(inner), -1).T
+            indices = np.concatenate([indices, np.tile(dense, (values.shape[0], 1))], axis=1)
+        shape = [all_splits[0].size - 1] + [int(np.diff(s).max(initial=0)) for s in all_splits] + list(inner)
+        return indices.astype(np.int64), values.reshape(-1), np.array(shape, np.int64)
+
+    return compute
+
+
+@kernel("RaggedRange", outputs=2)
+def ragged_range(node: Node) -> Compute:
+    splits_type = _index_type(node, "Tsplits") if "Tsplits" in node.attrs else np.dtype(np.int64)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        starts, limits, deltas = inputs
+        for name, t in (("starts", starts), ("limits", limits), ("deltas", deltas)):
+            if t.ndim > 1:
+                raise InvalidArgumentError(f"{name} must be a scalar or vector")
+        vectors = [t.shape[0] for t in (starts, limits, deltas) if t.ndim == 1]
+        if any(n != vectors[0] for n in vectors):
+            raise InvalidArgumentError("starts, limits, and deltas must have the same shape")
+        nrows = vectors[0] if vectors else 1
+        start, limit, delta = (np.broadcast_to(t.reshape(-1), (nrows,)) for t in (starts, limits, deltas))
+        if (delta == 0).any():
+            raise InvalidArgumentError("Requires delta != 0")
+        empty = ((delta > 0) & (limit < start)) | ((delta < 0) & (limit > start))
+        if starts.dtype.kind in "iu":
+            span, step = np.abs(limit.astype(np.int64) - start), np.abs(delta.astype(np.int64))
+            sizes = (span + step - 1) // step
+        else:
+            sizes = np.ceil(np.abs((limit - start) / delta)).astype(np.int64)
+        sizes[empty] = 0
+        splits = np.zeros(nrows + 1, dtype=np.int64)
+        np.cumsum(sizes, out=splits[1:])
+        rows = np.repeat(np.arange(nrows), sizes)
+        if starts.dtype.kind in "iu":
+            values = (start[rows] + (np.arange(splits[-1]) - splits[rows]) * delta[rows]).astype(starts.dtype)
+        else:  # TensorFlow adds delta to a running value, in the input's precision
+            values = np.empty(int(splits[-1]), dtype=starts.dtype)
+            for r in np.flatnonzero(sizes).tolist():
+                steps = np.full(int(sizes[r]), delta[r], dtype=starts.dtype)
+                steps[0] = start[r]
+                np.cumsum(steps, out=values[splits[r] : splits[r + 1]])
+        return splits.astype(splits_type), values
+
+    return compute
+
+
+@kernel("RaggedGather", outputs=lambda node: node.attr_int("OUTPUT_RAGGED_RANK") + 1)
+def ragged_gather(node: Node) -> Compute:
+    ragged_rank = node.attr_int("PARAMS_RAGGED_RANK", 1)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        splits_in, values, indices = inputs[:ragged_rank], inputs[ragged_rank], inputs[ragged_rank + 1]
+        splits_type = splits_in[0].dtype
+        all_splits = [np.asarray(s, dtype=np.int64).reshape(-1) for s in splits_in]
+        nrows = all_splits[0].size - 1
+        flat = indices.reshape(-1).astype(np.int64)
+        bad = np.flatnonzero((flat < 0) | (flat >= nrows))
+        if bad.size:
+            i = int(bad[0])
+            raise InvalidArgumentError(f"indices[{i}] = {flat[i]} is not in [0, {nrows})")
+        out = []
+        # the indices' own dimensions become uniform row partitions
+        for d in range(1, indices.ndim):
+            width = indices.shape[d]
+            count = int(np.prod(indices.shape[:d], dtype=np.int64))
+            out.append(np.arange(count + 1, dtype=np.int64) * width)
+        rows = flat  # the rows picked at each level, outermost first
+        for splits in all_splits:
+            lo, hi = splits[rows], splits[rows + 1]
+            out.append(np.concatenate([[0], np.cumsum(hi - lo)]).astype(np.int64))
+            rows = _ranges(lo, hi)
+        picked = values[rows]
+        return (*(s.astype(splits_type) for s in out), picked)
 
     return compute

@@ -1,0 +1,777 @@
+"""Generates single-op fixtures under ``tests/fixtures/kernels/cases`` (dev only): for each group, one
+GraphDef holding one ``tf.raw_ops`` node per case over Placeholders, and what TensorFlow computed for it.
+
+    /opt/tfenv/bin/python tools/make_op_case_fixtures.py [group ...]
+
+Writes ``<group>.pb``, ``<group>.npz`` (``<case>/in/<tensor>`` fed, ``<case>/out/<tensor>`` fetched) and
+``<group>.json`` (per case: its feeds, its fetches, and TensorFlow's error class and message when it refused
+the inputs). Placeholders have unknown shapes, so inputs TensorFlow's shape functions would refuse reach the
+kernel. Strings are stored as numpy bytes arrays (``S``). Groups: ``cross`` (SparseCross, SparseCrossHashed,
+SparseCrossV2, Fingerprint), ``sparse`` (sparse reductions, SparseAdd, SparseConcat, SparseSlice,
+SparseSoftmax), ``ragged`` (RaggedRange, RaggedGather, RaggedTensorToSparse), ``sets`` (set operations,
+UnravelIndex, AdjustHue, AdjustSaturation). Tests: tests/test_kernels_<group>_cases.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+
+OUT_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "kernels" / "cases"
+tf1 = tf.compat.v1
+I32, I64, F32, F64 = np.int32, np.int64, np.float32, np.float64
+
+
+def S(*items: str | bytes) -> np.ndarray:
+    return np.array([i.encode() if isinstance(i, str) else i for i in items], dtype=object)
+
+
+def idx(rows: list[list[int]]) -> np.ndarray:
+    return np.array(rows, I64).reshape(-1, 2) if not rows else np.array(rows, I64)
+
+
+class Group:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.graph = tf.Graph()
+        self.cases: dict[str, dict[str, Any]] = {}
+        self.feeds: dict[str, dict[str, np.ndarray]] = {}
+
+    def case(self, case: str, op: str, inputs: dict[str, Any], **attrs: Any) -> None:
+        """One ``tf.raw_ops.<op>`` node named ``case``; ``inputs`` maps each input arg to an array or a
+        list of arrays (list args)."""
+        assert case not in self.cases, case
+        feeds: dict[str, np.ndarray] = {}
+        with self.graph.as_default():
+
+            def holder(value: Any) -> Any:
+                arr = np.asarray(value)
+                dtype = tf.string if arr.dtype == object else tf.as_dtype(arr.dtype)
+                t = tf1.placeholder(dtype, shape=None, name=f"{case}_in{len(feeds)}")
+                feeds[t.name] = arr
+                return t
+
+            kwargs = {
+                k: [holder(x) for x in v] if isinstance(v, list) else holder(v) for k, v in inputs.items()
+            }
+            getattr(tf.raw_ops, op)(**kwargs, **attrs, name=case)
+            node = self.graph.get_operation_by_name(case)
+        self.cases[case] = {"op": op, "feeds": list(feeds), "fetches": [t.name for t in node.outputs]}
+        self.feeds[case] = feeds
+
+    def write(self) -> None:
+        config = tf1.ConfigProto()
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+        arrays: dict[str, np.ndarray] = {}
+        with tf1.Session(graph=self.graph, config=config) as sess:
+            for case, meta in self.cases.items():
+                feeds = self.feeds[case]
+                print(case, flush=True) if os.environ.get("VERBOSE") else None
+                for k, v in feeds.items():
+                    arrays[f"{case}/in/{k}"] = store(v)
+                try:
+                    outs = sess.run(meta["fetches"], feeds)
+                except tf.errors.OpError as e:
+                    lines = [x for x in e.message.split("\n\t [[")[0].splitlines() if x.strip()]
+                    meta["error"] = [type(e).__name__, lines[-1]]
+                    continue
+                for k, v in zip(meta["fetches"], outs, strict=True):
+                    arrays[f"{case}/out/{k}"] = store(np.asarray(v))
+        graph_def = self.graph.as_graph_def()
+        OUT_DIR.mkdir(parents=True, exist_ok=True)
+        (OUT_DIR / f"{self.name}.pb").write_bytes(graph_def.SerializeToString(deterministic=True))
+        np.savez_compressed(OUT_DIR / f"{self.name}.npz", **arrays)
+        (OUT_DIR / f"{self.name}.json").write_text(json.dumps(self.cases, indent=1, sort_keys=True) + "\n")
+        errors = sum("error" in m for m in self.cases.values())
+        print(f"{self.name}: {len(self.cases)} cases, {errors} refused")
+
+
+def store(arr: np.ndarray) -> np.ndarray:
+    if arr.dtype == object:
+        out = np.array([bytes(x) for x in arr.ravel().tolist()], dtype="S")
+        assert all(not x.endswith(b"\0") for x in out.tolist()), "numpy S arrays drop trailing NULs"
+        return out.reshape(arr.shape) if arr.size else np.zeros(arr.shape, "S1")
+    return arr
+
+
+# --- cross -------------------------------------------------------------------------------------------------
+
+
+def cross(g: Group) -> None:
+    rng = np.random.default_rng(11)
+    # a: strings, 3 rows (row 1 empty); b: int64; d: dense strings, e: dense int64
+    a = (idx([[0, 0], [0, 1], [2, 0]]), S("x", "yy", "z"), np.array([3, 2], I64))
+    b = (
+        idx([[0, 0], [1, 0], [2, 0], [2, 1]]),
+        np.array([7, -3, 123456789012, 0], I64),
+        np.array([3, 2], I64),
+    )
+    d = S("p", "q", "r", "s", "", "u").reshape(3, 2)
+    e = np.array([[5], [-1], [2**40]], I64)
+
+    def parts(*cols: tuple[Any, Any, Any]) -> dict[str, Any]:
+        return {
+            "indices": [c[0] for c in cols],
+            "values": [c[1] for c in cols],
+            "shapes": [c[2] for c in cols],
+        }
+
+    v1 = {"hash_key": 956888297470, "internal_type": tf.string, "num_buckets": 0}
+    for name, cols, dense in (
+        ("sparse_only", (a, b), []),
+        ("with_dense", (a, b), [d, e]),
+        ("dense_only", (), [d, e]),
+        ("one_column", (a,), []),
+    ):
+        ins = {**parts(*cols), "dense_inputs": dense}
+        for out, hashed, buckets, key in (
+            ("str", False, 0, 956888297470),
+            ("hash", True, 0, 956888297470),
+            ("hash_b", True, 100, 956888297470),
+            ("hash_key", True, 7, 12345),
+        ):
+            attrs = dict(v1, hashed_output=hashed, num_buckets=buckets, hash_key=key)
+            attrs["out_type"] = tf.int64 if hashed else tf.string
+            attrs["internal_type"] = tf.int64 if any(c[1].dtype == I64 for c in cols) or dense else tf.string
+            g.case(f"cross_{name}_{out}", "SparseCross", ins, **attrs)
+        g.case(f"v2_{name}", "SparseCrossV2", {**ins, "sep": np.array(b"_X_", object)})
+        g.case(f"v2_{name}_sep", "SparseCrossV2", {**ins, "sep": np.array(b"", object)})
+        # TensorFlow 2.21 crashes on strong hashes of dense int64 columns: no such case
+        for strong in (False, True) if not dense else (False,):
+            for buckets in (0, 1000):
+                g.case(
+                    f"hashed_{name}_{int(strong)}_{buckets}",
+                    "SparseCrossHashed",
+                    {
+                        **ins,
+                        "num_buckets": np.array(buckets, I64),
+                        "strong_hash": np.array(strong),
+                        "salt": np.array([137, 29], I64),
+                    },
+                )
+    g.case(
+        "hashed_dense_strings_strong",
+        "SparseCrossHashed",
+        {
+            **parts(a),
+            "dense_inputs": [d],
+            "num_buckets": np.array(50, I64),
+            "strong_hash": np.array(True),
+            "salt": np.array([-5, 2**62], I64),
+        },
+    )
+    # unsorted rows: TensorFlow walks the indices in order and stops at the first row that goes back
+    unsorted = (idx([[1, 0], [0, 0], [2, 0]]), S("a", "b", "c"), np.array([3, 1], I64))
+    g.case(
+        "v2_unsorted",
+        "SparseCrossV2",
+        {**parts(unsorted, b), "dense_inputs": [], "sep": np.array(b"+", object)},
+    )
+    # bigger, random: a keras HashedCrossing-like cross of two dense int64 columns and a sparse string one
+    n = 40
+    words = S(*(f"w{i}" for i in rng.integers(0, 50, 60)))
+    rows = np.sort(rng.integers(0, n, 60))
+    cols = np.zeros(60, I64)
+    for i in range(1, 60):
+        cols[i] = cols[i - 1] + 1 if rows[i] == rows[i - 1] else 0
+    big = (np.stack([rows, cols], 1).astype(I64), words, np.array([n, int(cols.max()) + 1], I64))
+    dense = [rng.integers(-5, 5, (n, 1)).astype(I64), rng.integers(0, 3, (n, 2)).astype(I64)]
+    for buckets in (0, 17):
+        g.case(
+            f"hashed_big_{buckets}",
+            "SparseCrossHashed",
+            {
+                **parts(big),
+                "dense_inputs": dense,
+                "num_buckets": np.array(buckets, I64),
+                "strong_hash": np.array(False),
+                "salt": np.array([0, 0], I64),
+            },
+        )
+    g.case(
+        "cross_big",
+        "SparseCross",
+        {**parts(big), "dense_inputs": dense},
+        hashed_output=True,
+        num_buckets=1000,
+        hash_key=956888297470,
+        out_type=tf.int64,
+        internal_type=tf.int64,
+    )
+    g.case("v2_big", "SparseCrossV2", {**parts(big), "dense_inputs": dense, "sep": np.array(b"_X_", object)})
+    # empty batch, no crosses
+    empty = (np.zeros((0, 2), I64), S(), np.array([2, 0], I64))
+    g.case(
+        "v2_empty_values",
+        "SparseCrossV2",
+        {**parts(empty, a[:2] + (np.array([2, 2], I64),)), "dense_inputs": [], "sep": np.array(b"_", object)},
+    )
+    # refused inputs
+    g.case(
+        "v2_batch_mismatch",
+        "SparseCrossV2",
+        {**parts(a), "dense_inputs": [np.zeros((2, 1), I64)], "sep": np.array(b"_", object)},
+    )
+    g.case(
+        "v2_bad_index_width",
+        "SparseCrossV2",
+        {
+            **parts((np.zeros((1, 3), I64), S("a"), np.array([1, 1], I64))),
+            "dense_inputs": [],
+            "sep": np.array(b"_", object),
+        },
+    )
+    g.case(
+        "v2_values_mismatch",
+        "SparseCrossV2",
+        {
+            **parts((np.zeros((2, 2), I64), S("a"), np.array([1, 1], I64))),
+            "dense_inputs": [],
+            "sep": np.array(b"_", object),
+        },
+    )
+    g.case(
+        "v2_shape_3d",
+        "SparseCrossV2",
+        {
+            **parts((np.zeros((1, 2), I64), S("a"), np.array([1, 1, 1], I64))),
+            "dense_inputs": [],
+            "sep": np.array(b"_", object),
+        },
+    )
+    g.case(
+        "v2_dense_vector",
+        "SparseCrossV2",
+        {**parts(a), "dense_inputs": [S("a", "b", "c")], "sep": np.array(b"_", object)},
+    )
+    g.case(
+        "hashed_bad_salt",
+        "SparseCrossHashed",
+        {
+            **parts(a),
+            "dense_inputs": [],
+            "num_buckets": np.array(3, I64),
+            "strong_hash": np.array(True),
+            "salt": np.array([1], I64),
+        },
+    )
+    # Fingerprint
+    fp = {"method": np.array(b"farmhash64", object)}
+    g.case("fp_strings", "Fingerprint", {"data": S("", "a", "hello world", "x" * 100), **fp})
+    g.case("fp_strings_2d", "Fingerprint", {"data": S("a", "b", "c", "d", "e", "f").reshape(2, 3), **fp})
+    g.case("fp_strings_3d", "Fingerprint", {"data": S(*"abcdefgh").reshape(2, 2, 2), **fp})
+    g.case("fp_int64", "Fingerprint", {"data": np.arange(12, dtype=I64).reshape(3, 4), **fp})
+    g.case("fp_float32", "Fingerprint", {"data": rng.standard_normal((4, 3)).astype(F32), **fp})
+    g.case("fp_uint8", "Fingerprint", {"data": np.arange(10, dtype=np.uint8), **fp})
+    g.case("fp_bool", "Fingerprint", {"data": np.array([[True, False], [False, False]]), **fp})
+    g.case("fp_empty_rows", "Fingerprint", {"data": np.zeros((3, 0), F32), **fp})
+    g.case("fp_none", "Fingerprint", {"data": np.zeros((0, 4), I32), **fp})
+    g.case("fp_scalar", "Fingerprint", {"data": np.array(3, I32), **fp})
+    g.case("fp_bad_method", "Fingerprint", {"data": np.zeros(2, I32), "method": np.array(b"md5", object)})
+
+
+# --- sparse ------------------------------------------------------------------------------------------------
+
+
+def sparse(g: Group) -> None:
+    rng = np.random.default_rng(12)
+    ind = idx([[0, 0, 1], [0, 2, 0], [1, 1, 1], [1, 1, 2], [2, 0, 0], [2, 2, 2]])
+    shape = np.array([3, 3, 3], I64)
+    vals = {
+        "f32": rng.standard_normal(6).astype(F32),
+        "f64": rng.standard_normal(6),
+        "i32": np.array([4, -1, 7, 3, 0, -9], I32),
+        "i64": np.array([4, -1, 7, 3, 0, -9], I64),
+    }
+    for op in ("SparseReduceSum", "SparseReduceSumSparse", "SparseReduceMax", "SparseReduceMaxSparse"):
+        short = op.removeprefix("SparseReduce").lower()
+        for dt, v in vals.items():
+            for axes, keep in (([1], False), ([0, 2], True), ([-1], False), ([], False), ([0, 1, 2], False)):
+                name = f"{short}_{dt}_{'_'.join(str(a) for a in axes) or 'none'}_{int(keep)}"
+                g.case(
+                    name.replace("-", "m"),
+                    op,
+                    {
+                        "input_indices": ind,
+                        "input_values": v,
+                        "input_shape": shape,
+                        "reduction_axes": np.array(axes, I32),
+                    },
+                    keep_dims=keep,
+                )
+        neg = np.array([-1, -2, -3, -4, -5, -6], F32)
+        g.case(
+            f"{short}_negative",
+            op,
+            {
+                "input_indices": ind,
+                "input_values": neg,
+                "input_shape": shape,
+                "reduction_axes": np.array(1, I32),
+            },
+            keep_dims=False,
+        )
+        g.case(
+            f"{short}_empty",
+            op,
+            {
+                "input_indices": np.zeros((0, 2), I64),
+                "input_values": np.zeros(0, F32),
+                "input_shape": np.array([2, 3], I64),
+                "reduction_axes": np.array([0], I32),
+            },
+        )
+        g.case(
+            f"{short}_unsorted",
+            op,
+            {
+                "input_indices": ind[::-1].copy(),
+                "input_values": vals["f64"],
+                "input_shape": shape,
+                "reduction_axes": np.array([2], I32),
+            },
+        )
+        g.case(
+            f"{short}_bad_axis",
+            op,
+            {
+                "input_indices": ind,
+                "input_values": vals["f32"],
+                "input_shape": shape,
+                "reduction_axes": np.array([3], I32),
+            },
+        )
+    # SparseAdd: overlapping, cancelling under thresh, disjoint, empty
+    a_i = idx([[0, 0], [0, 2], [1, 1], [2, 0]])
+    b_i = idx([[0, 1], [0, 2], [1, 1], [3, 3]])
+    sh = np.array([4, 4], I64)
+    for dt, cast in (("f32", F32), ("f64", F64), ("i64", I64), ("i32", I32)):
+        a_v = np.array([1, 2, 3, 4], cast)
+        b_v = np.array([10, -2, 0.5 if cast in (F32, F64) else 5, 7], cast)
+        for thresh in (0, 1):
+            g.case(
+                f"add_{dt}_{thresh}",
+                "SparseAdd",
+                {
+                    "a_indices": a_i,
+                    "a_values": a_v,
+                    "a_shape": sh,
+                    "b_indices": b_i,
+                    "b_values": b_v,
+                    "b_shape": sh,
+                    "thresh": np.array(thresh, cast),
+                },
+            )
+    g.case(
+        "add_empty",
+        "SparseAdd",
+        {
+            "a_indices": np.zeros((0, 2), I64),
+            "a_values": np.zeros(0, F32),
+            "a_shape": sh,
+            "b_indices": b_i,
+            "b_values": np.ones(4, F32),
+            "b_shape": sh,
+            "thresh": np.array(0, F32),
+        },
+    )
+    g.case(
+        "add_strings_none",
+        "SparseAdd",
+        {
+            "a_indices": a_i,
+            "a_values": np.arange(4, dtype=F32),
+            "a_shape": sh,
+            "b_indices": b_i,
+            "b_values": np.ones(4, F32),
+            "b_shape": np.array([4, 5], I64),
+            "thresh": np.array(0, F32),
+        },
+    )
+    g.case(
+        "add_rank_mismatch",
+        "SparseAdd",
+        {
+            "a_indices": a_i,
+            "a_values": np.arange(4, dtype=F32),
+            "a_shape": sh,
+            "b_indices": b_i,
+            "b_values": np.ones(4, F32),
+            "b_shape": np.array([4, 4, 1], I64),
+            "thresh": np.array(0, F32),
+        },
+    )
+    # TensorFlow merges the operands as given: unsorted or repeated indices
+    for name, ai in (("unsorted", idx([[2, 0], [0, 1]])), ("repeated", idx([[0, 1], [0, 1]]))):
+        g.case(
+            f"add_{name}",
+            "SparseAdd",
+            {
+                "a_indices": ai,
+                "a_values": np.array([1, 2], F32),
+                "a_shape": np.array([3, 3], I64),
+                "b_indices": idx([[0, 1], [1, 1], [2, 0]]),
+                "b_values": np.array([10, 20, 30], F32),
+                "b_shape": np.array([3, 3], I64),
+                "thresh": np.array(0, F32),
+            },
+        )
+    # SparseConcat
+    c1 = (idx([[0, 1], [1, 0]]), np.array([1, 2], F32), np.array([2, 3], I64))
+    c2 = (idx([[0, 0], [1, 2], [1, 3]]), np.array([3, 4, 5], F32), np.array([2, 4], I64))
+    c3 = (np.zeros((0, 2), I64), np.zeros(0, F32), np.array([2, 1], I64))
+    for dim in (1, -1):
+        g.case(
+            f"concat_{dim}".replace("-", "m"),
+            "SparseConcat",
+            {
+                "indices": [c1[0], c2[0], c3[0]],
+                "values": [c1[1], c2[1], c3[1]],
+                "shapes": [c1[2], c2[2], c3[2]],
+            },
+            concat_dim=dim,
+        )
+    r1 = (idx([[0, 1], [1, 0]]), S("a", "b"), np.array([2, 3], I64))
+    r2 = (idx([[0, 0], [2, 2]]), S("c", "d"), np.array([3, 3], I64))
+    g.case(
+        "concat_rows_strings",
+        "SparseConcat",
+        {"indices": [r1[0], r2[0]], "values": [r1[1], r2[1]], "shapes": [r1[2], r2[2]]},
+        concat_dim=0,
+    )
+    g.case(
+        "concat_shape_mismatch",
+        "SparseConcat",
+        {"indices": [c1[0], r2[0]], "values": [c1[1], c1[1]], "shapes": [c1[2], r2[2]]},
+        concat_dim=1,
+    )
+    g.case(
+        "concat_bad_dim",
+        "SparseConcat",
+        {"indices": [c1[0], c2[0]], "values": [c1[1], c2[1]], "shapes": [c1[2], c2[2]]},
+        concat_dim=2,
+    )
+    # SparseSlice
+    s_i = idx([[0, 0], [0, 3], [1, 1], [2, 2], [3, 0], [3, 4]])
+    s_v = np.arange(6, dtype=I64)
+    s_sh = np.array([4, 5], I64)
+    for name, start, size in (
+        ("mid", [1, 1], [2, 3]),
+        ("past_end", [2, 3], [10, 10]),
+        ("all", [0, 0], [4, 5]),
+        ("empty", [4, 0], [2, 2]),
+        ("zero_size", [1, 1], [0, 2]),
+    ):
+        g.case(
+            f"slice_{name}",
+            "SparseSlice",
+            {
+                "indices": s_i,
+                "values": s_v,
+                "shape": s_sh,
+                "start": np.array(start, I64),
+                "size": np.array(size, I64),
+            },
+        )
+    g.case(
+        "slice_strings",
+        "SparseSlice",
+        {
+            "indices": s_i,
+            "values": S(*"abcdef"),
+            "shape": s_sh,
+            "start": np.array([0, 2], I64),
+            "size": np.array([4, 3], I64),
+        },
+    )
+    g.case(
+        "slice_bad_rank",
+        "SparseSlice",
+        {
+            "indices": s_i,
+            "values": s_v,
+            "shape": s_sh,
+            "start": np.array([0], I64),
+            "size": np.array([4, 3], I64),
+        },
+    )
+    # SparseSoftmax
+    for dt, cast in (("f32", F32), ("f64", F64)):
+        g.case(
+            f"softmax_{dt}",
+            "SparseSoftmax",
+            {"sp_indices": ind, "sp_values": (vals["f64"] * 3).astype(cast), "sp_shape": shape},
+        )
+    g.case(
+        "softmax_2d",
+        "SparseSoftmax",
+        {"sp_indices": s_i, "sp_values": np.array([1, 2, 3, 4, 1000, 1001], F32), "sp_shape": s_sh},
+    )
+    g.case(
+        "softmax_empty",
+        "SparseSoftmax",
+        {"sp_indices": np.zeros((0, 2), I64), "sp_values": np.zeros(0, F32), "sp_shape": s_sh},
+    )
+    g.case(
+        "softmax_unsorted",
+        "SparseSoftmax",
+        {"sp_indices": s_i[[0, 2, 1, 3, 4, 5]], "sp_values": np.arange(6, dtype=F32), "sp_shape": s_sh},
+    )
+    g.case(
+        "softmax_rank1",
+        "SparseSoftmax",
+        {
+            "sp_indices": idx([[0], [1]]).reshape(2, 1),
+            "sp_values": np.zeros(2, F32),
+            "sp_shape": np.array([2], I64),
+        },
+    )
+
+
+# --- ragged ------------------------------------------------------------------------------------------------
+
+
+def ragged(g: Group) -> None:
+    rng = np.random.default_rng(13)
+    for name, st, li, de, dt in (
+        ("int", [0, 5, 3, 2], [4, 5, -3, 9], [1, 2, -2, 3], I32),
+        ("int64_bcast", 2, [5, 2, 8], 3, I64),
+        ("float", [0.0, 1.5, -2.0], [1.0, 1.0, 2.0], [0.1, -0.25, 0.3], F32),
+        ("double", [0.0, 10.0], [1.0, 0.0], [0.07, -0.7], F64),
+        ("scalar", 1, 10, 4, I32),
+        ("empty", np.zeros(0, I32), np.zeros(0, I32), np.zeros(0, I32), I32),
+        ("zero_delta", [0, 1], [3, 4], [1, 0], I32),
+        ("shape_mismatch", [0, 1], [3, 4, 5], 1, I32),
+    ):
+        for splits in (I32, I64):
+            g.case(
+                f"range_{name}_{np.dtype(splits).name}",
+                "RaggedRange",
+                {"starts": np.array(st, dt), "limits": np.array(li, dt), "deltas": np.array(de, dt)},
+                Tsplits=tf.as_dtype(splits),
+            )
+    # RaggedGather: params [[a, b], [], [c, d, e]] (ragged rank 1), and a ragged rank 2 one
+    splits1 = np.array([0, 2, 2, 5], I64)
+    vals1 = S(*"abcde")
+    for name, ind in (
+        ("vector", np.array([2, 0, 1, 2], I32)),
+        ("matrix", np.array([[0, 2], [1, 1], [2, 0]], I64)),
+        ("scalar_like", np.array([1], I32)),
+        ("empty", np.zeros(0, I32)),
+        ("out_of_range", np.array([0, 3], I32)),
+        ("negative", np.array([-1], I32)),
+    ):
+        g.case(
+            f"gather_{name}",
+            "RaggedGather",
+            {"params_nested_splits": [splits1], "params_dense_values": vals1, "indices": ind},
+            OUTPUT_RAGGED_RANK=ind.ndim,
+        )
+    s_outer = np.array([0, 1, 3, 3, 4], I32)
+    s_inner = np.array([0, 2, 2, 5, 6], I32)
+    dense = rng.standard_normal((6, 2)).astype(F32)
+    g.case(
+        "gather_rank2",
+        "RaggedGather",
+        {
+            "params_nested_splits": [s_outer, s_inner],
+            "params_dense_values": dense,
+            "indices": np.array([1, 3, 0, 1, 2], I64),
+        },
+        OUTPUT_RAGGED_RANK=2,
+    )
+    g.case(
+        "gather_rank2_matrix",
+        "RaggedGather",
+        {
+            "params_nested_splits": [s_outer, s_inner],
+            "params_dense_values": dense,
+            "indices": np.array([[3, 1], [0, 2]], I32),
+        },
+        OUTPUT_RAGGED_RANK=3,
+    )
+    # RaggedTensorToSparse
+    g.case(
+        "to_sparse_rank1",
+        "RaggedTensorToSparse",
+        {"rt_nested_splits": [splits1], "rt_dense_values": np.arange(5, dtype=F32)},
+    )
+    g.case(
+        "to_sparse_rank2",
+        "RaggedTensorToSparse",
+        {"rt_nested_splits": [s_outer, s_inner], "rt_dense_values": dense},
+    )
+    g.case(
+        "to_sparse_strings",
+        "RaggedTensorToSparse",
+        {"rt_nested_splits": [np.array([0, 0, 3, 4], I64)], "rt_dense_values": S("x", "y", "z", "w")},
+    )
+    g.case(
+        "to_sparse_empty",
+        "RaggedTensorToSparse",
+        {"rt_nested_splits": [np.array([0, 0, 0], I64)], "rt_dense_values": np.zeros(0, I32)},
+    )
+    g.case(
+        "to_sparse_no_rows",
+        "RaggedTensorToSparse",
+        {"rt_nested_splits": [np.array([0], I64)], "rt_dense_values": np.zeros(0, I32)},
+    )
+    for name, sp in (("bad_start", [1, 2, 5]), ("bad_end", [0, 2, 4]), ("unsorted", [0, 3, 2, 5])):
+        g.case(
+            f"to_sparse_{name}",
+            "RaggedTensorToSparse",
+            {"rt_nested_splits": [np.array(sp, I64)], "rt_dense_values": np.arange(5, dtype=F32)},
+        )
+
+
+# --- sets, UnravelIndex, AdjustHue -------------------------------------------------------------------------
+
+
+def sets(g: Group) -> None:
+    rng = np.random.default_rng(14)
+    a = np.array([[1, 2, 2, 5], [3, 3, 1, 0], [7, 8, 9, 7]], I32)
+    b = np.array([[2, 1, 6], [4, 3, 3], [0, 0, 0]], I32)
+    words_a = S("a", "b", "c", "b", "x", "y").reshape(2, 3)
+    words_b = S("b", "z", "y", "y").reshape(2, 2)
+    for op_name in ("intersection", "union", "a-b", "b-a"):
+        short = op_name.replace("-", "_")
+        g.case(f"dd_{short}_int32", "DenseToDenseSetOperation", {"set1": a, "set2": b}, set_operation=op_name)
+        g.case(
+            f"dd_{short}_int64_3d",
+            "DenseToDenseSetOperation",
+            {"set1": a.astype(I64).reshape(3, 2, 2), "set2": b[:, :2].astype(I64).reshape(3, 2, 1)},
+            set_operation=op_name,
+        )
+        g.case(
+            f"dd_{short}_strings",
+            "DenseToDenseSetOperation",
+            {"set1": words_a, "set2": words_b},
+            set_operation=op_name,
+        )
+        g.case(
+            f"dd_{short}_empty",
+            "DenseToDenseSetOperation",
+            {"set1": np.zeros((2, 0), I32), "set2": np.zeros((2, 3), I32)},
+            set_operation=op_name,
+        )
+        # set2 sparse: rows 0 and 2 hold values, row 1 none
+        g.case(
+            f"ds_{short}_int32",
+            "DenseToSparseSetOperation",
+            {
+                "set1": a,
+                "set2_indices": idx([[0, 0], [0, 1], [2, 0], [2, 2]]),
+                "set2_values": np.array([2, 9, 7, 1], I32),
+                "set2_shape": np.array([3, 4], I64),
+            },
+            set_operation=op_name,
+        )
+        g.case(
+            f"ds_{short}_strings",
+            "DenseToSparseSetOperation",
+            {
+                "set1": words_a,
+                "set2_indices": idx([[1, 0], [1, 1]]),
+                "set2_values": S("y", "q"),
+                "set2_shape": np.array([2, 5], I64),
+            },
+            set_operation=op_name,
+        )
+    g.case(
+        "dd_big",
+        "DenseToDenseSetOperation",
+        {"set1": rng.integers(0, 20, (30, 12)).astype(I64), "set2": rng.integers(0, 20, (30, 9)).astype(I64)},
+        set_operation="intersection",
+    )
+    g.case("dd_bad_op", "DenseToDenseSetOperation", {"set1": a, "set2": b}, set_operation="xor")
+    g.case("dd_shape_mismatch", "DenseToDenseSetOperation", {"set1": a, "set2": b[:2]}, set_operation="union")
+    g.case("dd_rank1", "DenseToDenseSetOperation", {"set1": a[0], "set2": b[0]}, set_operation="union")
+    g.case(
+        "ds_unsorted",
+        "DenseToSparseSetOperation",
+        {
+            "set1": a,
+            "set2_indices": idx([[2, 0], [0, 0]]),
+            "set2_values": np.array([2, 9], I32),
+            "set2_shape": np.array([3, 4], I64),
+        },
+        set_operation="union",
+    )
+    two = np.array([[1, 2], [3, 4]], I32)
+    g.case(
+        "dd_rank_mismatch",
+        "DenseToDenseSetOperation",
+        {"set1": two.reshape(2, 1, 2), "set2": two},
+        set_operation="union",
+    )
+    for name, ind, shape in (
+        ("ds_group_mismatch", [[0, 0]], [3, 2]),
+        ("ds_out_of_bounds", [[0, 5]], [2, 2]),
+        ("ds_rank_mismatch", [[0, 0, 0]], [2, 2, 1]),
+    ):
+        g.case(
+            name,
+            "DenseToSparseSetOperation",
+            {
+                "set1": two,
+                "set2_indices": np.array(ind, I64),
+                "set2_values": np.array([1], I32),
+                "set2_shape": np.array(shape, I64),
+            },
+            set_operation="union",
+        )
+    # UnravelIndex
+    for name, ind, dims, dt in (
+        ("vector", [0, 5, 11, 7], [3, 4], I32),
+        ("scalar", 17, [2, 3, 4], I64),
+        ("matrix", [[1, 2], [3, 4]], [5], I32),
+        ("empty", np.zeros(0, I32), [2, 2], I32),
+        ("out_of_range", [0, 12], [3, 4], I32),
+        ("negative", [-1], [3, 4], I64),
+        ("zero_dim", [0], [3, 0], I32),
+    ):
+        g.case(f"unravel_{name}", "UnravelIndex", {"indices": np.array(ind, dt), "dims": np.array(dims, dt)})
+    # AdjustHue
+    img = rng.random((2, 4, 5, 3)).astype(F32)
+    img[0, 0, 0] = [0.5, 0.5, 0.5]  # grey: no hue
+    img[0, 0, 1] = [0.2, 0.7, 0.7]  # ties
+    img[0, 0, 2] = [0.7, 0.2, 0.7]
+    img[0, 0, 3] = [0.0, 0.0, 0.0]
+    for delta in (0.0, 0.2, -0.45, 0.999, 1.7, -2.3):
+        g.case(
+            f"hue_{str(delta).replace('-', 'm').replace('.', '_')}",
+            "AdjustHue",
+            {"images": img, "delta": np.array(delta, F32)},
+        )
+    g.case("hue_bad_channels", "AdjustHue", {"images": img[..., :2], "delta": np.array(0.3, F32)})
+    g.case("hue_rank2", "AdjustHue", {"images": img[0, 0], "delta": np.array(0.3, F32)})
+    g.case("hue_delta_vector", "AdjustHue", {"images": img, "delta": np.array([0.3], F32)})
+
+
+GROUPS: dict[str, Callable[[Group], None]] = {
+    "cross": cross,
+    "sparse": sparse,
+    "ragged": ragged,
+    "sets": sets,
+}
+
+
+def main() -> None:
+    for name in sys.argv[1:] or list(GROUPS):
+        g = Group(name)
+        GROUPS[name](g)
+        g.write()
+
+
+if __name__ == "__main__":
+    main()
