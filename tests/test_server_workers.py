@@ -104,10 +104,16 @@ def test_either_workers_statistics_count_every_workers_requests(workers: Workers
     counted: list[int] = []
 
     def settled() -> bool:
+        # two workers' numbers can agree while both are stale (each writes its own every second): the
+        # same answer again once they have written is the true count
         count = agreed()
-        if count is not None:
-            counted.append(count)
-        return count is not None
+        if count is None:
+            return False
+        time.sleep(1.2)
+        if agreed() != count:
+            return False
+        counted.append(count)
+        return True
 
     workers.wait_for(settled, "the workers to agree on the requests before")
     answered = set()
