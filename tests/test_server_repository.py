@@ -356,6 +356,24 @@ def test_a_broken_version_leaves_the_previous_one_serving(
     wait_for(lambda: statuses(server) == {"2": ("AVAILABLE", "")})
 
 
+def test_a_pb_emptied_while_copied_in_leaves_the_previous_version_serving(
+    tmp_path: Path, serve: Callable[[Config], Loopback]
+) -> None:
+    pb = tmp_path / "add.pb"
+    add_graph(pb, 2.0)
+    server = serve(
+        make_config({"server": {"poll_seconds": POLL}, "models": [{"name": "add", "path": str(pb)}]})
+    )
+    pb.write_bytes(b"")  # a copy truncates the file first
+    wait_for(lambda: statuses(server, "add")["1"][1] != "")
+    [(state, error)] = statuses(server, "add").values()
+    assert state == "AVAILABLE" and "add.pb is a GraphDef with no nodes" in error
+    r = server.post("/v1/models/add:run", json={"feeds": {"x": [[1.0, 1.0]]}})
+    assert r.status_code == 200 and r.json()["outputs"]["out"]["data"] == [3.0, 3.0]
+    add_graph(pb, 3.0)  # the copy completes: the new graph serves
+    wait_for(lambda: statuses(server, "add") == {"1": ("AVAILABLE", "")})
+
+
 # --- polling the config file ------------------------------------------------------------------------------------
 
 
