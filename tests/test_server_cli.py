@@ -33,3 +33,19 @@ def test_cli_loadtest_hook(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["loadtest", "--help"])
     assert info.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flag", ["--port", "--grpc-port"])
+@pytest.mark.parametrize("value", ["70000", "-1", "65536", "http"])
+def test_cli_port_out_of_range_exits_2(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # --port 70000 listened on 4464 (wrapped) and --grpc-port -1 on 65535; refused by the parser, before
+    # anything loads (the parser alone here: before the check, main would have served on the wrapped port)
+    with pytest.raises(SystemExit) as info:
+        cli._parser().parse_args(["serve", flag, value])
+    assert info.value.code == 2
+    assert f"argument {flag}: expected a port from 0 to 65535, got '{value}'" in capsys.readouterr().err
+
+
+def test_cli_port_bounds_parse() -> None:
+    args = cli._parser().parse_args(["serve", "--port", "0", "--grpc-port", "65535"])
+    assert (args.port, args.grpc_port) == (0, 65535)
