@@ -35,6 +35,7 @@ from typing import Any
 from poolserve.runtime.errors import (
     Code,
     FailedPreconditionError,
+    InvalidArgumentError,
     NotFoundError,
     OpError,
     UnavailableError,
@@ -377,9 +378,13 @@ class Repository:
 
     def load(self, name: str) -> None:
         """Triton's load: (re)loads every version ``name`` offers (re-reading the config file first).
-        NotFoundError for a name not in the config; FailedPreconditionError when no version loads."""
+        NotFoundError for a name not in the config; FailedPreconditionError when no version loads;
+        InvalidArgumentError, naming the error, when the config file does not validate (nothing loads)."""
         with self._lock:
             self._check_config(force=True)
+            if self.config_error:
+                # the caller changed the file and asked for it to be applied: say why it was not
+                raise InvalidArgumentError(f"not loading '{name}': {self.config_error}")
             model = self._models.get(name)
             if model is None:
                 known = ", ".join(sorted(self._models)) or "(none)"

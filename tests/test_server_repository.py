@@ -408,6 +408,24 @@ def test_models_added_to_or_removed_from_the_config_file_load_and_unload(
     assert server.get("/v2/models/b/ready").status_code == 200
 
 
+def test_a_load_call_with_an_invalid_config_file_answers_400_naming_the_error(
+    tmp_path: Path, serve: Callable[[Config], Loopback]
+) -> None:
+    add_graph(tmp_path / "a.pb", 2.0)
+    config_file = tmp_path / "server.toml"
+    good = '[server]\npoll_seconds = 0\n[[models]]\nname = "a"\npath = "a.pb"\n'
+    config_file.write_text(good)
+    server = serve(load_config(config_file))
+    config_file.write_text(good + "typo = 1\n")  # the load call re-reads it; its error went to the log only
+    r = server.post("/v2/repository/models/a/load")
+    assert r.status_code == 400, r.text
+    assert "not loading 'a'" in r.json()["error"] and "server.toml" in r.json()["error"]
+    assert "typo" in r.json()["error"]
+    assert server.get("/v2/models/a/ready").status_code == 200  # what was loaded keeps serving
+    config_file.write_text(good)
+    assert server.post("/v2/repository/models/a/load").status_code == 200
+
+
 # --- the repository extension -----------------------------------------------------------------------------------
 
 
