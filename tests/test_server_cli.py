@@ -49,3 +49,11 @@ def test_cli_port_out_of_range_exits_2(flag: str, value: str, capsys: pytest.Cap
 def test_cli_port_bounds_parse() -> None:
     args = cli._parser().parse_args(["serve", "--port", "0", "--grpc-port", "65535"])
     assert (args.port, args.grpc_port) == (0, 65535)
+
+
+def test_cli_bad_environment_override_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("POOLSERVE_MODELS", "notjson")  # was a pydantic_settings traceback
+    assert cli.main(["serve"]) == 2
+    assert "poolserve: environment variable POOLSERVE_MODELS" in capsys.readouterr().err
