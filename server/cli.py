@@ -244,6 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(result or 0)
     parser = _parser()
     args = parser.parse_args(args_list)
+    if args.command == "serve" and args.ray and importlib.util.find_spec("ray") is None:
+        # before the config loads: without the extra, importing server/ray_serve.py was a traceback
+        parser.error("--ray needs Ray, which is not installed: pip install 'poolserve[ray]'")
     if args.command == "serve":
         return serve(args)
     parser.print_help()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,15 @@ def test_cli_bad_environment_override_exits_2(
     monkeypatch.setenv("POOLSERVE_MODELS", "notjson")  # was a pydantic_settings traceback
     assert cli.main(["serve"]) == 2
     assert "poolserve: environment variable POOLSERVE_MODELS" in capsys.readouterr().err
+
+
+def test_cli_ray_without_the_extra_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # as if the ray extra were not installed (None in sys.modules: find_spec says so, an import fails)
+    monkeypatch.setitem(sys.modules, "ray", None)
+    monkeypatch.setitem(sys.modules, "poolserve.server.ray_serve", None)
+    with pytest.raises(SystemExit) as info:  # was a ModuleNotFoundError traceback
+        cli.main(["serve", "--ray"])
+    assert info.value.code == 2
+    assert "pip install 'poolserve[ray]'" in capsys.readouterr().err
