@@ -405,7 +405,9 @@ class Repository:
                 raise NotFoundError(f"Model '{name}' is not in the config; it has: {known}")
             model.unloaded = True
             model.reason = "unloaded by a repository call"
-            model.unloaded_versions = sorted(v for v, s in model.servables.items() if s.entry is not None)
+            # a repeated call finds nothing loaded: the versions the first one took out stay listed
+            loaded = {v for v, s in model.servables.items() if s.entry is not None}
+            model.unloaded_versions = sorted(loaded.union(model.unloaded_versions))
             for version in list(model.servables):
                 self._retire(model, version)
             self._publish(model)

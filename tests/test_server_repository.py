@@ -481,3 +481,19 @@ def test_repository_calls_without_a_token_configured_and_a_failed_load(
     assert server.post("/v1/models/add:run", json={"feeds": {"x": [[1.0, 1.0]]}}).status_code == 200
     [status] = server.get("/v1/models/add").json()["model_version_status"]
     assert status["state"] == "AVAILABLE" and status["status"]["error_message"]
+
+
+def test_a_repeated_unload_keeps_the_unloaded_versions_in_the_index(
+    tmp_path: Path, serve: Callable[[Config], Loopback]
+) -> None:
+    pb = tmp_path / "lin.pb"
+    add_graph(pb, 2.0)
+    models = [{"name": "lin", "path": str(pb), "version": 2}]
+    server = serve(make_config({"server": {"poll_seconds": 0}, "models": models}))
+    unloaded = [
+        {"name": "lin", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded by a repository call"}
+    ]
+    assert server.post("/v2/repository/models/lin/unload").status_code == 200
+    wait_for(lambda: server.post("/v2/repository/index").json() == unloaded)
+    assert server.post("/v2/repository/models/lin/unload").status_code == 200  # wiped the version list
+    assert server.post("/v2/repository/index").json() == unloaded
