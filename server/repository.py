@@ -103,6 +103,7 @@ class Model:
     unloaded: bool = False  # by a repository unload call: polling leaves it alone until a load call
     unloaded_versions: list[int] = field(default_factory=list)  # the versions that call took out of service
     reason: str = ""  # why it offers nothing (its path is gone, ...)
+    files_error: str = ""  # why its files could not be listed at the last poll (logged when it changes)
     next_poll: float = 0.0
 
     @property
@@ -498,8 +499,18 @@ class Repository:
             if strict:
                 raise
             model.reason = e.message
-            log.error("model '%s': %s (its loaded versions keep serving)", model.name, e.message)
+            serving = any(s.state is State.AVAILABLE for s in model.servables.values())
+            why = "{} ({})".format(
+                e.message.removeprefix(f"model '{model.name}': "),
+                "its loaded versions keep serving" if serving else "no version of it is loaded",
+            )
+            if why != model.files_error:  # once per change, not at every poll
+                model.files_error = why
+                log.error("model '%s': %s", model.name, why)
             return
+        if model.files_error:
+            log.info("model '%s': its files are found again", model.name)
+            model.files_error = ""
         model.reason = "" if sources else "no version on disk matches its version policy"
         if strict and not sources:
             try:

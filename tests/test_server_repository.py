@@ -5,6 +5,7 @@ repository extension. Poll intervals are 0.05-0.1 s so every wait here is short 
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import threading
 import time
@@ -23,7 +24,7 @@ from poolserve.runtime.builder import GraphBuilder
 from poolserve.server.app import create_app
 from poolserve.server.config import Config, ConfigError, VersionPolicy, load_config, make_config
 from poolserve.server.models import load_model
-from poolserve.server.repository import select
+from poolserve.server.repository import Repository, select
 from poolserve.server.service import InferenceService
 
 SAVED = Path(__file__).parent / "fixtures" / "saved_models"
@@ -497,3 +498,35 @@ def test_a_repeated_unload_keeps_the_unloaded_versions_in_the_index(
     wait_for(lambda: server.post("/v2/repository/index").json() == unloaded)
     assert server.post("/v2/repository/models/lin/unload").status_code == 200  # wiped the version list
     assert server.post("/v2/repository/index").json() == unloaded
+
+
+def test_a_missing_model_file_is_logged_once_per_change(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="poolserve")
+    pb = tmp_path / "a.pb"
+    add_graph(pb, 2.0)
+    repository = Repository(
+        make_config({"server": {"poll_seconds": 0.01}, "models": [{"name": "a", "path": str(pb)}]}), {}
+    )
+    repository.start()
+
+    def logged() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+    try:
+        pb.unlink()
+        wait_for(lambda: bool(logged()))
+        time.sleep(0.2)  # some 20 polls: it was an ERROR each, with the model named twice
+        assert logged() == [f"model 'a': {pb} not found (its loaded versions keep serving)"]
+        repository.unload("a")
+        with pytest.raises(errors.FailedPreconditionError):
+            repository.load("a")  # polled again, and nothing is loaded now
+        wait_for(lambda: len(logged()) == 2)
+        time.sleep(0.2)
+        assert logged()[1:] == [f"model 'a': {pb} not found (no version of it is loaded)"]
+        add_graph(pb, 2.0)
+        wait_for(lambda: "a" in repository.models)
+        assert "model 'a': its files are found again" in caplog.messages
+    finally:
+        repository.close()
