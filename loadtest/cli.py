@@ -14,7 +14,9 @@ latencies count from the scheduled send time. ``--compare-pool`` runs the same l
 pool on and off in alternating rounds (the two rounds of a turn replay the same arrivals and model picks)
 and prints them side by side. ``--overload`` measures the
 capacity and offers multiples of it (loadtest/overload.py). Exit status: 0 done, 1 the load could
-not run (unreachable server, unknown model, ...) or no request succeeded, 2 bad arguments.
+not run (unreachable server, unknown model, unwritable --report or --plot, ...), or more than 1% of its
+requests failed (report.MAX_ERROR_SHARE; not with --overload), or a connection error occurred, 2 bad
+arguments.
 """
 
 from __future__ import annotations
@@ -119,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="poolserve loadtest",
         description="Load a running poolserve server and report throughput and latency. Payloads follow the "
         "models' KServe v2 metadata (GET /v2/models/NAME).",
+        epilog=f"Exit status: 0 when the run passed; 1 when the load could not run, when more than "
+        f"{report.MAX_ERROR_SHARE:.0%} of its requests failed (not with --overload, which measures "
+        "shedding) or a connection error occurred (the report's 'verdict' says which); 2 bad arguments.",
     )
     p.add_argument("--url", default=DEFAULT_URL, help=f"the server's base URL (default {DEFAULT_URL})")
     p.add_argument(
@@ -528,8 +533,10 @@ class Runner:
             say(self.err, f"first {status} error: {message}")
         for w in warnings:
             say(self.err, w, "warning")
+        verdict = report.verdict(runs)
         if args.report:
             extra: dict[str, Any] = {
+                "verdict": verdict,
                 "generator": {
                     "cpu_s": cpu_s,
                     "wall_s": wall_s,
@@ -549,10 +556,9 @@ class Runner:
             report.write_report(args.report, runs, _config(args, self.load, self.modes), extra)
         if args.plot:
             report.write_plot(args.plot, recorder.samples, title)
-        if not any(r["successes"] for r in runs):
-            say(self.err, "no request succeeded")
-            return 1
-        return 0
+        for problem in verdict["problems"]:
+            say(self.err, problem)
+        return 0 if verdict["passed"] else 1
 
 
 async def batch_totals(client: Any) -> dict[str, tuple[float, float]]:
@@ -595,6 +601,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.plot:
             report.check_plotting()
+        # before the load, not after it: a typo in a folder name cost the whole run
+        for flag, path in (("--report", args.report), ("--plot", args.plot)):
+            if path:
+                report.check_writable(flag, path)
         return asyncio.run(Runner(args, out, err).run())
     except LoadtestError as e:
         say(err, str(e))

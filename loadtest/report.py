@@ -16,6 +16,10 @@ from rich.table import Table
 
 from poolserve.loadtest.generator import LoadtestError, Recorder, Sample
 
+# A run in which more than this share of the requests failed (any answer but 200, or none) exits 1: its
+# figures describe the failures (a run once exited 0 with 27,188 of 29,510 requests failed, the server gone
+# mid-run). So does a run with any connection error. --overload is exempt: shedding is what it measures.
+MAX_ERROR_SHARE = 0.01
 # name in the report -> percentile
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 LATENCY_KEYS = (*PERCENTILES, "max")
@@ -61,6 +65,52 @@ def summarize(samples: Sequence[Sample], mode: str, duration_s: float) -> dict[s
             m: summarize([s for s in samples if s.model == m], mode, duration_s) for m in models
         }
     return run
+
+
+def is_connection_error(status: str) -> bool:
+    """A request the server never answered: no connection, or one lost mid-request (the senders' exception
+    names: ReadError, RemoteProtocolError, ...). A client timeout or a gRPC status is not one."""
+    return status == "connect_error" or status.endswith("Error")
+
+
+def verdict(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the run passed: some request succeeded, at most MAX_ERROR_SHARE of them failed, and no
+    connection error occurred; ``problems`` says why not, one line each."""
+    requests = sum(r["requests"] for r in runs)
+    failed = sum(r["errors"] for r in runs)
+    connection = sum(n for r in runs for k, n in r["errors_by_status"].items() if is_connection_error(k))
+    share = failed / requests if requests else 0.0
+    problems = []
+    if not any(r["successes"] for r in runs):
+        problems.append("no request succeeded")
+    elif share > MAX_ERROR_SHARE:
+        problems.append(
+            f"{failed:,} of {requests:,} requests failed ({share:.1%}; at most {MAX_ERROR_SHARE:.0%} may)"
+        )
+    if connection:
+        problems.append(f"{connection:,} connection error(s): the server did not answer every request")
+    return {
+        "passed": not problems,
+        "requests": requests,
+        "failed": failed,
+        "error_share": share,
+        "max_error_share": MAX_ERROR_SHARE,
+        "connection_errors": connection,
+        "problems": problems,
+    }
+
+
+def check_writable(flag: str, path: str) -> None:
+    """Fails early (before the load) when ``path`` cannot be written; leaves no file behind."""
+    p = Path(path)
+    existed = p.exists()
+    try:
+        with p.open("a"):
+            pass
+    except OSError as e:
+        raise LoadtestError(f"cannot write {flag} {path}: {e.strerror or e}") from None
+    if not existed:
+        p.unlink(missing_ok=True)
 
 
 def ratios(numerator: dict[str, Any], denominator: dict[str, Any]) -> dict[str, float | None]:

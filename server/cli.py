@@ -190,6 +190,17 @@ def _workers_arg(value: str) -> int | Literal["auto"]:
     return n
 
 
+def _port_arg(value: str) -> int:
+    # as server.port in the config: a port the OS would wrap (70000 listens on 4464) or refuse late
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {value!r}")
+    return port
+
+
 def worker_count(value: int | Literal["auto"]) -> int:
     """``server.workers`` as a number: "auto" is one per core."""
     return (os.cpu_count() or 1) if value == "auto" else int(value)
@@ -203,8 +214,8 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the HTTP server")
     s.add_argument("--config", help="a TOML config (default: the embedded configs/default.toml)")
     s.add_argument("--host", help="address to listen on (overrides server.host)")
-    s.add_argument("--port", type=int, help="port to listen on (overrides server.port)")
-    s.add_argument("--grpc-port", type=int, help="gRPC port, 0 for none (overrides server.grpc_port)")
+    s.add_argument("--port", type=_port_arg, help="port to listen on (overrides server.port)")
+    s.add_argument("--grpc-port", type=_port_arg, help="gRPC port, 0 for none (overrides server.grpc_port)")
     s.add_argument(
         "--workers",
         type=_workers_arg,
@@ -233,6 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(result or 0)
     parser = _parser()
     args = parser.parse_args(args_list)
+    if args.command == "serve" and args.ray and importlib.util.find_spec("ray") is None:
+        # before the config loads: without the extra, importing server/ray_serve.py was a traceback
+        parser.error("--ray needs Ray, which is not installed: pip install 'poolserve[ray]'")
     if args.command == "serve":
         return serve(args)
     parser.print_help()

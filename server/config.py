@@ -7,6 +7,7 @@ paths and a relative ``[traces] path`` resolve against the config file's folder.
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -24,7 +25,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from poolserve.proto import config_pb2
 
@@ -33,7 +34,12 @@ MiB = 1 << 20
 
 
 class ConfigError(ValueError):
-    """A configuration that cannot be used; the message names the field."""
+    """A configuration that cannot be used; the message names the field (and the environment variable when
+    one set it: ``from_environment`` when only variables are to blame, not the file)."""
+
+    def __init__(self, message: str, from_environment: bool = False) -> None:
+        super().__init__(message)
+        self.from_environment = from_environment
 
 
 class _Section(BaseModel):
@@ -296,12 +302,59 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
-def _describe(error: ValidationError) -> str:
+def _environment() -> dict[str, str]:
+    """The POOLSERVE_* variables by their lowered name past the prefix (pydantic-settings ignores case):
+    ``{"server__port": "POOLSERVE_SERVER__PORT"}``."""
+    n = len(ENV_PREFIX)
+    return {k[n:].lower(): k for k in os.environ if k[:n].upper() == ENV_PREFIX}
+
+
+def _check_environment(env: Mapping[str, str]) -> None:
+    """Refuses POOLSERVE_<SECTION>__<KEY> variables whose section the config does not have (pydantic-settings
+    ignores them: a misspelled section changed nothing, silently), and a whole section given as a variable
+    (POOLSERVE_SERVER) that is not JSON (pydantic-settings' SettingsError, which names no variable).
+    Variables without ``__`` that are no section (POOLSERVE_KEEP_FREED_MEMORY, ...) are the runtime's own."""
+    sections = sorted(Config.model_fields)
+    unknown = [var for key, var in env.items() if "__" in key and key.split("__", 1)[0] not in sections]
+    if unknown:
+        raise ConfigError(
+            f"unknown environment variable(s) {', '.join(sorted(unknown))}: POOLSERVE_<SECTION>__<KEY> "
+            f"names a config section ({', '.join(sections)})",
+            from_environment=True,
+        )
+    for key, var in sorted(env.items()):
+        if key in sections:
+            try:
+                json.loads(os.environ[var])
+            except ValueError as e:
+                raise ConfigError(
+                    f"environment variable {var}: expected the [{key}] section as JSON: {e}",
+                    from_environment=True,
+                ) from None
+
+
+def _culprit(loc: tuple[int | str, ...], env: Mapping[str, str]) -> str | None:
+    """The variable that set the value at ``loc`` (the longest match: POOLSERVE_SERVER__PORT, else
+    POOLSERVE_SERVER), or None when it came from the file."""
+    for n in range(len(loc), 0, -1):
+        var = env.get("__".join(str(p).lower() for p in loc[:n]))
+        if var is not None:
+            return var
+    return None
+
+
+def _describe(error: ValidationError, env: Mapping[str, str]) -> tuple[str, bool]:
+    """The errors, each naming the field and the variable that set it; and whether variables set them all."""
     parts = []
+    all_env = True
     for e in error.errors():
         where = ".".join(str(p) for p in e["loc"]) or "config"
-        parts.append(f"{where}: {e['msg']}")
-    return "; ".join(parts)
+        var = _culprit(e["loc"], env)
+        all_env = all_env and var is not None
+        parts.append(
+            f"{where} (from environment variable {var}): {e['msg']}" if var else f"{where}: {e['msg']}"
+        )
+    return "; ".join(parts), all_env
 
 
 def default_config_text() -> tuple[str, Path]:
@@ -316,10 +369,15 @@ def default_config_text() -> tuple[str, Path]:
 
 def make_config(data: Mapping[str, Any], base_dir: Path | None = None) -> Config:
     """A Config from a mapping (TOML's structure), with environment overrides applied."""
+    env = _environment()
+    _check_environment(env)
     try:
         config = Config(**dict(data))
     except ValidationError as e:
-        raise ConfigError(f"invalid config: {_describe(e)}") from None
+        message, from_environment = _describe(e, env)
+        raise ConfigError(f"invalid config: {message}", from_environment) from None
+    except SettingsError as e:  # a variable _check_environment let through that pydantic cannot parse
+        raise ConfigError(f"environment variables (POOLSERVE_*): {e}", from_environment=True) from None
     if base_dir is not None:
         for m in config.models:
             if not m.path.is_absolute():
@@ -352,6 +410,8 @@ def load_config(path: str | Path | None = None) -> Config:
     try:
         config = make_config(data, base_dir)
     except ConfigError as e:
+        if e.from_environment:  # the file is not to blame
+            raise
         raise ConfigError(f"{source}: {e}") from None
     config._source = None if path is None else Path(path).resolve()
     return config

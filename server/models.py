@@ -138,7 +138,14 @@ def _load(mc: ModelConfig, config: Config) -> ModelEntry:
     if mc.path.is_dir() or is_saved_model_path(mc.path):
         return _load_saved_model(mc, config, proto)
     try:
-        graph = Graph(load_graph_def(mc.path))
+        graph_def = load_graph_def(mc.path)
+        if not graph_def.node:
+            # a zero-byte file parses as an empty GraphDef (a file being copied in is empty for a moment):
+            # served, it would have no inputs or outputs and refuse every request
+            raise InvalidArgumentError(
+                f"{mc.path} is a GraphDef with no nodes (an empty file, or one still being copied in?)"
+            )
+        graph = Graph(graph_def)
     except OpError as e:
         raise type(e)(f"model '{mc.name}': {e.message}", e.node_name) from None
     session = Session(graph, proto, memory_limit_bytes=config.runtime.memory_limit_bytes)

@@ -35,6 +35,7 @@ from typing import Any
 from poolserve.runtime.errors import (
     Code,
     FailedPreconditionError,
+    InvalidArgumentError,
     NotFoundError,
     OpError,
     UnavailableError,
@@ -102,6 +103,7 @@ class Model:
     unloaded: bool = False  # by a repository unload call: polling leaves it alone until a load call
     unloaded_versions: list[int] = field(default_factory=list)  # the versions that call took out of service
     reason: str = ""  # why it offers nothing (its path is gone, ...)
+    files_error: str = ""  # why its files could not be listed at the last poll (logged when it changes)
     next_poll: float = 0.0
 
     @property
@@ -377,9 +379,13 @@ class Repository:
 
     def load(self, name: str) -> None:
         """Triton's load: (re)loads every version ``name`` offers (re-reading the config file first).
-        NotFoundError for a name not in the config; FailedPreconditionError when no version loads."""
+        NotFoundError for a name not in the config; FailedPreconditionError when no version loads;
+        InvalidArgumentError, naming the error, when the config file does not validate (nothing loads)."""
         with self._lock:
             self._check_config(force=True)
+            if self.config_error:
+                # the caller changed the file and asked for it to be applied: say why it was not
+                raise InvalidArgumentError(f"not loading '{name}': {self.config_error}")
             model = self._models.get(name)
             if model is None:
                 known = ", ".join(sorted(self._models)) or "(none)"
@@ -400,7 +406,9 @@ class Repository:
                 raise NotFoundError(f"Model '{name}' is not in the config; it has: {known}")
             model.unloaded = True
             model.reason = "unloaded by a repository call"
-            model.unloaded_versions = sorted(v for v, s in model.servables.items() if s.entry is not None)
+            # a repeated call finds nothing loaded: the versions the first one took out stay listed
+            loaded = {v for v, s in model.servables.items() if s.entry is not None}
+            model.unloaded_versions = sorted(loaded.union(model.unloaded_versions))
             for version in list(model.servables):
                 self._retire(model, version)
             self._publish(model)
@@ -491,8 +499,18 @@ class Repository:
             if strict:
                 raise
             model.reason = e.message
-            log.error("model '%s': %s (its loaded versions keep serving)", model.name, e.message)
+            serving = any(s.state is State.AVAILABLE for s in model.servables.values())
+            why = "{} ({})".format(
+                e.message.removeprefix(f"model '{model.name}': "),
+                "its loaded versions keep serving" if serving else "no version of it is loaded",
+            )
+            if why != model.files_error:  # once per change, not at every poll
+                model.files_error = why
+                log.error("model '%s': %s", model.name, why)
             return
+        if model.files_error:
+            log.info("model '%s': its files are found again", model.name)
+            model.files_error = ""
         model.reason = "" if sources else "no version on disk matches its version policy"
         if strict and not sources:
             try:

@@ -4,6 +4,7 @@ server) and the command against a real `poolserve serve` process on 127.0.0.1.""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import random
 import subprocess
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from rich.console import Console
 from support import ServerProcess, free_port
 
 from poolserve.loadtest import cli, overload, report
@@ -683,3 +685,51 @@ def test_the_batch_sizes_seen_are_reported(tmp_path, capsys):
     assert batches["batched_requests"] == 80
     assert 1.0 <= batches["mean_rows"] <= 16.0
     assert "batching: mlp: 80 requests ran in batches of" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("statuses", "code", "problems"),
+    [
+        ({200: 99, 503: 1}, 0, []),  # 1% failed: within the share
+        ({200: 98, 503: 2}, 1, ["2 of 100 requests failed (2.0%; at most 1% may)"]),
+        ({200: 99, "connect_error": 1}, 1, ["1 connection error(s)"]),
+        # the server gone mid-run: most requests failed, and the run exited 0
+        ({200: 8, "ReadError": 92}, 1, ["92 of 100 requests failed (92.0%", "92 connection error(s)"]),
+        ({504: 3}, 1, ["no request succeeded"]),
+    ],
+)
+def test_failed_requests_past_the_share_or_connection_errors_exit_1(tmp_path, statuses, code, problems):
+    out = tmp_path / "r.json"
+    args = cli.build_parser().parse_args(["--model", "m", "--requests", "100", "--report", str(out)])
+    err = io.StringIO()
+    runner = cli.Runner(args, Console(file=io.StringIO()), Console(file=err, width=200))
+    recorder = Recorder()
+    for status, n in statuses.items():
+        recorder.samples += [Sample(0.0, 0.01, status, "default", "m")] * n
+    assert runner.finish(recorder, {"default": 1.0}, 0.1, 1.0, {}) == code
+    verdict = json.loads(out.read_text())["verdict"]
+    assert verdict["passed"] is (code == 0) and verdict["max_error_share"] == 0.01
+    assert len(verdict["problems"]) == len(problems)
+    for line, fragment in zip(verdict["problems"], problems, strict=True):
+        assert fragment in line and fragment in err.getvalue()
+
+
+@pytest.mark.parametrize("flag", ["--report", "--plot"])
+def test_unwritable_outputs_are_refused_before_the_load(tmp_path, capsys, flag):
+    if flag == "--plot":
+        pytest.importorskip("matplotlib")  # without it, --plot is refused first, for that
+    path = tmp_path / "no-such-folder" / "out"
+    url = f"http://127.0.0.1:{free_port()}"  # never reached: the check comes first
+    assert cli.main(["--url", url, "--model", "mlp", "--requests", "1", flag, str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot write {flag} {path}" in err and "cannot connect" not in err
+    assert not path.parent.exists()
+
+
+def test_a_writable_report_path_is_left_as_it_was(tmp_path):
+    path = tmp_path / "r.json"
+    report.check_writable("--report", str(path))
+    assert not path.exists()
+    path.write_text("kept")
+    report.check_writable("--report", str(path))
+    assert path.read_text() == "kept"

@@ -53,6 +53,59 @@ def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 @pytest.mark.parametrize(
+    ("variable", "value", "fragments"),
+    [
+        # not JSON: pydantic-settings' SettingsError escaped as a traceback, naming no variable
+        (
+            "POOLSERVE_MODELS",
+            "notjson",
+            ["environment variable POOLSERVE_MODELS", "[models] section as JSON"],
+        ),
+        ("POOLSERVE_SERVER", "{", ["environment variable POOLSERVE_SERVER", "[server] section as JSON"]),
+        # a misspelled section was ignored, silently
+        ("POOLSERVE_SERVR__PORT", "1", ["unknown environment variable(s) POOLSERVE_SERVR__PORT", "server"]),
+        # a bad value was blamed on the file
+        (
+            "POOLSERVE_SERVER__PORT",
+            "70000",
+            ["server.port (from environment variable POOLSERVE_SERVER__PORT)"],
+        ),
+        ("POOLSERVE_SERVER", '{"port": -1}', ["server.port (from environment variable POOLSERVE_SERVER)"]),
+    ],
+)
+def test_bad_environment_overrides_name_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, fragments: list[str]
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[server]\nport = 9001\n")
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert all(f in message for f in fragments), message
+    assert "c.toml" not in message  # the file is not to blame
+
+
+def test_the_runtimes_own_variables_are_not_config_sections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POOLSERVE_KEEP_FREED_MEMORY", "0")
+    monkeypatch.setenv("POOLSERVE_RUN_HANDLER_MAX_CONCURRENT_HANDLERS", "4")
+    monkeypatch.setenv("POOLSERVE_RUN_HANDLER_POOL__THREADS", "2")
+    assert load_config().run_handler_pool.threads == 2
+
+
+def test_a_bad_file_value_beside_an_override_is_the_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[server]\nport = 'high'\n")
+    monkeypatch.setenv("POOLSERVE_SERVER__HOST", "0.0.0.0")
+    with pytest.raises(ConfigError, match=r"c\.toml: invalid config: server\.port: Input should be"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
     ("text", "fragment"),
     [
         ("[server]\nport = 'high'\n", "server.port"),

@@ -37,7 +37,7 @@ from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
 from poolserve.server import codec, grpc_raw
 from poolserve.server.app import create_app
-from poolserve.server.config import load_config
+from poolserve.server.config import config_source, load_config
 from poolserve.server.grpc_server import GrpcServer
 from poolserve.server.kserve_grpc import ModelInferAdapter
 from poolserve.server.service import InferenceService
@@ -999,6 +999,20 @@ async def test_taken_port_is_an_error(app: Any, channel: Any) -> None:
             await GrpcServer(service_of(app)).start("127.0.0.1", port)
     finally:
         await first.stop(None)
+
+
+async def test_repository_load_with_an_invalid_config_file_is_invalid_argument(kserve: Any, app: Any) -> None:
+    source = config_source(service_of(app).config)
+    assert source is not None
+    good = source.read_text()
+    source.write_text(good + "typo = 1\n")
+    try:
+        load = grpc_service_pb2.RepositoryModelLoadRequest(model_name="sleepy")
+        message = await expect_error(kserve.RepositoryModelLoad(load), grpc.StatusCode.INVALID_ARGUMENT)
+        assert "not loading 'sleepy'" in message and "typo" in message
+    finally:
+        source.write_text(good)
+    await kserve.RepositoryModelLoad(load)
 
 
 async def test_repository_index_load_and_unload_over_grpc(kserve: Any, app: Any) -> None:

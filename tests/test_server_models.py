@@ -69,3 +69,12 @@ def test_bad_model_file_names_the_model(tmp_path: Path) -> None:
     rt = InferenceService(make_config({"models": [{"name": "broken", "path": "bad.pb"}]}, tmp_path))
     with pytest.raises(InvalidArgumentError, match="model 'broken'"):
         rt.start()
+
+
+@pytest.mark.parametrize("content", [b"", b"\x22\x02\x08\x1a"], ids=["zero-byte", "no-nodes"])
+def test_a_graph_without_nodes_is_refused_naming_the_file(tmp_path: Path, content: bytes) -> None:
+    # an empty .pb parses as an empty GraphDef: served, it had no inputs or outputs and refused every request
+    (tmp_path / "empty.pb").write_bytes(content)
+    rt = InferenceService(make_config({"models": [{"name": "empty", "path": "empty.pb"}]}, tmp_path))
+    with pytest.raises(InvalidArgumentError, match=r"model 'empty': .*empty\.pb is a GraphDef with no nodes"):
+        rt.start()

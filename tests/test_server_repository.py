@@ -5,6 +5,7 @@ repository extension. Poll intervals are 0.05-0.1 s so every wait here is short 
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import threading
 import time
@@ -23,7 +24,7 @@ from poolserve.runtime.builder import GraphBuilder
 from poolserve.server.app import create_app
 from poolserve.server.config import Config, ConfigError, VersionPolicy, load_config, make_config
 from poolserve.server.models import load_model
-from poolserve.server.repository import select
+from poolserve.server.repository import Repository, select
 from poolserve.server.service import InferenceService
 
 SAVED = Path(__file__).parent / "fixtures" / "saved_models"
@@ -356,6 +357,24 @@ def test_a_broken_version_leaves_the_previous_one_serving(
     wait_for(lambda: statuses(server) == {"2": ("AVAILABLE", "")})
 
 
+def test_a_pb_emptied_while_copied_in_leaves_the_previous_version_serving(
+    tmp_path: Path, serve: Callable[[Config], Loopback]
+) -> None:
+    pb = tmp_path / "add.pb"
+    add_graph(pb, 2.0)
+    server = serve(
+        make_config({"server": {"poll_seconds": POLL}, "models": [{"name": "add", "path": str(pb)}]})
+    )
+    pb.write_bytes(b"")  # a copy truncates the file first
+    wait_for(lambda: statuses(server, "add")["1"][1] != "")
+    [(state, error)] = statuses(server, "add").values()
+    assert state == "AVAILABLE" and "add.pb is a GraphDef with no nodes" in error
+    r = server.post("/v1/models/add:run", json={"feeds": {"x": [[1.0, 1.0]]}})
+    assert r.status_code == 200 and r.json()["outputs"]["out"]["data"] == [3.0, 3.0]
+    add_graph(pb, 3.0)  # the copy completes: the new graph serves
+    wait_for(lambda: statuses(server, "add") == {"1": ("AVAILABLE", "")})
+
+
 # --- polling the config file ------------------------------------------------------------------------------------
 
 
@@ -388,6 +407,24 @@ def test_models_added_to_or_removed_from_the_config_file_load_and_unload(
     wait_for(lambda: bool(server.service.repository.config_error))
     assert "path" in server.service.repository.config_error
     assert server.get("/v2/models/b/ready").status_code == 200
+
+
+def test_a_load_call_with_an_invalid_config_file_answers_400_naming_the_error(
+    tmp_path: Path, serve: Callable[[Config], Loopback]
+) -> None:
+    add_graph(tmp_path / "a.pb", 2.0)
+    config_file = tmp_path / "server.toml"
+    good = '[server]\npoll_seconds = 0\n[[models]]\nname = "a"\npath = "a.pb"\n'
+    config_file.write_text(good)
+    server = serve(load_config(config_file))
+    config_file.write_text(good + "typo = 1\n")  # the load call re-reads it; its error went to the log only
+    r = server.post("/v2/repository/models/a/load")
+    assert r.status_code == 400, r.text
+    assert "not loading 'a'" in r.json()["error"] and "server.toml" in r.json()["error"]
+    assert "typo" in r.json()["error"]
+    assert server.get("/v2/models/a/ready").status_code == 200  # what was loaded keeps serving
+    config_file.write_text(good)
+    assert server.post("/v2/repository/models/a/load").status_code == 200
 
 
 # --- the repository extension -----------------------------------------------------------------------------------
@@ -445,3 +482,51 @@ def test_repository_calls_without_a_token_configured_and_a_failed_load(
     assert server.post("/v1/models/add:run", json={"feeds": {"x": [[1.0, 1.0]]}}).status_code == 200
     [status] = server.get("/v1/models/add").json()["model_version_status"]
     assert status["state"] == "AVAILABLE" and status["status"]["error_message"]
+
+
+def test_a_repeated_unload_keeps_the_unloaded_versions_in_the_index(
+    tmp_path: Path, serve: Callable[[Config], Loopback]
+) -> None:
+    pb = tmp_path / "lin.pb"
+    add_graph(pb, 2.0)
+    models = [{"name": "lin", "path": str(pb), "version": 2}]
+    server = serve(make_config({"server": {"poll_seconds": 0}, "models": models}))
+    unloaded = [
+        {"name": "lin", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded by a repository call"}
+    ]
+    assert server.post("/v2/repository/models/lin/unload").status_code == 200
+    wait_for(lambda: server.post("/v2/repository/index").json() == unloaded)
+    assert server.post("/v2/repository/models/lin/unload").status_code == 200  # wiped the version list
+    assert server.post("/v2/repository/index").json() == unloaded
+
+
+def test_a_missing_model_file_is_logged_once_per_change(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="poolserve")
+    pb = tmp_path / "a.pb"
+    add_graph(pb, 2.0)
+    repository = Repository(
+        make_config({"server": {"poll_seconds": 0.01}, "models": [{"name": "a", "path": str(pb)}]}), {}
+    )
+    repository.start()
+
+    def logged() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+    try:
+        pb.unlink()
+        wait_for(lambda: bool(logged()))
+        time.sleep(0.2)  # some 20 polls: it was an ERROR each, with the model named twice
+        assert logged() == [f"model 'a': {pb} not found (its loaded versions keep serving)"]
+        repository.unload("a")
+        with pytest.raises(errors.FailedPreconditionError):
+            repository.load("a")  # polled again, and nothing is loaded now
+        wait_for(lambda: len(logged()) == 2)
+        time.sleep(0.2)
+        assert logged()[1:] == [f"model 'a': {pb} not found (no version of it is loaded)"]
+        add_graph(pb, 2.0)
+        wait_for(lambda: "a" in repository.models)
+        assert "model 'a': its files are found again" in caplog.messages
+    finally:
+        repository.close()
