@@ -1,13 +1,13 @@
 """``poolserve serve --workers N``: N worker processes serving one port.
 
-The supervisor (the process started) loads no model. It reserves the port, makes a runtime folder
-(prometheus-client's multiprocess files, the shared RunHandlerPool flag, each worker's statistics),
-forks the workers, restarts one
-that dies, and on SIGTERM (or SIGINT) passes the signal on and waits for every worker to drain, answering
-new connections 503 meanwhile; it exits 0 when they did. Each worker binds its own listening socket to
-the port with SO_REUSEPORT (the kernel spreads new connections over the workers' sockets), loads the
-models and runs exactly the single-process server (``cli.run_server``: same middleware, same drain on
-SIGTERM), with the pool's threads and the BLAS threads sized to its share of the cores.
+The supervisor (the process started) loads no model. It reserves the ports (HTTP and gRPC), makes a
+runtime folder (prometheus-client's multiprocess files, the shared RunHandlerPool flag, each worker's
+statistics), forks the workers, restarts one that dies, and on SIGTERM (or SIGINT) passes the signal on
+and waits for every worker to drain, answering new connections 503 meanwhile; it exits 0 when they did.
+Each worker binds its own listening socket to the port with SO_REUSEPORT (the kernel spreads new
+connections over the workers' sockets), loads the models and runs exactly the single-process server
+(``cli.run_server``: same middleware, same drain on SIGTERM), with the pool's threads and the BLAS threads
+sized to its share of the cores.
 
 uvicorn's own supervisor (uvicorn.supervisors.Multiprocess, 0.54) restarts dead workers too, but runs a
 plain ``uvicorn.Server`` from an import string on one shared socket: no hook for our per-worker set-up or
@@ -373,6 +373,20 @@ def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
         print(f"poolserve: cannot listen on {host}:{config.server.port}: {e.strerror}", file=sys.stderr)
         return 1
     config.server.port = reserved.getsockname()[1]
+    # the gRPC port too: the workers bind it with SO_REUSEPORT, which alone would let a second server
+    # share it (and its calls) with this one, or leave the workers failing on a port another program holds
+    reserved_grpc = None
+    if config.server.grpc_port:
+        try:
+            reserved_grpc = _reserve(host, config.server.grpc_port)
+        except OSError as e:
+            reserved.close()
+            print(
+                f"poolserve: cannot listen for gRPC on {host}:{config.server.grpc_port}: {e.strerror}",
+                file=sys.stderr,
+            )
+            return 1
+        config.server.grpc_port = reserved_grpc.getsockname()[1]
     if config.traces.path == ":memory:":
         log.warning("traces kept in memory: each worker finds only the traces it recorded")
     runtime_dir = Path(tempfile.mkdtemp(prefix="poolserve-"))
@@ -398,5 +412,7 @@ def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         reserved.close()
+        if reserved_grpc is not None:
+            reserved_grpc.close()
         os.environ.pop(_MULTIPROC_ENV, None)
         shutil.rmtree(runtime_dir, ignore_errors=True)

@@ -14,6 +14,8 @@ import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support import ServerProcess
+from support import ROOT, ServerProcess, free_port
 from test_server_process import write_models
 
 from poolserve.server.workers import WORKER_HEADER
@@ -31,15 +33,42 @@ ADD = {"feeds": {"x": [[1, 2, 3]]}}
 HTTP = httpx.Client(timeout=10, limits=httpx.Limits(max_keepalive_connections=0))
 
 
+def write_config(tmp: Path) -> Path:
+    write_models(tmp)
+    config = tmp / "server.toml"
+    config.write_text(
+        '[server]\ndrain_seconds = 20\n\n[traces]\npath = "traces.sqlite3"\n\n'
+        '[[models]]\nname = "add"\npath = "add.pb"\n\n[[models]]\nname = "slow"\npath = "slow.pb"\n'
+    )
+    return config
+
+
+def serve_until_exit(config: Path, *args: str, timeout: float = 30) -> tuple[int | None, str]:
+    """``poolserve serve --config CONFIG --host 127.0.0.1 ARGS`` expected to exit on its own: its exit code
+    (None when it still ran after ``timeout`` seconds, and was stopped) and its output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
+    env["XDG_STATE_HOME"] = str(config.parent / "state")
+    command = [sys.executable, "-m", "poolserve.server.cli", "serve", "--config", str(config)]
+    with subprocess.Popen(
+        [*command, "--host", "127.0.0.1", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+            return proc.returncode, out
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+            return None, out
+
+
 class Workers(ServerProcess):
     def __init__(self, tmp: Path) -> None:
-        write_models(tmp)
-        config = tmp / "server.toml"
-        config.write_text(
-            '[server]\ndrain_seconds = 20\n\n[traces]\npath = "traces.sqlite3"\n\n'
-            '[[models]]\nname = "add"\npath = "add.pb"\n\n[[models]]\nname = "slow"\npath = "slow.pb"\n'
-        )
-        super().__init__(config, tmp / "server.log", "--workers", "2")
+        super().__init__(write_config(tmp), tmp / "server.log", "--workers", "2")
         self.wait_for(lambda: len(self.pids()) == 2, "both workers to answer")
 
     def get(self, path: str) -> httpx.Response:
@@ -193,6 +222,31 @@ def test_a_killed_worker_loses_only_its_requests_and_is_replaced(workers: Worker
     assert len(dropped) <= 2 * clients, dropped
     assert all(t - killed_at < 2.0 for t in dropped), [t - killed_at for t in dropped]
     workers.wait_for(lambda: (p := workers.pids()) and victim not in p and len(p) == 2, "a new worker")
+
+
+def test_a_second_server_on_the_same_grpc_port_exits_1(
+    workers: Workers, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The workers bind gRPC with SO_REUSEPORT: without the supervisor's reservation a second server
+    would start and take half of the first one's gRPC calls."""
+    config = write_config(tmp_path_factory.mktemp("second"))
+    ports = ["--port", str(free_port()), "--grpc-port", str(workers.grpc_port)]
+    code, out = serve_until_exit(config, *ports, "--workers", "2")
+    assert code == 1, out
+    assert f"cannot listen for gRPC on 127.0.0.1:{workers.grpc_port}: Address already in use" in out, out
+
+
+def test_a_grpc_port_another_program_holds_stops_the_server(tmp_path: Path) -> None:
+    """Not a crash loop: every worker would fail to bind it."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        grpc_port = other.getsockname()[1]
+        ports = ["--port", str(free_port()), "--grpc-port", str(grpc_port)]
+        code, out = serve_until_exit(write_config(tmp_path), *ports, "--workers", "2")
+    assert code == 1, out
+    assert f"cannot listen for gRPC on 127.0.0.1:{grpc_port}" in out, out
+    assert "starting another" not in out, out
 
 
 def test_workers_flag_is_checked() -> None:
