@@ -22,7 +22,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Literal
 
@@ -45,11 +45,16 @@ class _Server(uvicorn.Server):
     serving gRPC on the same event loop when ``grpc`` is given (``(GrpcServer, host, port)``)."""
 
     def __init__(
-        self, config: uvicorn.Config, on_exit: list[object], grpc: tuple[GrpcServer, str, int] | None = None
+        self,
+        config: uvicorn.Config,
+        on_exit: list[object],
+        grpc: tuple[GrpcServer, str, int] | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(config)
         self._services = on_exit
         self._grpc = grpc
+        self._on_started = on_started
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         for service in self._services:
@@ -66,6 +71,11 @@ class _Server(uvicorn.Server):
                 self.should_exit = True
                 return
         await super().serve(sockets)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._on_started is not None:
+            self._on_started()  # both ports listen and the lifespan has started
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         # new gRPC calls are refused at once; those in flight finish within the drain, which the lifespan's
@@ -160,7 +170,7 @@ def run_server(config: Config, args: argparse.Namespace, worker: Worker | None =
             config.server.host,
             config.server.grpc_port,
         )
-    server = _Server(uv_config, [service], grpc)
+    server = _Server(uv_config, [service], grpc, worker.started if worker is not None else None)
     signal.signal(signal.SIGTERM, _exit_zero)
     # this thread runs the event loop; every thread so far computes or waits in the background (gRPC's,
     # started later by the loop, keep the loop's priority)

@@ -119,7 +119,9 @@ class Worker:
     host: str
     port: int
     runtime_dir: Path
-    ready: multiprocessing.connection.Connection  # the worker sends "loaded" once its models are
+    # the worker sends "loaded" once its models are loaded and it listens on both ports: a worker that
+    # exits before could not start, and every replacement would fail the same way
+    ready: multiprocessing.connection.Connection
 
     def attach(self, app: Any) -> None:
         """Makes a freshly created app one worker of several (called by ``cli.run_server``)."""
@@ -135,6 +137,9 @@ class Worker:
         app.state.early_admission.extra_headers.append(
             (WORKER_HEADER.lower().encode(), str(os.getpid()).encode())
         )
+
+    def started(self) -> None:
+        """Called by the server once it serves (both ports bound): tells the supervisor."""
         self.ready.send("loaded")
 
     def sockets(self) -> list[socket.socket]:

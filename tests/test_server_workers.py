@@ -8,8 +8,11 @@ server; the last one stops it."""
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import json
+import multiprocessing
+import multiprocessing.connection
 import os
 import re
 import signal
@@ -26,7 +29,7 @@ import pytest
 from support import ROOT, ServerProcess, free_port
 from test_server_process import write_models
 
-from poolserve.server.workers import WORKER_HEADER
+from poolserve.server.workers import WORKER_HEADER, SharedFlag, Worker
 
 ADD = {"feeds": {"x": [[1, 2, 3]]}}
 # a connection per request (no keep-alive), without httpx.get's cost of a client per call (80 ms)
@@ -247,6 +250,43 @@ def test_a_grpc_port_another_program_holds_stops_the_server(tmp_path: Path) -> N
     assert code == 1, out
     assert f"cannot listen for gRPC on 127.0.0.1:{grpc_port}" in out, out
     assert "starting another" not in out, out
+
+
+def _run_worker(config: Path, grpc_port: int, ready: multiprocessing.connection.Connection) -> None:
+    from poolserve.server import cli
+    from poolserve.server.config import load_config
+
+    settings = load_config(str(config))
+    settings.server.host, settings.server.port, settings.server.grpc_port = (
+        "127.0.0.1",
+        free_port(),
+        grpc_port,
+    )
+    worker = Worker(0, "127.0.0.1", settings.server.port, config.parent, ready)
+    args = argparse.Namespace(log_level="warning", access_log=False)
+    os._exit(cli.run_server(settings, args, worker))
+
+
+def test_a_worker_that_cannot_bind_never_reports_loaded(tmp_path: Path) -> None:
+    """The supervisor restarts a worker that dies after "loaded" (a crash) and stops on one that dies
+    before (it cannot start): a port it cannot bind is the second kind."""
+    config = write_config(tmp_path)
+    SharedFlag.create(tmp_path / "run_handler_pool", True)
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        process = ctx.Process(target=_run_worker, args=(config, other.getsockname()[1], send))
+        process.start()
+        send.close()
+        process.join(30)
+        if process.is_alive():
+            process.kill()
+            process.join()
+    assert process.exitcode == 1
+    with pytest.raises(EOFError):  # nothing sent
+        receive.recv()
 
 
 def test_workers_flag_is_checked() -> None:
