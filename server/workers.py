@@ -50,6 +50,11 @@ _QUICK_DEATH_S = 1.0
 # what a worker still draining gets beyond drain_seconds before it is killed
 _STOP_GRACE_S = 10.0
 _MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# each worker holds its own models: a load or unload would reach only the worker that answers it
+REPOSITORY_CALLS_REFUSED = (
+    "repository load and unload are not supported with --workers: the call would reach only the worker "
+    "that answers it; change the config file instead (every worker re-reads it), or run one worker"
+)
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # while the workers drain, what a new connection gets from the supervisor (it reads no more than this
 # long from one client: it answers them one by one)
@@ -132,6 +137,7 @@ class Worker:
             self.runtime_dir / "statistics",
             lambda: [(e.name, e.version, e.stats) for e in service.list_models()],
         )
+        service.repository.refuse_calls = REPOSITORY_CALLS_REFUSED
         app.add_middleware(WorkerHeader, pid=os.getpid())
         # the answers admission gives from the protocol, without the app, name the worker too
         app.state.early_admission.extra_headers.append(

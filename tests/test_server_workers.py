@@ -24,11 +24,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 from support import ROOT, ServerProcess, free_port
 from test_server_process import write_models
 
+from poolserve.proto import grpc_service_pb2, grpc_service_pb2_grpc
 from poolserve.server.workers import WORKER_HEADER, SharedFlag, Worker
 
 ADD = {"feeds": {"x": [[1, 2, 3]]}}
@@ -190,6 +192,26 @@ def test_the_pool_toggle_reaches_every_worker(workers: Workers) -> None:
             assert len(seen) == 2 and set(seen.values()) == {enabled}, seen
     finally:
         HTTP.put(f"{workers.url}/v1/runtime/run_handler_pool", json={"enabled": True})
+
+
+def test_repository_load_and_unload_are_refused(workers: Workers) -> None:
+    """Each worker holds its own models: a call reaching one of them would leave the others serving
+    differently."""
+    for verb in ("unload", "load"):
+        r = HTTP.post(f"{workers.url}/v2/repository/models/add/{verb}")
+        assert r.status_code == 501 and "not supported with --workers" in r.text, r.text
+    with grpc.insecure_channel(workers.grpc_address) as channel:
+        stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as error:
+            stub.RepositoryModelUnload(grpc_service_pb2.RepositoryModelUnloadRequest(model_name="add"))
+    assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "not supported with --workers" in (error.value.details() or "")
+    seen = set()
+    for _ in range(24):
+        r = HTTP.post(f"{workers.url}/v1/models/add:run", json=ADD)
+        assert r.status_code == 200
+        seen.add(r.headers[WORKER_HEADER])
+    assert len(seen) == 2
 
 
 def test_a_killed_worker_loses_only_its_requests_and_is_replaced(workers: Workers) -> None:
