@@ -371,6 +371,26 @@ class Supervisor:
         return 0 if all(c in (0, 130) for c in codes) else 1
 
 
+_RUNTIME_PREFIX = "poolserve-"
+_PID_FILE = "supervisor.pid"
+
+
+def remove_stale_runtime_dirs(root: Path) -> list[Path]:
+    """Removes the runtime folders under ``root`` whose supervisor is gone (one killed outright could not
+    remove its own) and returns them. A folder without a pid file is left alone: not known to be ours."""
+    removed = []
+    for folder in root.glob(f"{_RUNTIME_PREFIX}*"):
+        try:
+            pid = int((folder / _PID_FILE).read_text())
+            os.kill(pid, 0)
+        except (OSError, ValueError) as e:
+            if not isinstance(e, ProcessLookupError):  # no pid file, or its process lives (maybe not ours)
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
     """Runs ``workers`` worker processes on config.server's host and port until SIGTERM; the exit code."""
     if "prometheus_client" in sys.modules:
@@ -400,7 +420,10 @@ def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
         config.server.grpc_port = reserved_grpc.getsockname()[1]
     if config.traces.path == ":memory:":
         log.warning("traces kept in memory: each worker finds only the traces it recorded")
-    runtime_dir = Path(tempfile.mkdtemp(prefix="poolserve-"))
+    for stale in remove_stale_runtime_dirs(Path(tempfile.gettempdir())):
+        log.info("removed %s: its supervisor is gone", stale)
+    runtime_dir = Path(tempfile.mkdtemp(prefix=_RUNTIME_PREFIX))
+    (runtime_dir / _PID_FILE).write_text(str(os.getpid()))
     (runtime_dir / "metrics").mkdir()
     os.environ[_MULTIPROC_ENV] = str(runtime_dir / "metrics")
     # the app's modules (FastAPI, prometheus-client in its multiprocess mode now, the runtime's kernels)

@@ -31,7 +31,7 @@ from support import ROOT, ServerProcess, free_port
 from test_server_process import write_models
 
 from poolserve.proto import grpc_service_pb2, grpc_service_pb2_grpc
-from poolserve.server.workers import WORKER_HEADER, SharedFlag, Worker
+from poolserve.server.workers import WORKER_HEADER, SharedFlag, Worker, remove_stale_runtime_dirs
 
 ADD = {"feeds": {"x": [[1, 2, 3]]}}
 # a connection per request (no keep-alive), without httpx.get's cost of a client per call (80 ms)
@@ -309,6 +309,18 @@ def test_a_worker_that_cannot_bind_never_reports_loaded(tmp_path: Path) -> None:
     assert process.exitcode == 1
     with pytest.raises(EOFError):  # nothing sent
         receive.recv()
+
+
+def test_runtime_folders_of_supervisors_gone_are_removed(tmp_path: Path) -> None:
+    """A supervisor killed with kill -9 leaves its runtime folder: the next one to start removes it."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    for name, pid in (("poolserve-gone", str(gone.pid)), ("poolserve-alive", str(os.getpid()))):
+        (tmp_path / name / "metrics").mkdir(parents=True)
+        (tmp_path / name / "supervisor.pid").write_text(pid)
+    (tmp_path / "poolserve-unknown").mkdir()  # no pid file: not known to be a runtime folder
+    assert remove_stale_runtime_dirs(tmp_path) == [tmp_path / "poolserve-gone"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["poolserve-alive", "poolserve-unknown"]
 
 
 def test_workers_flag_is_checked() -> None:
