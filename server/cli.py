@@ -18,7 +18,6 @@ import gc
 import importlib
 import importlib.util
 import logging
-import os
 import signal
 import socket
 import sys
@@ -201,8 +200,10 @@ def _workers_arg(value: str) -> int | Literal["auto"]:
 
 
 def worker_count(value: int | Literal["auto"]) -> int:
-    """``server.workers`` as a number: "auto" is one per core."""
-    return (os.cpu_count() or 1) if value == "auto" else int(value)
+    """``server.workers`` as a number: "auto" is one per core this process may run on."""
+    from poolserve.runtime.threadpool import usable_cores
+
+    return usable_cores() if value == "auto" else int(value)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -68,7 +68,9 @@ _UNAVAILABLE = (
 
 def core_share(workers: int) -> int:
     """Threads each worker's pool and BLAS get: its share of the cores, at least one."""
-    return max(1, (os.cpu_count() or 1) // workers)
+    from poolserve.runtime.threadpool import usable_cores
+
+    return max(1, usable_cores() // workers)
 
 
 # --- what the workers share ------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from support import ROOT, ServerProcess, free_port
 from test_server_process import write_models
 
 from poolserve.proto import grpc_service_pb2, grpc_service_pb2_grpc
-from poolserve.server.workers import WORKER_HEADER, SharedFlag, Worker, remove_stale_runtime_dirs
+from poolserve.server.workers import WORKER_HEADER, SharedFlag, Worker, core_share, remove_stale_runtime_dirs
 
 ADD = {"feeds": {"x": [[1, 2, 3]]}}
 # a connection per request (no keep-alive), without httpx.get's cost of a client per call (80 ms)
@@ -321,6 +321,19 @@ def test_runtime_folders_of_supervisors_gone_are_removed(tmp_path: Path) -> None
     (tmp_path / "poolserve-unknown").mkdir()  # no pid file: not known to be a runtime folder
     assert remove_stale_runtime_dirs(tmp_path) == [tmp_path / "poolserve-gone"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["poolserve-alive", "poolserve-unknown"]
+
+
+@pytest.mark.parametrize(("allowed", "auto", "share_of_2"), [({0}, 1, 1), ({0, 1, 2, 3}, 4, 2)])
+def test_auto_and_the_core_share_count_the_cores_allowed(
+    monkeypatch: pytest.MonkeyPatch, allowed: set[int], auto: int, share_of_2: int
+) -> None:
+    """``taskset -c 0 poolserve serve --workers auto`` starts one worker, not one per core of the machine."""
+    from poolserve.server.cli import worker_count
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: allowed, raising=False)
+    assert worker_count("auto") == auto
+    assert core_share(2) == share_of_2
 
 
 def test_workers_flag_is_checked() -> None:
