@@ -94,8 +94,15 @@ def _exit_zero(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+def _stop_starting(signum: int, frame: FrameType | None) -> None:
+    # until the server (or the supervisor) takes the signal over, nothing is served: nothing to drain
+    log.info("poolserve: %s while starting: exiting (nothing to drain)", signal.Signals(signum).name)
+    raise SystemExit(0)
+
+
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper() if args.log_level != "trace" else "DEBUG")
+    signal.signal(signal.SIGTERM, _stop_starting)
     try:
         config = load_config(args.config)
     except ConfigError as e:
@@ -135,6 +142,7 @@ def run_server(config: Config, args: argparse.Namespace, worker: Worker | None =
     from poolserve.server.app import create_app  # imports the runtime and the kernels: only when serving
     from poolserve.server.protocol import protocol_factory
 
+    signal.signal(signal.SIGTERM, _stop_starting)  # a worker's own, while its models load
     try:
         app = create_app(config)
     except Exception as e:  # a model that does not load: say which, without a traceback

@@ -369,8 +369,9 @@ class Supervisor:
             codes.append(process.exitcode)
         if self.failed is not None:
             return self.failed
-        # 130: a worker that got Ctrl-C's SIGINT itself (the terminal signals the whole group) and drained
-        return 0 if all(c in (0, 130) for c in codes) else 1
+        # 130: a worker that got Ctrl-C's SIGINT itself (the terminal signals the whole group) and drained;
+        # -SIGTERM: one the signal reached before it had set its handlers, serving nothing yet
+        return 0 if all(c in (0, 130, -signal.SIGTERM) for c in codes) else 1
 
 
 _RUNTIME_PREFIX = "poolserve-"

@@ -336,6 +336,58 @@ def test_auto_and_the_core_share_count_the_cores_allowed(
     assert core_share(2) == share_of_2
 
 
+def _slow_start_config(tmp: Path) -> Path:
+    """A config whose models take a while to load: a window to signal the server in."""
+    write_models(tmp)
+    config = tmp / "server.toml"
+    config.write_text("".join(f'[[models]]\nname = "m{i}"\npath = "add.pb"\n\n' for i in range(400)))
+    return config
+
+
+@pytest.mark.parametrize("args", [(), ("--workers", "2")])
+def test_sigterm_while_starting_exits_0(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """Nothing is served yet, so nothing to drain: the README's SIGTERM exits 0, with a line saying so."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    command = [
+        sys.executable,
+        "-m",
+        "poolserve.server.cli",
+        "serve",
+        "--config",
+        str(_slow_start_config(tmp_path)),
+    ]
+    ports = ["--port", str(free_port()), "--grpc-port", str(free_port())]
+    with subprocess.Popen(
+        [*command, "--host", "127.0.0.1", *ports, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        watchdog = threading.Timer(60, proc.kill)  # the loop below ends at the output's end at the latest
+        watchdog.start()
+        try:
+            assert proc.stdout is not None
+            lines = []
+            for line in proc.stdout:
+                lines.append(line)
+                if "loading version" in line:  # a worker's too, with --workers
+                    break
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=30)
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    out = "".join(lines) + out
+    assert "poolserve ready" not in out, "the signal came too late to test start-up"
+    assert proc.returncode == 0, out
+    assert "SIGTERM while starting: exiting (nothing to drain)" in out, out
+
+
 def test_workers_flag_is_checked() -> None:
     from poolserve.server.cli import main
 
