@@ -25,8 +25,16 @@ class Scheduler(Protocol):
 _core_share = 0  # this process's share of the cores (0: all of them)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (``taskset``, a container's cpuset) where the
+    system has one, as TensorFlow's NumSchedulableCPUs counts them; else every core."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def default_num_threads() -> int:
-    return _core_share or os.cpu_count() or 1
+    return _core_share or usable_cores()
 
 
 def share_cores(n: int) -> None:

@@ -18,11 +18,10 @@ import gc
 import importlib
 import importlib.util
 import logging
-import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Literal
 
@@ -45,11 +44,16 @@ class _Server(uvicorn.Server):
     serving gRPC on the same event loop when ``grpc`` is given (``(GrpcServer, host, port)``)."""
 
     def __init__(
-        self, config: uvicorn.Config, on_exit: list[object], grpc: tuple[GrpcServer, str, int] | None = None
+        self,
+        config: uvicorn.Config,
+        on_exit: list[object],
+        grpc: tuple[GrpcServer, str, int] | None = None,
+        on_started: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(config)
         self._services = on_exit
         self._grpc = grpc
+        self._on_started = on_started
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         for service in self._services:
@@ -66,6 +70,11 @@ class _Server(uvicorn.Server):
                 self.should_exit = True
                 return
         await super().serve(sockets)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._on_started is not None:
+            self._on_started()  # both ports listen and the lifespan has started
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         # new gRPC calls are refused at once; those in flight finish within the drain, which the lifespan's
@@ -85,8 +94,15 @@ def _exit_zero(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
+def _stop_starting(signum: int, frame: FrameType | None) -> None:
+    # until the server (or the supervisor) takes the signal over, nothing is served: nothing to drain
+    log.info("poolserve: %s while starting: exiting (nothing to drain)", signal.Signals(signum).name)
+    raise SystemExit(0)
+
+
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper() if args.log_level != "trace" else "DEBUG")
+    signal.signal(signal.SIGTERM, _stop_starting)
     try:
         config = load_config(args.config)
     except ConfigError as e:
@@ -126,6 +142,7 @@ def run_server(config: Config, args: argparse.Namespace, worker: Worker | None =
     from poolserve.server.app import create_app  # imports the runtime and the kernels: only when serving
     from poolserve.server.protocol import protocol_factory
 
+    signal.signal(signal.SIGTERM, _stop_starting)  # a worker's own, while its models load
     try:
         app = create_app(config)
     except Exception as e:  # a model that does not load: say which, without a traceback
@@ -160,7 +177,7 @@ def run_server(config: Config, args: argparse.Namespace, worker: Worker | None =
             config.server.host,
             config.server.grpc_port,
         )
-    server = _Server(uv_config, [service], grpc)
+    server = _Server(uv_config, [service], grpc, worker.started if worker is not None else None)
     signal.signal(signal.SIGTERM, _exit_zero)
     # this thread runs the event loop; every thread so far computes or waits in the background (gRPC's,
     # started later by the loop, keep the loop's priority)
@@ -202,8 +219,10 @@ def _port_arg(value: str) -> int:
 
 
 def worker_count(value: int | Literal["auto"]) -> int:
-    """``server.workers`` as a number: "auto" is one per core."""
-    return (os.cpu_count() or 1) if value == "auto" else int(value)
+    """``server.workers`` as a number: "auto" is one per core this process may run on."""
+    from poolserve.runtime.threadpool import usable_cores
+
+    return usable_cores() if value == "auto" else int(value)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -39,6 +39,7 @@ from poolserve.runtime.errors import (
     NotFoundError,
     OpError,
     UnavailableError,
+    UnimplementedError,
 )
 from poolserve.runtime.saved_model import resolve_version, versions
 from poolserve.server.config import Config, ConfigError, ModelConfig, config_source, load_config
@@ -219,6 +220,9 @@ class Repository:
         self._prepare = prepare
         self._models: dict[str, Model] = {}
         self._lock = threading.RLock()  # one sync at a time (poller, load/unload calls)
+        # why load and unload calls are refused (UNIMPLEMENTED), or None: set in each of several workers,
+        # where a call would reach only the worker that answers it
+        self.refuse_calls: str | None = None
         self._holds: dict[int, int] = {}  # id(entry) -> requests holding it
         self._holds_lock = threading.Lock()
         self._retiring: list[ModelEntry] = []
@@ -381,6 +385,8 @@ class Repository:
         """Triton's load: (re)loads every version ``name`` offers (re-reading the config file first).
         NotFoundError for a name not in the config; FailedPreconditionError when no version loads;
         InvalidArgumentError, naming the error, when the config file does not validate (nothing loads)."""
+        if self.refuse_calls is not None:
+            raise UnimplementedError(self.refuse_calls)
         with self._lock:
             self._check_config(force=True)
             if self.config_error:
@@ -399,6 +405,8 @@ class Repository:
 
     def unload(self, name: str) -> None:
         """Triton's unload: the model stops taking requests now, each version closes once its requests end."""
+        if self.refuse_calls is not None:
+            raise UnimplementedError(self.refuse_calls)
         with self._lock:
             model = self._models.get(name)
             if model is None:

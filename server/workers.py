@@ -1,13 +1,13 @@
 """``poolserve serve --workers N``: N worker processes serving one port.
 
-The supervisor (the process started) loads no model. It reserves the port, makes a runtime folder
-(prometheus-client's multiprocess files, the shared RunHandlerPool flag, each worker's statistics),
-forks the workers, restarts one
-that dies, and on SIGTERM (or SIGINT) passes the signal on and waits for every worker to drain, answering
-new connections 503 meanwhile; it exits 0 when they did. Each worker binds its own listening socket to
-the port with SO_REUSEPORT (the kernel spreads new connections over the workers' sockets), loads the
-models and runs exactly the single-process server (``cli.run_server``: same middleware, same drain on
-SIGTERM), with the pool's threads and the BLAS threads sized to its share of the cores.
+The supervisor (the process started) loads no model. It reserves the ports (HTTP and gRPC), makes a
+runtime folder (prometheus-client's multiprocess files, the shared RunHandlerPool flag, each worker's
+statistics), forks the workers, restarts one that dies, and on SIGTERM (or SIGINT) passes the signal on
+and waits for every worker to drain, answering new connections 503 meanwhile; it exits 0 when they did.
+Each worker binds its own listening socket to the port with SO_REUSEPORT (the kernel spreads new
+connections over the workers' sockets), loads the models and runs exactly the single-process server
+(``cli.run_server``: same middleware, same drain on SIGTERM), with the pool's threads and the BLAS threads
+sized to its share of the cores.
 
 uvicorn's own supervisor (uvicorn.supervisors.Multiprocess, 0.54) restarts dead workers too, but runs a
 plain ``uvicorn.Server`` from an import string on one shared socket: no hook for our per-worker set-up or
@@ -50,6 +50,11 @@ _QUICK_DEATH_S = 1.0
 # what a worker still draining gets beyond drain_seconds before it is killed
 _STOP_GRACE_S = 10.0
 _MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# each worker holds its own models: a load or unload would reach only the worker that answers it
+REPOSITORY_CALLS_REFUSED = (
+    "repository load and unload are not supported with --workers: the call would reach only the worker "
+    "that answers it; change the config file instead (every worker re-reads it), or run one worker"
+)
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # while the workers drain, what a new connection gets from the supervisor (it reads no more than this
 # long from one client: it answers them one by one)
@@ -63,7 +68,9 @@ _UNAVAILABLE = (
 
 def core_share(workers: int) -> int:
     """Threads each worker's pool and BLAS get: its share of the cores, at least one."""
-    return max(1, (os.cpu_count() or 1) // workers)
+    from poolserve.runtime.threadpool import usable_cores
+
+    return max(1, usable_cores() // workers)
 
 
 # --- what the workers share ------------------------------------------------------------------------------
@@ -119,7 +126,9 @@ class Worker:
     host: str
     port: int
     runtime_dir: Path
-    ready: multiprocessing.connection.Connection  # the worker sends "loaded" once its models are
+    # the worker sends "loaded" once its models are loaded and it listens on both ports: a worker that
+    # exits before could not start, and every replacement would fail the same way
+    ready: multiprocessing.connection.Connection
 
     def attach(self, app: Any) -> None:
         """Makes a freshly created app one worker of several (called by ``cli.run_server``)."""
@@ -130,11 +139,15 @@ class Worker:
             self.runtime_dir / "statistics",
             lambda: [(e.name, e.version, e.stats) for e in service.list_models()],
         )
+        service.repository.refuse_calls = REPOSITORY_CALLS_REFUSED
         app.add_middleware(WorkerHeader, pid=os.getpid())
         # the answers admission gives from the protocol, without the app, name the worker too
         app.state.early_admission.extra_headers.append(
             (WORKER_HEADER.lower().encode(), str(os.getpid()).encode())
         )
+
+    def started(self) -> None:
+        """Called by the server once it serves (both ports bound): tells the supervisor."""
         self.ready.send("loaded")
 
     def sockets(self) -> list[socket.socket]:
@@ -356,8 +369,29 @@ class Supervisor:
             codes.append(process.exitcode)
         if self.failed is not None:
             return self.failed
-        # 130: a worker that got Ctrl-C's SIGINT itself (the terminal signals the whole group) and drained
-        return 0 if all(c in (0, 130) for c in codes) else 1
+        # 130: a worker that got Ctrl-C's SIGINT itself (the terminal signals the whole group) and drained;
+        # -SIGTERM: one the signal reached before it had set its handlers, serving nothing yet
+        return 0 if all(c in (0, 130, -signal.SIGTERM) for c in codes) else 1
+
+
+_RUNTIME_PREFIX = "poolserve-"
+_PID_FILE = "supervisor.pid"
+
+
+def remove_stale_runtime_dirs(root: Path) -> list[Path]:
+    """Removes the runtime folders under ``root`` whose supervisor is gone (one killed outright could not
+    remove its own) and returns them. A folder without a pid file is left alone: not known to be ours."""
+    removed = []
+    for folder in root.glob(f"{_RUNTIME_PREFIX}*"):
+        try:
+            pid = int((folder / _PID_FILE).read_text())
+            os.kill(pid, 0)
+        except (OSError, ValueError) as e:
+            if not isinstance(e, ProcessLookupError):  # no pid file, or its process lives (maybe not ours)
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
@@ -373,9 +407,26 @@ def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
         print(f"poolserve: cannot listen on {host}:{config.server.port}: {e.strerror}", file=sys.stderr)
         return 1
     config.server.port = reserved.getsockname()[1]
+    # the gRPC port too: the workers bind it with SO_REUSEPORT, which alone would let a second server
+    # share it (and its calls) with this one, or leave the workers failing on a port another program holds
+    reserved_grpc = None
+    if config.server.grpc_port:
+        try:
+            reserved_grpc = _reserve(host, config.server.grpc_port)
+        except OSError as e:
+            reserved.close()
+            print(
+                f"poolserve: cannot listen for gRPC on {host}:{config.server.grpc_port}: {e.strerror}",
+                file=sys.stderr,
+            )
+            return 1
+        config.server.grpc_port = reserved_grpc.getsockname()[1]
     if config.traces.path == ":memory:":
         log.warning("traces kept in memory: each worker finds only the traces it recorded")
-    runtime_dir = Path(tempfile.mkdtemp(prefix="poolserve-"))
+    for stale in remove_stale_runtime_dirs(Path(tempfile.gettempdir())):
+        log.info("removed %s: its supervisor is gone", stale)
+    runtime_dir = Path(tempfile.mkdtemp(prefix=_RUNTIME_PREFIX))
+    (runtime_dir / _PID_FILE).write_text(str(os.getpid()))
     (runtime_dir / "metrics").mkdir()
     os.environ[_MULTIPROC_ENV] = str(runtime_dir / "metrics")
     # the app's modules (FastAPI, prometheus-client in its multiprocess mode now, the runtime's kernels)
@@ -398,5 +449,7 @@ def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         reserved.close()
+        if reserved_grpc is not None:
+            reserved_grpc.close()
         os.environ.pop(_MULTIPROC_ENV, None)
         shutil.rmtree(runtime_dir, ignore_errors=True)

@@ -8,38 +8,72 @@ server; the last one stops it."""
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import json
+import multiprocessing
+import multiprocessing.connection
 import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
-from support import ServerProcess
+from support import ROOT, ServerProcess, free_port
 from test_server_process import write_models
 
-from poolserve.server.workers import WORKER_HEADER
+from poolserve.proto import grpc_service_pb2, grpc_service_pb2_grpc
+from poolserve.server.workers import WORKER_HEADER, SharedFlag, Worker, core_share, remove_stale_runtime_dirs
 
 ADD = {"feeds": {"x": [[1, 2, 3]]}}
 # a connection per request (no keep-alive), without httpx.get's cost of a client per call (80 ms)
 HTTP = httpx.Client(timeout=10, limits=httpx.Limits(max_keepalive_connections=0))
 
 
+def write_config(tmp: Path) -> Path:
+    write_models(tmp)
+    config = tmp / "server.toml"
+    config.write_text(
+        '[server]\ndrain_seconds = 20\n\n[traces]\npath = "traces.sqlite3"\n\n'
+        '[[models]]\nname = "add"\npath = "add.pb"\n\n[[models]]\nname = "slow"\npath = "slow.pb"\n'
+    )
+    return config
+
+
+def serve_until_exit(config: Path, *args: str, timeout: float = 30) -> tuple[int | None, str]:
+    """``poolserve serve --config CONFIG --host 127.0.0.1 ARGS`` expected to exit on its own: its exit code
+    (None when it still ran after ``timeout`` seconds, and was stopped) and its output."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
+    env["XDG_STATE_HOME"] = str(config.parent / "state")
+    command = [sys.executable, "-m", "poolserve.server.cli", "serve", "--config", str(config)]
+    with subprocess.Popen(
+        [*command, "--host", "127.0.0.1", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+            return proc.returncode, out
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+            return None, out
+
+
 class Workers(ServerProcess):
     def __init__(self, tmp: Path) -> None:
-        write_models(tmp)
-        config = tmp / "server.toml"
-        config.write_text(
-            '[server]\ndrain_seconds = 20\n\n[traces]\npath = "traces.sqlite3"\n\n'
-            '[[models]]\nname = "add"\npath = "add.pb"\n\n[[models]]\nname = "slow"\npath = "slow.pb"\n'
-        )
-        super().__init__(config, tmp / "server.log", "--workers", "2")
+        super().__init__(write_config(tmp), tmp / "server.log", "--workers", "2")
         self.wait_for(lambda: len(self.pids()) == 2, "both workers to answer")
 
     def get(self, path: str) -> httpx.Response:
@@ -166,6 +200,26 @@ def test_the_pool_toggle_reaches_every_worker(workers: Workers) -> None:
         HTTP.put(f"{workers.url}/v1/runtime/run_handler_pool", json={"enabled": True})
 
 
+def test_repository_load_and_unload_are_refused(workers: Workers) -> None:
+    """Each worker holds its own models: a call reaching one of them would leave the others serving
+    differently."""
+    for verb in ("unload", "load"):
+        r = HTTP.post(f"{workers.url}/v2/repository/models/add/{verb}")
+        assert r.status_code == 501 and "not supported with --workers" in r.text, r.text
+    with grpc.insecure_channel(workers.grpc_address) as channel:
+        stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as error:
+            stub.RepositoryModelUnload(grpc_service_pb2.RepositoryModelUnloadRequest(model_name="add"))
+    assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "not supported with --workers" in (error.value.details() or "")
+    seen = set()
+    for _ in range(24):
+        r = HTTP.post(f"{workers.url}/v1/models/add:run", json=ADD)
+        assert r.status_code == 200
+        seen.add(r.headers[WORKER_HEADER])
+    assert len(seen) == 2
+
+
 def test_a_killed_worker_loses_only_its_requests_and_is_replaced(workers: Workers) -> None:
     before = workers.pids()
     assert len(before) == 2
@@ -199,6 +253,145 @@ def test_a_killed_worker_loses_only_its_requests_and_is_replaced(workers: Worker
     assert len(dropped) <= 2 * clients, dropped
     assert all(t - killed_at < 2.0 for t in dropped), [t - killed_at for t in dropped]
     workers.wait_for(lambda: (p := workers.pids()) and victim not in p and len(p) == 2, "a new worker")
+
+
+def test_a_second_server_on_the_same_grpc_port_exits_1(
+    workers: Workers, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The workers bind gRPC with SO_REUSEPORT: without the supervisor's reservation a second server
+    would start and take half of the first one's gRPC calls."""
+    config = write_config(tmp_path_factory.mktemp("second"))
+    ports = ["--port", str(free_port()), "--grpc-port", str(workers.grpc_port)]
+    code, out = serve_until_exit(config, *ports, "--workers", "2")
+    assert code == 1, out
+    assert f"cannot listen for gRPC on 127.0.0.1:{workers.grpc_port}: Address already in use" in out, out
+
+
+def test_a_grpc_port_another_program_holds_stops_the_server(tmp_path: Path) -> None:
+    """Not a crash loop: every worker would fail to bind it."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        grpc_port = other.getsockname()[1]
+        ports = ["--port", str(free_port()), "--grpc-port", str(grpc_port)]
+        code, out = serve_until_exit(write_config(tmp_path), *ports, "--workers", "2")
+    assert code == 1, out
+    assert f"cannot listen for gRPC on 127.0.0.1:{grpc_port}" in out, out
+    assert "starting another" not in out, out
+
+
+def _run_worker(config: Path, grpc_port: int, ready: multiprocessing.connection.Connection) -> None:
+    from poolserve.server import cli
+    from poolserve.server.config import load_config
+
+    settings = load_config(str(config))
+    settings.server.host, settings.server.port, settings.server.grpc_port = (
+        "127.0.0.1",
+        free_port(),
+        grpc_port,
+    )
+    worker = Worker(0, "127.0.0.1", settings.server.port, config.parent, ready)
+    args = argparse.Namespace(log_level="warning", access_log=False)
+    os._exit(cli.run_server(settings, args, worker))
+
+
+def test_a_worker_that_cannot_bind_never_reports_loaded(tmp_path: Path) -> None:
+    """The supervisor restarts a worker that dies after "loaded" (a crash) and stops on one that dies
+    before (it cannot start): a port it cannot bind is the second kind."""
+    config = write_config(tmp_path)
+    SharedFlag.create(tmp_path / "run_handler_pool", True)
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        process = ctx.Process(target=_run_worker, args=(config, other.getsockname()[1], send))
+        process.start()
+        send.close()
+        process.join(30)
+        if process.is_alive():
+            process.kill()
+            process.join()
+    assert process.exitcode == 1
+    with pytest.raises(EOFError):  # nothing sent
+        receive.recv()
+
+
+def test_runtime_folders_of_supervisors_gone_are_removed(tmp_path: Path) -> None:
+    """A supervisor killed with kill -9 leaves its runtime folder: the next one to start removes it."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    for name, pid in (("poolserve-gone", str(gone.pid)), ("poolserve-alive", str(os.getpid()))):
+        (tmp_path / name / "metrics").mkdir(parents=True)
+        (tmp_path / name / "supervisor.pid").write_text(pid)
+    (tmp_path / "poolserve-unknown").mkdir()  # no pid file: not known to be a runtime folder
+    assert remove_stale_runtime_dirs(tmp_path) == [tmp_path / "poolserve-gone"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["poolserve-alive", "poolserve-unknown"]
+
+
+@pytest.mark.parametrize(("allowed", "auto", "share_of_2"), [({0}, 1, 1), ({0, 1, 2, 3}, 4, 2)])
+def test_auto_and_the_core_share_count_the_cores_allowed(
+    monkeypatch: pytest.MonkeyPatch, allowed: set[int], auto: int, share_of_2: int
+) -> None:
+    """``taskset -c 0 poolserve serve --workers auto`` starts one worker, not one per core of the machine."""
+    from poolserve.server.cli import worker_count
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: allowed, raising=False)
+    assert worker_count("auto") == auto
+    assert core_share(2) == share_of_2
+
+
+def _slow_start_config(tmp: Path) -> Path:
+    """A config whose models take a while to load: a window to signal the server in."""
+    write_models(tmp)
+    config = tmp / "server.toml"
+    config.write_text("".join(f'[[models]]\nname = "m{i}"\npath = "add.pb"\n\n' for i in range(400)))
+    return config
+
+
+@pytest.mark.parametrize("args", [(), ("--workers", "2")])
+def test_sigterm_while_starting_exits_0(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """Nothing is served yet, so nothing to drain: the README's SIGTERM exits 0, with a line saying so."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    command = [
+        sys.executable,
+        "-m",
+        "poolserve.server.cli",
+        "serve",
+        "--config",
+        str(_slow_start_config(tmp_path)),
+    ]
+    ports = ["--port", str(free_port()), "--grpc-port", str(free_port())]
+    with subprocess.Popen(
+        [*command, "--host", "127.0.0.1", *ports, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as proc:
+        watchdog = threading.Timer(60, proc.kill)  # the loop below ends at the output's end at the latest
+        watchdog.start()
+        try:
+            assert proc.stdout is not None
+            lines = []
+            for line in proc.stdout:
+                lines.append(line)
+                if "loading version" in line:  # a worker's too, with --workers
+                    break
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=30)
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    out = "".join(lines) + out
+    assert "poolserve ready" not in out, "the signal came too late to test start-up"
+    assert proc.returncode == 0, out
+    assert "SIGTERM while starting: exiting (nothing to drain)" in out, out
 
 
 def test_workers_flag_is_checked() -> None:
