@@ -22,6 +22,19 @@ from poolserve.runtime.node import Node
 _KINDS = ("ROW_SPLITS", "VALUE_ROWIDS", "FIRST_DIM_SIZE")
 
 
+def _coordinates(levels: list[Any], count: int) -> list[Any]:
+    """Each of ``count`` values' index in every dimension (outermost first): its place in every level of
+    ``levels`` (``_levels``), walking from the innermost level out."""
+    item = np.arange(count, dtype=np.int64)
+    coords = []
+    for rows, pos, _ in reversed(levels):
+        coords.append(pos[item])
+        item = rows[item]
+    coords.append(item)
+    coords.reverse()
+    return coords
+
+
 def _levels(types: list[str], partitions: list[Any]) -> list[tuple[Any, Any, int]]:
     """Per ragged level, outermost first: (each item's row, its position in that row, the level's rows)."""
     levels: list[tuple[Any, Any, int]] = []
@@ -102,13 +115,7 @@ def ragged_tensor_to_tensor(node: Node) -> Compute:
         out = np.empty(dims, dtype=values.dtype)
         out[...] = default
         # each value's index: its place in every level, walking from the innermost level out
-        item = np.arange(count, dtype=np.int64)
-        coords = []
-        for rows, pos, _ in reversed(levels):
-            coords.append(pos[item])
-            item = rows[item]
-        coords.append(item)
-        coords.reverse()
+        coords = _coordinates(levels, count)
         keep = np.ones(count, dtype=bool)
         for c, d in zip(coords, dims, strict=False):
             keep &= c < d
@@ -156,13 +163,7 @@ def ragged_tensor_to_sparse(node: Node) -> Compute:
         all_splits = [np.asarray(s, dtype=np.int64).reshape(-1) for s in splits_in]
         _check_splits(all_splits, values.shape[0])
         levels = _levels(["ROW_SPLITS"] * len(all_splits), all_splits)
-        item = np.arange(values.shape[0], dtype=np.int64)
-        coords = []
-        for rows, pos, _ in reversed(levels):
-            coords.append(pos[item])
-            item = rows[item]
-        coords.append(item)
-        coords.reverse()
+        coords = _coordinates(levels, values.shape[0])
         inner = values.shape[1:]
         per_value = int(np.prod(inner, dtype=np.int64))
         ragged = np.stack(coords, axis=1) if coords else np.zeros((values.shape[0], 0), np.int64)
