@@ -300,7 +300,9 @@ def test_a_worker_that_cannot_bind_never_reports_loaded(tmp_path: Path) -> None:
     before (it cannot start): a port it cannot bind is the second kind."""
     config = write_config(tmp_path)
     SharedFlag.create(tmp_path / "run_handler_pool", True)
-    ctx = multiprocessing.get_context("fork")
+    # spawned, not forked: the test process runs grpc's threads, and a forked child of it can hang in
+    # grpc (it did so in a full run, killed after 30 s)
+    ctx = multiprocessing.get_context("spawn")
     receive, send = ctx.Pipe(duplex=False)
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
