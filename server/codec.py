@@ -543,9 +543,7 @@ def _parse(where: str, data: Any) -> Array:
             depth, leaf = depth + 1, leaf[0]
         if depth > MAX_RANK:
             raise InvalidArgumentError(_too_deep(where)) from None
-        raise InvalidArgumentError(
-            f"{where}: ragged nested lists (every list at one level must have the same length)"
-        ) from None
+        raise InvalidArgumentError(f"{where}: {_RAGGED}") from None
 
 
 def _numbers(where: str, data: Any, dtype: Dtype) -> Array:
