@@ -16,11 +16,25 @@ from poolserve.runtime.run_handler import (
     INTERP_SHARE,
     MAX_RUNNING_PER_REQUEST,
     SHORT_STEP_S,
-    SLOT_STEP_S,
     RunHandlerPool,
     get_pool,
 )
 from poolserve.runtime.session import Session
+
+# The pool's threshold for a short step is 0.5 ms of CPU. The small graphs below take about 0.2 ms warm here,
+# and a loaded CI machine measured 0.52 ms: these tests check what the pool does with a step known short, not
+# how fast the machine is, so the threshold is raised for them (blockers' 10 ms steps stay long).
+TEST_SLOT_STEP_S = 5e-3
+
+
+@pytest.fixture(autouse=True)
+def machine_independent_short_steps(monkeypatch):
+    import poolserve.runtime.run_handler as run_handler
+    import poolserve.runtime.session as session
+
+    assert TEST_SLOT_STEP_S < 0.01  # the blockers' long steps
+    monkeypatch.setattr(run_handler, "SLOT_STEP_S", TEST_SLOT_STEP_S)
+    monkeypatch.setattr(session, "SLOT_STEP_S", TEST_SLOT_STEP_S)
 
 
 @pytest.fixture
@@ -290,7 +304,7 @@ def test_steps_on_a_pool_slot_measure_their_cpu_time_on_sampled_steps(monkeypatc
         for _ in range(2 * SAMPLE_FIRST):  # a slow first step is forgotten
             s.run(y, feed, options=pool_options())
         (plan,) = set(s._calls.plans.values())
-        assert 0.0 < plan.cpu < SLOT_STEP_S  # short: it runs on a slot
+        assert 0.0 < plan.cpu < TEST_SLOT_STEP_S  # short: it runs on a slot
         learned.clear()
         for _ in range(2 * SAMPLE_EVERY):
             s.run(y, feed, options=pool_options())
@@ -647,14 +661,14 @@ def short_graph():
 
 
 def learn_short(s, fetch, feed, options):
-    """Runs steps until every plan of ``s`` knows its steps take under SLOT_STEP_S of CPU. One step is not
-    always enough: the first pays one-time costs, and a slower machine measured it above SLOT_STEP_S."""
+    """Runs steps until every plan of ``s`` knows its steps take under TEST_SLOT_STEP_S of CPU. One step is not
+    always enough: the first pays one-time costs, and a slower machine measured it above TEST_SLOT_STEP_S."""
     for _ in range(2 * SAMPLE_FIRST):
         s.run(fetch, feed, options=options)
-        if all(0.0 < p.cpu < SLOT_STEP_S for p in s._calls.plans.values()):
+        if all(0.0 < p.cpu < TEST_SLOT_STEP_S for p in s._calls.plans.values()):
             return
     costs = [p.cpu for p in s._calls.plans.values()]
-    raise AssertionError(f"the plans' steps never measured under {SLOT_STEP_S} s of CPU: {costs}")
+    raise AssertionError(f"the plans' steps never measured under {TEST_SLOT_STEP_S} s of CPU: {costs}")
 
 
 def test_enter_takes_a_free_slot_only_when_nobody_waits_for_one():
