@@ -116,8 +116,10 @@ class Model:
         return self.configs[0].file_system_poll_wait_seconds
 
 
-def fingerprint(path: Path) -> Fingerprint:
-    """What changes when a model's files are replaced: a file's or a SavedModel's files' mtime and size."""
+def fingerprint(name: str, path: Path) -> Fingerprint:
+    """What changes when a model's files are replaced: a file's or a SavedModel's files' mtime and size.
+    NotFoundError when ``path`` is gone, also when it goes while it is read: a fingerprint of nothing would
+    look like a change and start a load that cannot succeed."""
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     out: list[Any] = [str(path)]
     for f in files:
@@ -126,6 +128,8 @@ def fingerprint(path: Path) -> Fingerprint:
         except OSError:
             continue  # removed while we looked: the next poll sees the folder as it is then
         out.append((str(f.relative_to(path)) if f != path else "", st.st_mtime_ns, st.st_size))
+    if not path.exists():
+        raise NotFoundError(f"model '{name}': {path} not found")
     return tuple(out)
 
 
@@ -154,10 +158,10 @@ def offered(configs: Sequence[ModelConfig]) -> tuple[dict[int, Source], set[int]
     if len(configs) == 1 and _is_base_path(first):
         found = versions(first.path)
         wanted = select(first, list(found))
-        sources = {
-            v: Source(v, first.model_copy(update={"path": found[v], "version": v}), fingerprint(found[v]))
-            for v in wanted
-        }
+        sources = {}
+        for v in wanted:
+            mc = first.model_copy(update={"path": found[v], "version": v})
+            sources[v] = Source(v, mc, fingerprint(first.name, found[v]))
         return sources, set(found)
     sources = {}
     for mc in configs:
@@ -169,7 +173,7 @@ def offered(configs: Sequence[ModelConfig]) -> tuple[dict[int, Source], set[int]
             folder, number = resolve_version(mc.path, explicit)
             mc = mc.model_copy(update={"path": folder})
             version = number if number is not None else mc.version
-        sources[version] = Source(version, mc, fingerprint(mc.path))
+        sources[version] = Source(version, mc, fingerprint(mc.name, mc.path))
     return sources, set(sources)
 
 

@@ -24,7 +24,7 @@ from poolserve.runtime.builder import GraphBuilder
 from poolserve.server.app import create_app
 from poolserve.server.config import Config, ConfigError, VersionPolicy, load_config, make_config
 from poolserve.server.models import load_model
-from poolserve.server.repository import Repository, select
+from poolserve.server.repository import Repository, fingerprint, select
 from poolserve.server.service import InferenceService
 
 SAVED = Path(__file__).parent / "fixtures" / "saved_models"
@@ -498,6 +498,19 @@ def test_a_repeated_unload_keeps_the_unloaded_versions_in_the_index(
     wait_for(lambda: server.post("/v2/repository/index").json() == unloaded)
     assert server.post("/v2/repository/models/lin/unload").status_code == 200  # wiped the version list
     assert server.post("/v2/repository/index").json() == unloaded
+
+
+def test_a_model_file_gone_while_it_is_fingerprinted_is_not_found(tmp_path: Path) -> None:
+    # A poll that saw the file and then read no stat of it used to fingerprint nothing: a "change" that
+    # started a load bound to fail, logged as a second error (a race seen in CI).
+    pb = tmp_path / "a.pb"
+    add_graph(pb, 2.0)
+    assert fingerprint("a", pb)[1][1:] == (pb.stat().st_mtime_ns, pb.stat().st_size)
+    pb.unlink()
+    with pytest.raises(errors.NotFoundError, match=r"model 'a': .*a\.pb not found"):
+        fingerprint("a", pb)
+    with pytest.raises(errors.NotFoundError, match="not found"):
+        fingerprint("a", tmp_path / "saved_model_gone")
 
 
 def test_a_missing_model_file_is_logged_once_per_change(
