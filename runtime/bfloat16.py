@@ -1,0 +1,116 @@
+"""bfloat16 nodes run the float32 kernels: inputs widened, outputs rounded back, decided once per node.
+
+A node whose type attrs say bfloat16 (``T``, ``dtype``, ``SrcT``/``DstT``...) is bound, when its graph is
+loaded, to the kernel of the same node with those attrs made float32, wrapped so that bfloat16 inputs are
+widened to float32 (exactly) and the outputs its op declares bfloat16 are rounded to bfloat16. That is
+what TensorFlow's CPU kernels compute for elementwise ops, reductions and Conv2D (float32 arithmetic,
+one round to nearest even per op, which ``ml_dtypes`` casts do). Measured with TensorFlow 2.21
+(``tools/make_bfloat16_fixture.py``), its MatMul and BatchMatMul accumulate in float32 and *truncate*
+the result, and ``Cast`` with ``Truncate=true`` truncates: those ops round that way here too.
+
+Some of TensorFlow's bfloat16 kernels round between the steps of one op (Softmax, AvgPool,
+DepthwiseConv2dNative, SquaredDifference, Sigmoid, Einsum): there the answers differ by a few units in the
+last place (bfloat16 keeps 8 bits), as README's bfloat16 section measures.
+
+Ops that only move or hold values (``NATIVE``: constants, placeholders, identities, reshapes, control
+flow, variables, Bitcast, which must see the 16-bit patterns) run on the bfloat16 arrays as they are, and
+so do calls and functional ops, whose attrs are lists of types: their bodies' nodes are bound the same way.
+Nothing of this touches a graph without bfloat16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from poolserve.proto import node_def_pb2, types_pb2
+from poolserve.runtime import op_types
+from poolserve.runtime.dtypes import BFLOAT16
+from poolserve.runtime.kernels.registry import Compute, Factory, OpContext
+from poolserve.runtime.node import Node
+
+_FLOAT32 = np.dtype(np.float32)
+_BF16_TYPES = (types_pb2.DT_BFLOAT16, types_pb2.DT_BFLOAT16_REF)
+
+# ops whose kernels take bfloat16 arrays as they are: they compute nothing with the values
+_NATIVE_OPS = (
+    "Const Placeholder PlaceholderWithDefault Identity IdentityN StopGradient Snapshot PreventGradient "
+    "Reshape Squeeze ExpandDims EnsureShape Shape ShapeN Size Rank Bitcast "
+    "Switch RefSwitch _SwitchN Merge RefMerge Enter RefEnter Exit RefExit NextIteration RefNextIteration "
+    "VariableV2 Assign VarHandleOp ReadVariableOp AssignVariableOp"
+)
+NATIVE = frozenset(_NATIVE_OPS.split())
+
+# ops whose TensorFlow CPU kernel truncates its float32 result to bfloat16 instead of rounding it
+# (measured: tools/make_bfloat16_fixture.py --check)
+TRUNCATING = frozenset(("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"))
+
+
+def involves(node: Node) -> bool:
+    """Whether the node computes in bfloat16: one of its (scalar) type attrs is DT_BFLOAT16."""
+    for value in node.attrs.values():
+        if value.WhichOneof("value") == "type" and value.type in _BF16_TYPES:
+            return True
+    return False
+
+
+def round_to_bfloat16(x: Any) -> Any:
+    """float32 -> bfloat16, to nearest even (TensorFlow's Cast and its elementwise kernels)."""
+    return np.asarray(x).astype(BFLOAT16)
+
+
+def truncate_to_bfloat16(x: Any) -> Any:
+    """float32 -> bfloat16 keeping the upper 16 bits (TensorFlow's MatMul, ``Cast`` with ``Truncate``)."""
+    a = np.ascontiguousarray(x, dtype=_FLOAT32)
+    return (a.view(np.uint32) >> 16).astype(np.uint16).view(BFLOAT16).reshape(a.shape)
+
+
+def float32_node(node: Node) -> Node:
+    """A copy of ``node`` whose bfloat16 type attrs (lists too) are float32."""
+    nd = node_def_pb2.NodeDef()
+    nd.CopyFrom(node.node_def)
+    for value in nd.attr.values():
+        kind = value.WhichOneof("value")
+        if kind == "type" and value.type in _BF16_TYPES:
+            value.type = types_pb2.DT_FLOAT
+        elif kind == "list" and any(t in _BF16_TYPES for t in value.list.type):
+            types = [types_pb2.DT_FLOAT if t in _BF16_TYPES else t for t in value.list.type]
+            del value.list.type[:]
+            value.list.type.extend(types)
+    copy = Node(nd, node.index)
+    copy.library = node.library
+    return copy
+
+
+def _rounding(node: Node) -> Callable[[Any], Any]:
+    if node.op in TRUNCATING or (node.op == "Cast" and node.attr_bool("Truncate", False)):
+        return truncate_to_bfloat16
+    return round_to_bfloat16
+
+
+def bind(factory: Factory, node: Node, num_outputs: int) -> Compute:
+    """The kernel of a node that ``involves`` bfloat16: its own for ``NATIVE`` ops, else the float32 kernel
+    between the casts. Raises what the factory raises."""
+    if node.op in NATIVE:
+        return factory(node)
+    inner = factory(float32_node(node))
+    rounded = tuple(p for p in range(num_outputs) if op_types.output_dtype(node, p) in _BF16_TYPES)
+    unknown = all(op_types.output_dtype(node, p) is None for p in range(num_outputs))
+    return _wrap(inner, rounded, unknown, _rounding(node))
+
+
+def _wrap(inner: Compute, rounded: tuple[int, ...], unknown: bool, to_bf16: Callable[[Any], Any]) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> Sequence[Any]:
+        widened = [x.astype(_FLOAT32) if getattr(x, "dtype", None) is BFLOAT16 else x for x in inputs]
+        outputs = list(inner(ctx, widened))
+        # an op the output table does not know: its float32 results are taken for bfloat16 ones
+        ports = range(len(outputs)) if unknown else rounded
+        for p in ports:
+            v = outputs[p]
+            if getattr(v, "dtype", None) == _FLOAT32:
+                outputs[p] = to_bf16(v)
+        return outputs
+
+    return compute

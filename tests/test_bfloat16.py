@@ -1,0 +1,119 @@
+"""bfloat16 (runtime/bfloat16.py): a Keras ``mixed_bfloat16`` model gives TensorFlow's numbers (committed by
+tools/make_bfloat16_fixture.py), tensors cross TensorProto both ways, fetches are ``ml_dtypes.bfloat16``
+arrays, and float32 -> bfloat16 rounds as TensorFlow's kernels round."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+from support import rewrite_config
+
+from poolserve.proto import tensor_pb2, types_pb2
+from poolserve.runtime import dtypes
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.graph import Graph, load_graph_def
+from poolserve.runtime.session import Session
+from poolserve.runtime.tensor import from_ndarray, to_ndarray
+
+FIXTURE = Path(__file__).parent / "fixtures" / "models" / "bfloat16"
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+# float32 values and what TensorFlow 2.21's Cast makes of them (16-bit patterns): a tie to even, a tie
+# rounded up to even, just above a tie, near the float32 maximum, NaN
+EDGES = np.array([1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, 3.0e38, np.nan], np.float32)
+ROUNDED = [16256, 16258, 16257, 32610, 32704]
+TRUNCATED = [16256, 16257, 16256, 32609, 32704]
+
+
+def fixture() -> tuple[Graph, dict[str, Any], dict[str, Any]]:
+    with np.load(FIXTURE.with_suffix(".npz")) as data:
+        bf16 = set(data["bfloat16"].tolist())
+        arrays = {k: data[k].view(BF16) if k in bf16 else data[k] for k in data.files if k != "bfloat16"}
+    feeds = {k[3:]: v for k, v in arrays.items() if k.startswith("in:")}
+    want = {k[4:]: v for k, v in arrays.items() if k.startswith("out:")}
+    return Graph(load_graph_def(FIXTURE.with_suffix(".pb"))), feeds, want
+
+
+@pytest.mark.parametrize(
+    "cfg", [None, rewrite_config(disable_meta_optimizer=True)], ids=["default", "optimizer_off"]
+)
+def test_a_mixed_bfloat16_keras_model_gives_tensorflows_numbers(cfg: Any) -> None:
+    # Conv2D + ReLU, Dense + ReLU in bfloat16, LayerNormalization, a float32 Dense + softmax; a bfloat16
+    # placeholder through a bfloat16 constant, a MatMul (which TensorFlow truncates) and casts
+    graph, feeds, want = fixture()
+    assert not graph.unavailable
+    with Session(graph, cfg) as s:
+        got = s.run(list(want), feeds)
+    for (name, w), g in zip(want.items(), got, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        if w.dtype == BF16:  # every bfloat16 element is TensorFlow's, bit for bit
+            np.testing.assert_array_equal(g.view(np.uint16), w.view(np.uint16), err_msg=name)
+        else:  # the float32 softmax after them: within a float32 rounding
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_bfloat16_tensor_protos_round_trip() -> None:
+    value = np.array([[1.5, -2.25, 0.0], [np.inf, -0.0, 3.0e38]], BF16)
+    proto = from_ndarray(value)
+    assert proto.dtype == types_pb2.DT_BFLOAT16 and len(proto.tensor_content) == 12  # as TensorFlow writes it
+    back = to_ndarray(proto)
+    assert back.dtype == BF16
+    np.testing.assert_array_equal(back.view(np.uint16), value.view(np.uint16))
+    # a scalar as TensorFlow writes one: the 16-bit pattern in half_val, which also fills a larger shape
+    proto = tensor_pb2.TensorProto(dtype=types_pb2.DT_BFLOAT16, half_val=[0xBFC0])  # -1.5
+    proto.tensor_shape.dim.add(size=3)
+    np.testing.assert_array_equal(to_ndarray(proto).astype(np.float32), [-1.5, -1.5, -1.5])
+    # float32 values encoded as bfloat16 round to nearest even, as TensorFlow's Cast does
+    proto = from_ndarray(EDGES, types_pb2.DT_BFLOAT16)
+    np.testing.assert_array_equal(np.frombuffer(proto.tensor_content, np.uint16), ROUNDED)
+    assert dtypes.name(types_pb2.DT_BFLOAT16) == "bfloat16"
+    assert dtypes.from_numpy(BF16) == types_pb2.DT_BFLOAT16
+
+
+def cast_graph(truncate: bool) -> Any:
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None])
+    b.op("Cast", [x], {"SrcT": np.float32, "DstT": BF16, "Truncate": truncate}, name="bf")
+    return b.graph_def
+
+
+@pytest.mark.parametrize(("truncate", "want"), [(False, ROUNDED), (True, TRUNCATED)])
+def test_cast_to_bfloat16_rounds_or_truncates_as_tensorflow(truncate: bool, want: list[int]) -> None:
+    with Session(cast_graph(truncate)) as s:
+        got = s.run("bf:0", {"x:0": EDGES})
+    assert got.dtype == BF16
+    np.testing.assert_array_equal(got.view(np.uint16), want)
+
+
+def test_a_bfloat16_placeholder_takes_float32_and_bfloat16_values_and_fetches_are_bfloat16() -> None:
+    b = GraphBuilder()
+    y = b.placeholder("y", BF16, [None, 2])
+    w = b.constant(np.array([[1.0, 2.0], [3.0, -1.0]], BF16))
+    b.matmul(y, w, name="mm")
+    b.op("Relu", [b.add(y, b.constant(np.array(1.5, BF16)), name="add")], {"T": BF16}, name="relu")
+    with Session(b.graph_def) as s:
+        for fed in ([[1.0, -4.0]], np.array([[1.0, -4.0]], np.float32), np.array([[1.0, -4.0]], BF16)):
+            mm, relu = s.run(["mm:0", "relu:0"], {"y:0": fed})
+            assert mm.dtype == relu.dtype == BF16
+            np.testing.assert_array_equal(mm.astype(np.float32), [[-11.0, 6.0]])
+            np.testing.assert_array_equal(relu.astype(np.float32), [[2.5, 0.0]])
+        # float32 feeds round to nearest even, as TensorFlow's Session converts them
+        got = s.run("add:0", {"y:0": np.stack([EDGES[:2], EDGES[2:4]])})
+        np.testing.assert_array_equal(
+            got.view(np.uint16),
+            (np.array([ROUNDED[:2], ROUNDED[2:4]], np.uint16).view(BF16) + BF16.type(1.5)).view(np.uint16),
+        )
+
+
+def test_matmul_truncates_its_float32_sum_as_tensorflow() -> None:
+    # TensorFlow's CPU MatMul sums in float32 and keeps the upper 16 bits: 1 + 3/256 becomes 1 + 2/256
+    b = GraphBuilder()
+    y = b.placeholder("y", BF16, [1, 2])
+    b.matmul(y, b.constant(np.array([[1.0], [1.0]], BF16)), name="mm")
+    with Session(b.graph_def) as s:
+        got = s.run("mm:0", {"y:0": np.array([[1.0, 3 * 2**-8]], BF16)})
+    assert got.item() == 1 + 2 * 2**-8
