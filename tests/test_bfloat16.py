@@ -76,7 +76,7 @@ def test_bfloat16_tensor_protos_round_trip() -> None:
 
 def cast_graph(truncate: bool) -> Any:
     b = GraphBuilder()
-    x = b.placeholder("x", np.float32, [None])
+    x = b.placeholder("x", np.float32, None)
     b.op("Cast", [x], {"SrcT": np.float32, "DstT": BF16, "Truncate": truncate}, name="bf")
     return b.graph_def
 
@@ -85,8 +85,10 @@ def cast_graph(truncate: bool) -> Any:
 def test_cast_to_bfloat16_rounds_or_truncates_as_tensorflow(truncate: bool, want: list[int]) -> None:
     with Session(cast_graph(truncate)) as s:
         got = s.run("bf:0", {"x:0": EDGES})
+        scalar = s.run("bf:0", {"x:0": EDGES[2]})
     assert got.dtype == BF16
     np.testing.assert_array_equal(got.view(np.uint16), want)
+    assert scalar.shape == () and scalar.view(np.uint16) == want[2]
 
 
 def test_a_bfloat16_placeholder_takes_float32_and_bfloat16_values_and_fetches_are_bfloat16() -> None:
