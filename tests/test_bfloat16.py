@@ -1,5 +1,5 @@
-"""bfloat16 (runtime/bfloat16.py): a Keras ``mixed_bfloat16`` model gives TensorFlow's numbers (committed by
-tools/make_bfloat16_fixture.py), tensors cross TensorProto both ways, fetches are ``ml_dtypes.bfloat16``
+"""bfloat16 (runtime/bfloat16.py): a Keras ``mixed_bfloat16`` model, frozen and as Keras exports it, gives
+TensorFlow's numbers (committed by tools/make_bfloat16_fixture.py), tensors cross TensorProto both ways, fetches are ``ml_dtypes.bfloat16``
 arrays, and float32 -> bfloat16 rounds as TensorFlow's kernels round."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from poolserve.proto import tensor_pb2, types_pb2
 from poolserve.runtime import dtypes
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.graph import Graph, load_graph_def
+from poolserve.runtime.saved_model import load_saved_model
 from poolserve.runtime.session import Session
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
 
@@ -119,3 +120,26 @@ def test_matmul_truncates_its_float32_sum_as_tensorflow() -> None:
     with Session(b.graph_def) as s:
         got = s.run("mm:0", {"y:0": np.array([[1.0, 3 * 2**-8]], BF16)})
     assert got.item() == 1 + 2 * 2**-8
+
+
+def test_the_same_model_as_keras_exports_it_gives_tensorflows_numbers() -> None:
+    # model.export: float32 resource variables, read and cast to bfloat16 inside the called function
+    saved = Path(__file__).parent / "fixtures" / "saved_models" / "keras3_bfloat16"
+    with np.load(saved.with_suffix(".npz")) as data:
+        bf16 = set(data["bfloat16"].tolist())
+        x = data["in:x"]
+        want = {
+            k[4:]: data[k].view(BF16) if k in bf16 else data[k] for k in data.files if k.startswith("out:")
+        }
+    model = load_saved_model(saved)
+    try:
+        got = model.run({"x": x})
+    finally:
+        model.close()
+    assert sorted(got) == sorted(want) and bf16
+    for name, w in want.items():
+        assert got[name].dtype == w.dtype and got[name].shape == w.shape, name
+        if w.dtype == BF16:
+            np.testing.assert_array_equal(got[name].view(np.uint16), w.view(np.uint16), err_msg=name)
+        else:
+            np.testing.assert_allclose(got[name], w, rtol=1e-6, atol=1e-7, err_msg=name)

@@ -29,6 +29,7 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "models"
+SAVED = OUT.parent / "saved_models" / "keras3_bfloat16"
 BF16 = ml_dtypes.bfloat16
 
 
@@ -91,6 +92,27 @@ def main() -> None:
     ops = sorted({n.op for n in graph_def.node if any(a.type == tf.bfloat16 for a in n.attr.values())})
     print(f"wrote {OUT / 'bfloat16.pb'} and bfloat16.npz: inputs {inputs}, outputs {outputs}")
     print(f"bfloat16 ops: {' '.join(ops)}")
+    export(m, x)
+
+
+def export(m: keras.Model, x: np.ndarray) -> None:
+    """The same model as Keras exports it (``model.export``: StatefulPartitionedCall into the function
+    library, float32 resource variables cast to bfloat16 inside it), and TensorFlow's answer from the
+    SavedModel loaded back, Grappler off."""
+    import shutil
+
+    shutil.rmtree(SAVED, ignore_errors=True)
+    m.export(str(SAVED / "1"), verbose=False)
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    served = tf.saved_model.load(str(SAVED / "1")).signatures["serving_default"]
+    results = {k: v.numpy() for k, v in served(x=tf.constant(x)).items()}
+    arrays = {"in:x": x} | {
+        f"out:{k}": v.view(np.uint16) if v.dtype == BF16 else v for k, v in results.items()
+    }
+    bf16 = sorted(f"out:{k}" for k, v in results.items() if v.dtype == BF16)
+    np.savez(SAVED.with_suffix(".npz"), bfloat16=np.array(bf16), **arrays)
+    size = sum(f.stat().st_size for f in SAVED.rglob("*") if f.is_file())
+    print(f"wrote {SAVED} ({size} bytes): outputs {sorted(results)}")
 
 
 def check() -> None:
