@@ -8,9 +8,11 @@ one round to nearest even per op, which ``ml_dtypes`` casts do). Measured with T
 (``tools/make_bfloat16_fixture.py``), its MatMul and BatchMatMul accumulate in float32 and *truncate*
 the result, and ``Cast`` with ``Truncate=true`` truncates: those ops round that way here too.
 
-Some of TensorFlow's bfloat16 kernels round between the steps of one op (Softmax, AvgPool,
-DepthwiseConv2dNative, SquaredDifference, Sigmoid, Einsum): there the answers differ by a few units in the
-last place (bfloat16 keeps 8 bits), as README's bfloat16 section measures.
+Some of TensorFlow's bfloat16 kernels are Eigen expressions evaluated in bfloat16, rounding after every
+step. Two whose steps are fixed are followed here (``STEPWISE``: Sigmoid, SquaredDifference); the others
+(Softmax, AvgPool, DepthwiseConv2dNative, Einsum) sum in an order that depends on the machine's vector
+width, and their answers differ by a few units in the last place (bfloat16 keeps 8 bits), as README's
+bfloat16 section measures.
 
 Ops that only move or hold values (``NATIVE``: constants, placeholders, identities, reshapes, control
 flow, variables, Bitcast, which must see the 16-bit patterns) run on the bfloat16 arrays as they are, and
@@ -71,6 +73,28 @@ def truncate_to_bfloat16(x: Any) -> Any:
     return halves[..., _HIGH::2].copy().view(BFLOAT16).reshape(a.shape)
 
 
+def _steps_rounded(x: Any) -> Any:
+    """One step of an expression TensorFlow evaluates in bfloat16: the float32 value it rounds to."""
+    return np.asarray(x).astype(BFLOAT16).astype(_FLOAT32)
+
+
+def _sigmoid(x: Any) -> Any:
+    # Eigen's logistic: e / (1 + e) with e = exp(x), each step rounded, and 1 where e overflows
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = _steps_rounded(np.exp(x))
+        return np.where(np.isinf(e), _FLOAT32.type(1), e / _steps_rounded(e + 1))
+
+
+def _squared_difference(x: Any, y: Any) -> Any:
+    d = _steps_rounded(np.subtract(x, y))
+    return d * d
+
+
+# ops whose TensorFlow bfloat16 kernel rounds between its steps (measured: tools/make_bfloat16_fixture.py
+# --check): the steps on widened inputs; the result is rounded as any other op's
+STEPWISE: dict[str, Callable[..., Any]] = {"Sigmoid": _sigmoid, "SquaredDifference": _squared_difference}
+
+
 def float32_node(node: Node) -> Node:
     """A copy of ``node`` whose bfloat16 type attrs (lists too) are float32."""
     nd = node_def_pb2.NodeDef()
@@ -100,9 +124,22 @@ def bind(factory: Factory, node: Node, num_outputs: int) -> Compute:
     if node.op in NATIVE:
         return factory(node)
     inner = factory(float32_node(node))
+    steps = STEPWISE.get(node.op)
+    if steps is not None:
+        inner = _stepwise(steps, inner)
     rounded = tuple(p for p in range(num_outputs) if op_types.output_dtype(node, p) in _BF16_TYPES)
     unknown = all(op_types.output_dtype(node, p) is None for p in range(num_outputs))
     return _wrap(inner, rounded, unknown, _rounding(node))
+
+
+def _stepwise(steps: Callable[..., Any], checked: Compute) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> Sequence[Any]:
+        try:
+            return (steps(*inputs),)
+        except ValueError:  # shapes that do not broadcast: the float32 kernel says so, naming them
+            return checked(ctx, inputs)
+
+    return compute
 
 
 def _wrap(inner: Compute, rounded: tuple[int, ...], unknown: bool, to_bf16: Callable[[Any], Any]) -> Compute:

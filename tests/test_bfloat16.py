@@ -44,7 +44,8 @@ def fixture() -> tuple[Graph, dict[str, Any], dict[str, Any]]:
 )
 def test_a_mixed_bfloat16_keras_model_gives_tensorflows_numbers(cfg: Any) -> None:
     # Conv2D + ReLU, Dense + ReLU in bfloat16, LayerNormalization, a float32 Dense + softmax; a bfloat16
-    # placeholder through a bfloat16 constant, a MatMul (which TensorFlow truncates) and casts
+    # placeholder through a bfloat16 constant, a MatMul (which TensorFlow truncates), casts, and Sigmoid
+    # and SquaredDifference, which TensorFlow rounds step by step (runtime/bfloat16.STEPWISE)
     graph, feeds, want = fixture()
     assert not graph.unavailable
     with Session(graph, cfg) as s:

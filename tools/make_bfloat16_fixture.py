@@ -4,12 +4,14 @@ tests/test_bfloat16.py (dev only).
     /opt/tfenv/bin/python tools/make_bfloat16_fixture.py          # writes the fixture
     /opt/tfenv/bin/python tools/make_bfloat16_fixture.py --check  # prints how TF rounds per op
 
-Writes ``tests/fixtures/models/bfloat16.pb`` (a frozen graph: Conv2D + ReLU, Dense + ReLU and
-LayerNormalization computed in bfloat16, a last Dense + softmax in float32, as Keras recommends; and a
-bfloat16 placeholder ``y`` through a bfloat16 constant, a MatMul and a Cast) and ``bfloat16.npz`` (feeds
-``in:<tensor>`` and TensorFlow's outputs ``out:<tensor>``; bfloat16 arrays are stored as their uint16
-patterns and listed in ``bfloat16``). Computed with Grappler and oneDNN off: TensorFlow's portable CPU
-kernels. Re-running rewrites the same files.
+Writes ``tests/fixtures/models/bfloat16.pb`` (a frozen graph: Conv2D + ReLU and Dense + ReLU computed in
+bfloat16, LayerNormalization, which Keras computes in float32, a last Dense + softmax in float32, as Keras
+recommends; and a bfloat16 placeholder ``y`` through a bfloat16 constant, a MatMul, casts, Sigmoid and
+SquaredDifference) and ``bfloat16.npz`` (feeds ``in:<tensor>`` and TensorFlow's outputs ``out:<tensor>``;
+bfloat16 arrays are stored as their uint16 patterns and listed in ``bfloat16``); and the same Keras model
+as ``model.export`` writes it, ``tests/fixtures/saved_models/keras3_bfloat16`` (+ ``.npz``). Computed with
+Grappler and oneDNN off: TensorFlow's portable CPU kernels. Re-running rewrites the same frozen graph and
+numbers; the SavedModel's bytes change (not its numbers).
 """
 
 from __future__ import annotations
@@ -66,6 +68,9 @@ def main() -> None:
             tf.identity(z, name="z"),
             tf.cast(z, tf.float32, name="z32"),
             tf.cast(tf.reduce_sum(tf.cast(x, tf.bfloat16), axis=[1, 2]), tf.int32, name="sum_int"),
+            # kernels that round between their steps; exp overflows past 88 in the second half
+            tf.nn.sigmoid(tf.concat([y, y * tf.constant(60.0, tf.bfloat16)], 1)),
+            tf.math.squared_difference(y, tf.reduce_mean(y, axis=1, keepdims=True)),
         ]
 
     frozen = convert_variables_to_constants_v2(serve.get_concrete_function())
