@@ -20,7 +20,7 @@ from poolserve.runtime.saved_model import load_saved_model
 from poolserve.runtime.session import Session
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
 
-FIXTURE = Path(__file__).parent / "fixtures" / "models" / "bfloat16"
+MODELS = Path(__file__).parent / "fixtures" / "models"
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 # float32 values and what TensorFlow 2.21's Cast makes of them (16-bit patterns): a tie to even, a tie
@@ -30,13 +30,22 @@ ROUNDED = [16256, 16258, 16257, 32610, 32704]
 TRUNCATED = [16256, 16257, 16256, 32609, 32704]
 
 
-def fixture() -> tuple[Graph, dict[str, Any], dict[str, Any]]:
-    with np.load(FIXTURE.with_suffix(".npz")) as data:
+def fixture(name: str = "bfloat16") -> tuple[Graph, dict[str, Any], dict[str, Any]]:
+    with np.load(MODELS / f"{name}.npz") as data:
         bf16 = set(data["bfloat16"].tolist())
         arrays = {k: data[k].view(BF16) if k in bf16 else data[k] for k in data.files if k != "bfloat16"}
     feeds = {k[3:]: v for k, v in arrays.items() if k.startswith("in:")}
     want = {k[4:]: v for k, v in arrays.items() if k.startswith("out:")}
-    return Graph(load_graph_def(FIXTURE.with_suffix(".pb"))), feeds, want
+    return Graph(load_graph_def(MODELS / f"{name}.pb")), feeds, want
+
+
+def assert_tensorflows(got: list[Any], want: dict[str, Any]) -> None:
+    for (name, w), g in zip(want.items(), got, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        if w.dtype == BF16:  # every bfloat16 element is TensorFlow's, bit for bit
+            np.testing.assert_array_equal(g.view(np.uint16), w.view(np.uint16), err_msg=name)
+        else:  # the float32 softmax after them: within a float32 rounding
+            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
 @pytest.mark.parametrize(
@@ -50,12 +59,17 @@ def test_a_mixed_bfloat16_keras_model_gives_tensorflows_numbers(cfg: Any) -> Non
     assert not graph.unavailable
     with Session(graph, cfg) as s:
         got = s.run(list(want), feeds)
-    for (name, w), g in zip(want.items(), got, strict=True):
-        assert g.dtype == w.dtype and g.shape == w.shape, name
-        if w.dtype == BF16:  # every bfloat16 element is TensorFlow's, bit for bit
-            np.testing.assert_array_equal(g.view(np.uint16), w.view(np.uint16), err_msg=name)
-        else:  # the float32 softmax after them: within a float32 rounding
-            np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7, err_msg=name)
+    assert_tensorflows(got, want)
+
+
+@pytest.mark.parametrize("name", ["bfloat16_loop_v1", "bfloat16_loop"])
+def test_bfloat16_loop_variables_cond_and_tensor_arrays_give_tensorflows_numbers(name: str) -> None:
+    # v1 frames (Enter, Merge, Switch, NextIteration run on bfloat16 arrays as they are) and functional
+    # StatelessWhile/StatelessIf (their bodies' nodes bound like any graph's), a TensorList of bfloat16
+    graph, feeds, want = fixture(name)
+    assert not graph.unavailable
+    with Session(graph) as s:
+        assert_tensorflows(s.run(list(want), feeds), want)
 
 
 def test_bfloat16_tensor_protos_round_trip() -> None:

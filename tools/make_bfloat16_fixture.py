@@ -98,6 +98,45 @@ def main() -> None:
     print(f"wrote {OUT / 'bfloat16.pb'} and bfloat16.npz: inputs {inputs}, outputs {outputs}")
     print(f"bfloat16 ops: {' '.join(ops)}")
     export(m, x)
+    control_flow(rng)
+
+
+def control_flow(rng: np.random.Generator) -> None:
+    """A bfloat16 loop variable through ``tf.while_loop``, ``tf.cond`` and a TensorArray, frozen both ways:
+    v1 frames (Enter, Merge, Switch...) and functional StatelessWhile/StatelessIf:
+    ``bfloat16_loop_v1.pb`` and ``bfloat16_loop.pb``, with ``.npz`` as above."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.bfloat16), tf.TensorSpec([], tf.int32)])
+    def loop(x: tf.Tensor, n: tf.Tensor) -> list[tf.Tensor]:
+        def body(i: tf.Tensor, v: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            return i + 1, tf.nn.relu(v * tf.constant(1.1, tf.bfloat16) - tf.constant(0.05, tf.bfloat16))
+
+        _, v = tf.while_loop(lambda i, v: i < n, body, [tf.constant(0), x])
+        w = tf.cond(n > 2, lambda: v * 2, lambda: -v)
+        stacked = tf.TensorArray(tf.bfloat16, size=2).write(0, w).write(1, v).stack()
+        return [tf.identity(w, name="w"), tf.identity(stacked, name="stacked")]
+
+    x = rng.standard_normal((4, 3)).astype(BF16)
+    for name, lower in (("bfloat16_loop_v1", True), ("bfloat16_loop", False)):
+        frozen = convert_variables_to_constants_v2(loop.get_concrete_function(), lower_control_flow=lower)
+        graph_def = frozen.graph.as_graph_def()
+        inputs = [t.name for t in frozen.inputs]
+        outputs = [t.name for t in frozen.outputs]
+        feeds = dict(zip(inputs, [x, np.int32(5)], strict=True))
+        config = tf.compat.v1.ConfigProto()
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+        g = tf.Graph()
+        with g.as_default():
+            tf.compat.v1.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session(graph=g, config=config) as sess:
+            results = sess.run(outputs, feeds)
+        arrays = {f"in:{k}": v for k, v in feeds.items()}
+        arrays.update({f"out:{k}": v for k, v in zip(outputs, results, strict=True)})
+        bf16 = sorted(k for k, v in arrays.items() if np.asarray(v).dtype == BF16)
+        arrays = {k: np.asarray(v).view(np.uint16) if k in bf16 else v for k, v in arrays.items()}
+        (OUT / f"{name}.pb").write_bytes(graph_def.SerializeToString(deterministic=True))
+        np.savez(OUT / f"{name}.npz", bfloat16=np.array(bf16), **arrays)
+        print(f"wrote {OUT / name}.pb: {' '.join(sorted({n.op for n in graph_def.node}))}")
 
 
 def export(m: keras.Model, x: np.ndarray) -> None:
