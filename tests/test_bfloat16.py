@@ -13,7 +13,7 @@ import pytest
 from support import rewrite_config
 
 from poolserve.proto import tensor_pb2, types_pb2
-from poolserve.runtime import dtypes
+from poolserve.runtime import bfloat16, dtypes
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.graph import Graph, load_graph_def
 from poolserve.runtime.saved_model import load_saved_model
@@ -158,3 +158,65 @@ def test_the_same_model_as_keras_exports_it_gives_tensorflows_numbers() -> None:
             np.testing.assert_array_equal(got[name].view(np.uint16), w.view(np.uint16), err_msg=name)
         else:
             np.testing.assert_allclose(got[name], w, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+_I = np.int32
+_MOVES = {
+    "Transpose": lambda b, x, dt: b.op(
+        "Transpose", [x, b.constant(np.array([2, 0, 1], _I))], {"T": dt, "Tperm": _I}
+    ),
+    "ConcatV2": lambda b, x, dt: b.op("ConcatV2", [x, x, b.constant(_I(1))], {"T": dt, "N": 2, "Tidx": _I}),
+    "Pack": lambda b, x, dt: b.op("Pack", [x, x], {"T": dt, "N": 2, "axis": 1}),
+    "Unpack": lambda b, x, dt: b.op("Unpack", [x], {"T": dt, "num": 4, "axis": 0}),
+    "Slice": lambda b, x, dt: b.op(
+        "Slice",
+        [x, b.constant(np.array([1, 2, 0], _I)), b.constant(np.array([2, -1, 3], _I))],
+        {"T": dt, "Index": _I},
+    ),
+    "StridedSlice": lambda b, x, dt: b.op(
+        "StridedSlice",
+        [x, *(b.constant(np.array(v, _I)) for v in ([0, 1, 0], [4, 6, 5], [2, 2, -1]))],
+        {"T": dt, "Index": _I, "begin_mask": 0, "end_mask": 0, "ellipsis_mask": 0, "new_axis_mask": 0}
+        | {"shrink_axis_mask": 0},
+    ),
+    "GatherV2": lambda b, x, dt: b.op(
+        "GatherV2",
+        [x, b.constant(np.array([3, 0, 3], _I)), b.constant(_I(1))],
+        {"Tparams": dt, "Tindices": _I, "Taxis": _I, "batch_dims": 0},
+    ),
+    "Tile": lambda b, x, dt: b.op(
+        "Tile", [x, b.constant(np.array([1, 2, 1], _I))], {"T": dt, "Tmultiples": _I}
+    ),
+    "ReverseV2": lambda b, x, dt: b.op(
+        "ReverseV2", [x, b.constant(np.array([1], _I))], {"T": dt, "Tidx": _I}
+    ),
+    "Split": lambda b, x, dt: b.op("Split", [b.constant(_I(1)), x], {"T": dt, "num_split": 2}),
+    "Pad": lambda b, x, dt: b.op(
+        "Pad", [x, b.constant(np.array([[1, 0], [0, 2], [1, 1]], _I))], {"T": dt, "Tpaddings": _I}
+    ),
+    "Fill": lambda b, x, dt: b.op(
+        "Fill",
+        [
+            b.constant(np.array([2, 3], _I)),
+            b.op("Max", [x, b.constant(np.array([0, 1, 2], _I))], {"T": dt, "Tidx": _I}),
+        ],
+        {"T": dt, "index_type": _I},
+    ),
+    "ZerosLike": lambda b, x, dt: b.op("ZerosLike", [x], {"T": dt}),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_MOVES))
+def test_ops_that_move_bfloat16_values_run_on_them_as_they_are(op: str) -> None:
+    # bit for bit what the op gives on the same values in float32, without the casts
+    assert op in bfloat16.NATIVE
+    x = np.random.default_rng(0).standard_normal((4, 6, 5)).astype(BF16)
+    results = []
+    for dt, value in ((BF16, x), (np.float32, x.astype(np.float32))):
+        b = GraphBuilder()
+        out = _MOVES[op](b, b.placeholder("x", dt, None), dt)
+        with Session(b.graph_def) as s:
+            results.append(s.run(out, {"x:0": value}))
+    got, want = results
+    assert got.dtype == BF16 and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.uint16), want.astype(BF16).view(np.uint16))
