@@ -3,14 +3,16 @@
 Strings are numpy object arrays of ``bytes``; DT_HALF is ``float16``; resources and variants (TensorLists) are
 0-d object arrays holding the Python object. TensorFlow's quantized types (qint8, quint8, qint16, quint16,
 qint32: a quantize_weights graph's Const weights, QuantizeV2's outputs) are held as the integers of their
-width; an integer array is never taken for one. Types numpy cannot hold (bfloat16, float8, int4) are
-refused with ``UnimplementedError``.
+width; an integer array is never taken for one. DT_BFLOAT16 is ``ml_dtypes.bfloat16``, the type TensorFlow's
+own ``tf.bfloat16.as_numpy_dtype`` is (kernels compute it in float32: ``runtime/bfloat16.py``). Types numpy
+cannot hold (float8, int4) are refused with ``UnimplementedError``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from poolserve.proto import types_pb2
@@ -18,10 +20,13 @@ from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 
 DataType = int  # a types_pb2.DataType value
 
+BFLOAT16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+
 _TO_NUMPY: dict[int, np.dtype[Any]] = {
     types_pb2.DT_FLOAT: np.dtype(np.float32),
     types_pb2.DT_DOUBLE: np.dtype(np.float64),
     types_pb2.DT_HALF: np.dtype(np.float16),
+    types_pb2.DT_BFLOAT16: BFLOAT16,
     types_pb2.DT_INT8: np.dtype(np.int8),
     types_pb2.DT_INT16: np.dtype(np.int16),
     types_pb2.DT_INT32: np.dtype(np.int32),
@@ -94,4 +99,9 @@ def from_numpy(dtype: Any) -> int:
 
 
 def is_floating(dtype: int) -> bool:
-    return base_dtype(dtype) in (types_pb2.DT_FLOAT, types_pb2.DT_DOUBLE, types_pb2.DT_HALF)
+    return base_dtype(dtype) in (
+        types_pb2.DT_FLOAT,
+        types_pb2.DT_DOUBLE,
+        types_pb2.DT_HALF,
+        types_pb2.DT_BFLOAT16,
+    )

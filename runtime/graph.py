@@ -2,7 +2,7 @@
 
 ``Graph(graph_def)`` checks what TensorFlow's importer checks (unique names, existing inputs and ports,
 valid attrs, no cycles but a v1 loop's back edges) and binds every node's kernel once. A node poolserve
-cannot run (an op it has no kernel for, a dtype numpy cannot hold such as bfloat16) is no error until a
+cannot run (an op it has no kernel for, a dtype numpy cannot hold such as float8) is no error until a
 step needs it, as in TensorFlow, whose kernels are made per pruned graph: a SavedModel's training ops or
 a second signature's unsupported op do not stop the others from running (``unavailable``, ``runnable``).
 ``prune`` keeps what some fetches and targets need, with fed tensors cutting the graph.
@@ -18,7 +18,7 @@ import numpy as np
 from google.protobuf import message, text_format
 
 from poolserve.proto import graph_pb2, node_def_pb2, types_pb2
-from poolserve.runtime import dtypes, kernels, op_types
+from poolserve.runtime import bfloat16, dtypes, kernels, op_types
 from poolserve.runtime.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -184,7 +184,10 @@ class Graph:
         if node.name in self.unavailable:
             return self._unavailable_kernel(node)
         try:
-            return self.kernel_defs[node.name].factory(node)
+            factory = self.kernel_defs[node.name].factory
+            if bfloat16.involves(node):  # float32 kernels between casts, chosen here once
+                return bfloat16.bind(factory, node, self.num_outputs[node.name])
+            return factory(node)
         except UnimplementedError as e:  # a dtype or attr value poolserve cannot run: an error once needed
             self.unavailable[node.name] = UnimplementedError(e.message, node.name)
             return self._unavailable_kernel(node)
@@ -314,7 +317,7 @@ class Graph:
             code = op_types.output_dtype(node, port)
             try:
                 np_want = dtypes.as_numpy_dtype(code) if code else None
-            except OpError:  # a dtype numpy cannot hold (bfloat16): nothing to convert to
+            except OpError:  # a dtype numpy cannot hold (float8): nothing to convert to
                 np_want = None
             if code and np_want is not None:
                 spec = (code, np_want, _known_shape(node, port))

@@ -177,7 +177,7 @@ class Node:
         code = int(default) if v is None else int(v.type)
         try:
             dtypes.as_numpy_dtype(code)
-        except UnimplementedError as e:  # a valid DataType numpy cannot hold (bfloat16): unsupported, not bad
+        except UnimplementedError as e:  # a valid DataType numpy cannot hold (float8): unsupported, not bad
             message = f"Node '{self.name}' (op '{self.op}'): attr '{name}': {e.message}"
             raise UnimplementedError(message, self.name) from None
         except Exception as e:

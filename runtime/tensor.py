@@ -22,6 +22,7 @@ _VALUE_FIELD: dict[int, str] = {
     types_pb2.DT_FLOAT: "float_val",
     types_pb2.DT_DOUBLE: "double_val",
     types_pb2.DT_HALF: "half_val",
+    types_pb2.DT_BFLOAT16: "half_val",  # the 16-bit patterns, as for DT_HALF
     types_pb2.DT_INT8: "int_val",
     types_pb2.DT_INT16: "int_val",
     types_pb2.DT_INT32: "int_val",
@@ -49,7 +50,7 @@ def _raw_dtypes() -> dict[np.dtype[Any], int]:
     if sys.byteorder != "little":
         return out
     names = "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 complex64"
-    names += " complex128"
+    names += " complex128 bfloat16"
     for n in names.split():
         out[np.dtype(n)] = 0
     for dt in list(out):
@@ -137,8 +138,8 @@ def to_ndarray(proto: tensor_pb2.TensorProto, name: str = "tensor") -> np.ndarra
     if dtype == types_pb2.DT_STRING:
         values = np.empty(len(raw), dtype=object)
         values[:] = list(raw)
-    elif dtype == types_pb2.DT_HALF:
-        values = np.asarray(raw, dtype=np.uint16).view(np.float16)
+    elif dtype in (types_pb2.DT_HALF, types_pb2.DT_BFLOAT16):
+        values = np.asarray(raw, dtype=np.uint16).view(np_dtype)
     elif dtype in (types_pb2.DT_COMPLEX64, types_pb2.DT_COMPLEX128):
         pairs = np.asarray(raw, dtype=np.float64)
         if pairs.size % 2:

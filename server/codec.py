@@ -89,7 +89,8 @@ def _tf_names() -> dict[str, Dtype]:
 # TensorFlow's dtype names ("float32", "string", ...) plus the aliases tf.as_dtype takes
 TF_DTYPES = _tf_names()
 
-# KServe v2 datatypes (BYTES: object arrays of bytes, as the runtime holds DT_STRING)
+# KServe v2 datatypes (BYTES: object arrays of bytes, as the runtime holds DT_STRING; BF16, as Triton names
+# it: ml_dtypes.bfloat16 arrays, the 16-bit patterns in binary data, numbers in JSON)
 KSERVE_DATATYPES: dict[str, Dtype] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),
@@ -101,11 +102,13 @@ KSERVE_DATATYPES: dict[str, Dtype] = {
     "INT32": np.dtype(np.int32),
     "INT64": np.dtype(np.int64),
     "FP16": np.dtype(np.float16),
+    "BF16": dtypes.BFLOAT16,
     "FP32": np.dtype(np.float32),
     "FP64": np.dtype(np.float64),
     "BYTES": STRING,
 }
-# KServe v2 over gRPC: the InferTensorContents field of each datatype (FP16 has none: raw contents only)
+# KServe v2 over gRPC: the InferTensorContents field of each datatype (FP16 and BF16 have none: raw
+# contents only)
 KSERVE_CONTENTS = {
     "BOOL": "bool_contents",
     "INT8": "int_contents",
@@ -695,7 +698,9 @@ def to_json(where: str, value: Any, flat: bool = False, strings: Strings = "text
         arr = np.stack([arr.real, arr.imag], axis=-1)
         kind = arr.dtype.kind
     if kind not in "biuf":
-        raise UnimplementedError(f"{where} has dtype {arr.dtype}, which has no JSON form")
+        if arr.dtype != dtypes.BFLOAT16:
+            raise UnimplementedError(f"{where} has dtype {arr.dtype}, which has no JSON form")
+        arr, kind = arr.astype(np.float32), "f"  # exact; written as the shortest float32 text
     if kind == "f" and not np.isfinite(arr).all():
         # orjson writes null for NaN: the standard library writes NaN and Infinity, which TF Serving,
         # Python and tritonclient read back

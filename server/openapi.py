@@ -73,8 +73,8 @@ class RunResponse(BaseModel):
 # --- KServe v2 / Open Inference Protocol ---------------------------------------------------------------
 
 Datatype = Literal[
-    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "FP32", "FP64",
-    "BYTES",
+    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16", "BF16", "FP32",
+    "FP64", "BYTES",
 ]  # fmt: skip
 
 

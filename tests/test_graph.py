@@ -137,7 +137,7 @@ def test_unknown_fields_are_kept():
 
 
 def test_a_node_poolserve_cannot_run_fails_only_the_steps_that_need_it():
-    # TensorFlow makes kernels per pruned graph: an unknown op or a dtype numpy cannot hold (bfloat16) in a
+    # TensorFlow makes kernels per pruned graph: an unknown op or a dtype numpy cannot hold (float8) in a
     # part of the graph a step does not run (a training branch, another signature) is no error for it
     b = GraphBuilder()
     x = b.placeholder("x", np.float32, [None, 3])
@@ -145,19 +145,19 @@ def test_a_node_poolserve_cannot_run_fails_only_the_steps_that_need_it():
     g = b.graph_def
     g.node.add(name="f", op="FrobnicateV7", input=["x"])
     g.node.add(name="uses_f", op="Identity", input=["f:2"]).attr["T"].type = 1
-    cast = g.node.add(name="bf", op="Cast", input=["x"])
-    cast.attr["SrcT"].type, cast.attr["DstT"].type = 1, 14  # float32 -> bfloat16
+    cast = g.node.add(name="f8", op="Cast", input=["x"])
+    cast.attr["SrcT"].type, cast.attr["DstT"].type = 1, 24  # float32 -> float8_e5m2
     graph = Graph(g)
     assert graph.num_outputs["f"] == 3  # as many as its consumers read
-    assert sorted(graph.unavailable) == ["bf", "f"]
+    assert sorted(graph.unavailable) == ["f", "f8"]
     with Session(g) as s:
         np.testing.assert_array_equal(s.run("y:0", {"x:0": [[1, 2, 3]]}), [[2, 3, 4]])
         with pytest.raises(UnimplementedError, match="Op type not registered 'FrobnicateV7' \\(node 'f'\\)"):
             s.run("uses_f:0", {"x:0": [[1, 2, 3]]})
         with pytest.raises(
-            UnimplementedError, match="Node 'bf' \\(op 'Cast'\\): attr 'DstT': Data type bfloat16"
+            UnimplementedError, match="Node 'f8' \\(op 'Cast'\\): attr 'DstT': Data type float8_e5m2"
         ):
-            s.run("bf:0", {"x:0": [[1, 2, 3]]})
+            s.run("f8:0", {"x:0": [[1, 2, 3]]})
         np.testing.assert_array_equal(s.run("y:0", {"x:0": [[0, 0, 0]]}), [[1, 1, 1]])
     # bad attrs are still refused when the graph is read, as TensorFlow's importer refuses them
     bad = graph_pb2.GraphDef()

@@ -34,6 +34,7 @@ from poolserve.proto import (
     types_pb2,
 )
 from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.dtypes import BFLOAT16
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
 from poolserve.server import codec, grpc_raw
 from poolserve.server.app import create_app
@@ -599,6 +600,29 @@ def predict_request(model: str, **inputs: Any) -> predict_pb2.PredictRequest:
     for name, value in inputs.items():
         request.inputs[name].CopyFrom(from_ndarray(value))
     return request
+
+
+async def test_bfloat16_over_tf_serving_and_kserve_grpc(tfs: Any, kserve: Any) -> None:
+    # DT_BFLOAT16 TensorProtos (tensor_content) to TF Serving's Predict, BF16 raw contents to ModelInfer
+    x = np.array([1.5, -2.25, 1 / 3], BFLOAT16)
+    request = predict_request("types", bf16=x)
+    request.output_filter.append("bf16_out")
+    response = await tfs.Predict(request)
+    assert response.outputs["bf16_out"].dtype == types_pb2.DT_BFLOAT16
+    got = to_ndarray(response.outputs["bf16_out"])
+    assert got.dtype == BFLOAT16
+    np.testing.assert_array_equal(
+        got.view(np.uint16), (x.astype(np.float32) * 2).astype(BFLOAT16).view(np.uint16)
+    )
+    infer = pb.ModelInferRequest(model_name="types")
+    infer.inputs.add(name="bf16", datatype="BF16", shape=x.shape)
+    infer.raw_input_contents.append(x.tobytes())
+    infer.outputs.add(name="bf16_out")
+    answer = await kserve.ModelInfer(infer)
+    assert answer.outputs[0].datatype == "BF16"
+    np.testing.assert_array_equal(
+        np.frombuffer(answer.raw_output_contents[0], np.uint16), got.view(np.uint16)
+    )
 
 
 async def test_predict_equals_http(tfs: Any, http: httpx.AsyncClient) -> None:

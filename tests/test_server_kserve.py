@@ -17,6 +17,7 @@ import pytest
 from support import body_of, bytes_elements, split_response
 
 from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.dtypes import BFLOAT16 as BF16
 from poolserve.server import codec
 from poolserve.server.app import create_app
 from poolserve.server.config import load_config
@@ -48,6 +49,8 @@ def write_models(folder: Path) -> None:
     b.identity(text, name="text_out")
     half = b.placeholder("half", np.float16, (2,))
     b.identity(half, name="half_out")
+    bf16 = b.placeholder("bf16", BF16, (None,))
+    b.mul(bf16, b.constant(np.array(2, BF16)), name="bf16_out")  # computed in bfloat16
     (folder / "types.pb").write_bytes(b.graph_def.SerializeToString())
 
     b = GraphBuilder()
@@ -136,6 +139,7 @@ def outputs_of(response: httpx.Response) -> dict[str, np.ndarray]:
                 "BYTES": object,
                 "BOOL": bool,
                 "FP16": np.float16,
+                "BF16": BF16,
                 "FP32": np.float32,
                 "INT32": np.int32,
             }[o["datatype"]]
@@ -190,12 +194,14 @@ async def test_model_metadata(client):
         {"name": "flag", "datatype": "BOOL", "shape": [-1]},
         {"name": "text", "datatype": "BYTES", "shape": [-1]},
         {"name": "half", "datatype": "FP16", "shape": [2]},
+        {"name": "bf16", "datatype": "BF16", "shape": [-1]},
     ]
     assert [(o["name"], o["datatype"]) for o in types["outputs"]] == [
         ("a2", "INT32"),
         ("not_flag", "BOOL"),
         ("text_out", "BYTES"),
         ("half_out", "FP16"),
+        ("bf16_out", "BF16"),
     ]
 
 
@@ -365,8 +371,9 @@ async def test_infer_every_datatype_family(client, binary):
     flag = np.array([True, False])
     text = np.array(["héllo".encode(), b"", b"x y"], dtype=object)
     half = np.array([0.5, -65504], np.float16)
-    arrays = {"a": a, "flag": flag, "text": text, "half": half}
-    datatypes = {"a": "INT32", "flag": "BOOL", "text": "BYTES", "half": "FP16"}
+    bf16 = np.array([1.5, -2.25, 1.0e38, 1 / 3], BF16)
+    arrays = {"a": a, "flag": flag, "text": text, "half": half, "bf16": bf16}
+    datatypes = {"a": "INT32", "flag": "BOOL", "text": "BYTES", "half": "FP16", "bf16": "BF16"}
     if binary:
         chunks = [bytes_elements(*text) if k == "text" else v.tobytes() for k, v in arrays.items()]
         inputs = [
@@ -388,7 +395,9 @@ async def test_infer_every_datatype_family(client, binary):
                 "name": k,
                 "shape": list(v.shape),
                 "datatype": datatypes[k],
-                "data": [s.decode() for s in v] if k == "text" else v.tolist(),
+                "data": [s.decode() for s in v]
+                if k == "text"
+                else (v.astype(np.float32) if k == "bf16" else v).tolist(),
             }
             for k, v in arrays.items()
         ]
@@ -402,6 +411,12 @@ async def test_infer_every_datatype_family(client, binary):
     assert out["text_out"].tolist() == text.tolist()
     np.testing.assert_array_equal(out["half_out"], half)
     assert out["half_out"].dtype == np.float16
+    # BF16: 2 bytes an element in binary data, numbers in JSON
+    bf16_out = [o for o in r.json()["outputs"] if o["name"] == "bf16_out"] if not binary else None
+    assert bf16_out is None or bf16_out[0]["datatype"] == "BF16"
+    want = (bf16.astype(np.float32) * 2).astype(BF16).astype(np.float32)
+    np.testing.assert_array_equal(out["bf16_out"].astype(np.float32), want)
+    assert out["bf16_out"].dtype == BF16
 
 
 @pytest.mark.anyio

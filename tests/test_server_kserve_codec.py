@@ -256,7 +256,7 @@ def test_decode_binary_mixed_with_json_in_order():
     assert decoded.inputs["a"].dtype == np.float32 and decoded.inputs["b"].dtype == np.int64
 
 
-@pytest.mark.parametrize("datatype", ["UINT16", "INT32", "INT8", "UINT64", "FP16", "FP64"])
+@pytest.mark.parametrize("datatype", ["UINT16", "INT32", "INT8", "UINT64", "FP16", "BF16", "FP64"])
 def test_decode_binary_every_fixed_size_datatype(datatype):
     from poolserve.server.kserve import DATATYPES
 

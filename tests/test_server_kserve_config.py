@@ -89,6 +89,17 @@ async def test_config_of_a_saved_model(kserve: Any, http: httpx.AsyncClient) -> 
     assert [i["data_type"] for i in config["input"]] == ["TYPE_STRING"]
 
 
+async def test_config_names_every_datatype_as_triton_does(kserve: Any, http: httpx.AsyncClient) -> None:
+    config = await config_of(kserve, http, "types")
+    assert {i["name"]: i["data_type"] for i in config["input"]} == {
+        "a": "TYPE_INT32",
+        "flag": "TYPE_BOOL",
+        "text": "TYPE_STRING",
+        "half": "TYPE_FP16",
+        "bf16": "TYPE_BF16",
+    }
+
+
 @pytest.mark.parametrize(
     ("name", "version", "code", "status", "message"),
     [

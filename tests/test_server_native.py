@@ -19,6 +19,7 @@ from support import asgi_scope
 
 from poolserve.proto import serving_pb2, types_pb2
 from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.dtypes import BFLOAT16
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
 from poolserve.server.app import create_app
 from poolserve.server.config import make_config
@@ -680,3 +681,23 @@ async def test_metrics_exposition(client: httpx.AsyncClient) -> None:
         "poolserve_steps_running",
     ):
         assert f"\n{name} " in text, name
+
+
+async def test_run_a_bfloat16_feed_and_fetches() -> None:
+    # dtype "bfloat16" in and out, numbers in JSON; the fixture's y -> MatMul -> z, as TensorFlow computed it
+    fixture = Path(__file__).parent / "fixtures" / "models" / "bfloat16"
+    with np.load(fixture.with_suffix(".npz")) as data:
+        y, z = data["in:y:0"].view(BFLOAT16), data["out:Identity_2:0"].view(BFLOAT16)
+    app = create_app(make_config({"models": [{"name": "bf16", "path": str(fixture.with_suffix(".pb"))}]}))
+    feeds = {"y": {"dtype": "bfloat16", "shape": list(y.shape), "data": y.astype(np.float32).tolist()}}
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://t") as c,
+    ):
+        r = await c.post("/v1/models/bf16:run", json={"feeds": feeds, "fetches": ["Identity_2:0"]})
+    assert r.status_code == 200, r.text
+    out = r.json()["outputs"]["Identity_2:0"]
+    assert out["dtype"] == "bfloat16" and out["shape"] == list(z.shape)
+    got = np.asarray(out["data"], np.float32).astype(BFLOAT16).reshape(out["shape"])  # exact: float32 text
+    np.testing.assert_array_equal(got.view(np.uint16), z.view(np.uint16))

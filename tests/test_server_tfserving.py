@@ -738,3 +738,41 @@ async def test_classify_unknown_model_or_version(client):
     assert "no version 7" in await error_of(
         client, "/v1/models/classify/versions/7:regress", {"examples": PLAIN}, 404
     )
+
+
+@pytest.mark.anyio
+async def test_a_mixed_bfloat16_model_answers_tensorflows_numbers_in_json() -> None:
+    # the Keras mixed_bfloat16 fixture (tools/make_bfloat16_fixture.py): a DT_BFLOAT16 input takes JSON
+    # numbers (rounded to nearest even), bfloat16 outputs come back as the numbers they hold
+    from poolserve.runtime.dtypes import BFLOAT16
+    from poolserve.server.config import make_config
+
+    fixture = Path(__file__).parent / "fixtures" / "models" / "bfloat16"
+    with np.load(fixture.with_suffix(".npz")) as data:
+        x, y = data["in:x:0"], data["in:y:0"].view(BFLOAT16)
+        want = {
+            k[4:-2]: data[k].view(BFLOAT16) if k in data["bfloat16"] else data[k]
+            for k in data.files
+            if k.startswith("out:")
+        }
+    app = create_app(make_config({"models": [{"name": "bf16", "path": str(fixture.with_suffix(".pb"))}]}))
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://t") as c,
+    ):
+        meta = (await c.get("/v1/models/bf16/metadata")).json()
+        inputs = meta["metadata"]["signature_def"]["signature_def"]["serving_default"]["inputs"]
+        assert inputs["y"]["dtype"] == "DT_BFLOAT16"
+        body = {"inputs": {"x": x.tolist(), "y": y.astype(np.float32).tolist()}}
+        r = await c.post("/v1/models/bf16:predict", json=body)
+    assert r.status_code == 200, r.text
+    outputs = r.json()["outputs"]
+    for name, w in want.items():
+        got = np.asarray(outputs[name], np.float32)
+        if w.dtype == BFLOAT16:  # exact: the float32 text of a bfloat16 value reads back to it
+            np.testing.assert_array_equal(
+                got.astype(BFLOAT16).view(np.uint16), w.view(np.uint16), err_msg=name
+            )
+        else:
+            np.testing.assert_allclose(got, w, rtol=1e-6, atol=1e-7, err_msg=name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 import tritonclient.http as triton
@@ -114,6 +115,22 @@ def test_infer_bytes_bool_int_half(client, binary):
     half = result.as_numpy("half_out")
     assert half.dtype == np.float16
     np.testing.assert_array_equal(half, arrays["half"])
+
+
+@pytest.mark.parametrize("binary_out", [True, False])
+def test_infer_bfloat16(client, binary_out):
+    # tritonclient sends BF16 as ml_dtypes.bfloat16 arrays, in binary data only over HTTP
+    x = np.array([1.5, -2.25, 1 / 3, 1.0e38], ml_dtypes.bfloat16)
+    inp = triton.InferInput("bf16", list(x.shape), "BF16")
+    inp.set_data_from_numpy(x, binary_data=True)
+    result = client.infer(
+        "types", [inp], outputs=[triton.InferRequestedOutput("bf16_out", binary_data=binary_out)]
+    )
+    y = result.as_numpy("bf16_out")
+    assert y.dtype == ml_dtypes.bfloat16 and result.get_response()["outputs"][0]["datatype"] == "BF16"
+    np.testing.assert_array_equal(
+        y.view(np.uint16), (x.astype(np.float32) * 2).astype(ml_dtypes.bfloat16).view(np.uint16)
+    )
 
 
 def test_infer_parameters_and_trace(client):

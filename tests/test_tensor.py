@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from poolserve.proto import tensor_pb2, types_pb2
+from poolserve.runtime import dtypes
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 from poolserve.runtime.tensor import as_array, from_ndarray, shape_from_proto, shape_to_proto, to_ndarray
 
@@ -257,10 +258,16 @@ def test_unknown_shape_is_refused() -> None:
         to_ndarray(p)
 
 
-@pytest.mark.parametrize("dtype", [types_pb2.DT_BFLOAT16, types_pb2.DT_VARIANT, types_pb2.DT_FLOAT8_E4M3FN])
+@pytest.mark.parametrize("dtype", [types_pb2.DT_INT4, types_pb2.DT_VARIANT, types_pb2.DT_FLOAT8_E4M3FN])
 def test_unsupported_dtypes_are_unimplemented(dtype: int) -> None:
     with pytest.raises(UnimplementedError, match="not supported"):
         to_ndarray(proto(dtype, (1,), tensor_content=b"\0\0"))
+
+
+def test_bfloat16_values_are_ml_dtypes_bfloat16() -> None:
+    """tf.bfloat16.as_numpy_dtype: the 16-bit patterns in tensor_content or half_val (tests/test_bfloat16.py)."""
+    value = to_ndarray(proto(types_pb2.DT_BFLOAT16, (1,), tensor_content=b"\xc0\x3f"))
+    assert value.dtype == dtypes.BFLOAT16 and value.tolist() == [1.5]
 
 
 def test_quantized_values_are_the_integers_of_their_width() -> None:

@@ -1,4 +1,4 @@
-"""A model with a node poolserve cannot run (an op with no kernel, a bfloat16 dtype): refused at start-up
+"""A model with a node poolserve cannot run (an op with no kernel, a float8 dtype): refused at start-up
 when the signature it serves needs the node, served otherwise. A SavedModel's other signature that needs it
 answers 501 naming the op, as the runtime fails only the steps that need such a node (runtime/graph.py)."""
 
