@@ -1,0 +1,80 @@
+"""Generates more single-op fixtures under ``tests/fixtures/kernels/cases`` (dev only), in the format of
+tools/make_op_case_fixtures.py (whose ``Group`` writes them), for ops that real serving graphs needed:
+
+    /opt/tfenv/bin/python tools/make_serving_op_cases.py [group ...]
+
+Groups: ``encode_png`` (EncodePng: uint8 and uint16, 1-4 channels, every compression level, batches, images
+large enough for a full zlib window and several IDAT chunks, and refused inputs). Tests:
+tests/test_kernels_<group>.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import numpy as np
+from make_op_case_fixtures import Group
+
+U8, U16, I32, F32 = np.uint8, np.uint16, np.int32, np.float32
+
+
+def encode_png(g: Group) -> None:
+    rng = np.random.default_rng(21)
+
+    def smooth(h: int, w: int, c: int, dtype: type) -> np.ndarray:
+        top = np.iinfo(dtype).max
+        y, x = np.mgrid[0:h, 0:w]
+        planes = [(x * (k + 1) * 7 + y * 3 * (c - k)) % (top + 1) for k in range(c)]
+        return np.stack(planes, axis=-1).astype(dtype)
+
+    for dtype, dname in ((U8, "u8"), (U16, "u16")):
+        top = int(np.iinfo(dtype).max)
+        for c in (1, 2, 3, 4):
+            for h, w in ((1, 1), (1, 9), (7, 1), (5, 6), (23, 17)):
+                noise = rng.integers(0, top + 1, (h, w, c)).astype(dtype)
+                g.case(f"noise_{dname}_c{c}_{h}x{w}", "EncodePng", {"image": noise})
+            g.case(f"smooth_{dname}_c{c}", "EncodePng", {"image": smooth(19, 26, c, dtype)})
+            g.case(f"flat_{dname}_c{c}", "EncodePng", {"image": np.full((9, 11, c), top // 3, dtype)})
+        for level in range(-1, 10):
+            for kind, img in (
+                ("noise", rng.integers(0, top + 1, (12, 10, 3))),
+                ("smooth", smooth(30, 20, 3, dtype)),
+            ):
+                g.case(
+                    f"level{level + 1}_{kind}_{dname}",
+                    "EncodePng",
+                    {"image": img.astype(dtype)},
+                    compression=level,
+                )
+    # past libpng's 16 KiB narrowed window and its 8 KiB IDAT chunks
+    g.case("big_noise_u8", "EncodePng", {"image": rng.integers(0, 256, (70, 60, 3)).astype(U8)})
+    g.case("big_smooth_u16", "EncodePng", {"image": smooth(70, 60, 2, U16)})
+    g.case(
+        "big_mixed_u8",
+        "EncodePng",
+        {"image": (smooth(120, 50, 3, U8) // 4 * 4 + rng.integers(0, 3, (120, 50, 3))).astype(U8)},
+    )
+    g.case("batch", "EncodePng", {"image": rng.integers(0, 256, (2, 3, 4, 5, 3)).astype(U8)})
+    g.case("batch_empty", "EncodePng", {"image": np.zeros((0, 4, 5, 3), U8)})
+    # refused
+    g.case("bad_channels", "EncodePng", {"image": np.zeros((2, 3, 5), U8)})
+    g.case("bad_rank", "EncodePng", {"image": np.zeros((2, 3), U8)})
+    g.case("bad_empty", "EncodePng", {"image": np.zeros((0, 3, 3), U8)})
+    g.case("bad_empty_batch", "EncodePng", {"image": np.zeros((2, 3, 0, 3), U8)})
+
+
+GROUPS: dict[str, Callable[[Group], None]] = {
+    "encode_png": encode_png,
+}
+
+
+def main() -> None:
+    for name in sys.argv[1:] or list(GROUPS):
+        g = Group(name)
+        GROUPS[name](g)
+        g.write()
+
+
+if __name__ == "__main__":
+    main()
