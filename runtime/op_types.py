@@ -59,8 +59,9 @@ _BY_SPEC = {
         "TruncatedNormal VariableV2"
     ),
     "DT_STRING": (
-        "AsString DecodeBase64 EncodeBase64 EncodeWav ReduceJoin RegexReplace StaticRegexReplace "
-        "StringFormat StringJoin StringLower StringStrip StringUpper Substr UnicodeEncode"
+        "AsString DecodeBase64 EncodeBase64 EncodePng EncodeWav ReduceJoin RegexReplace "
+        "StaticRegexReplace StringFormat StringJoin StringLower StringStrip StringUpper Substr "
+        "UnicodeEncode"
     ),
     "DT_FLOAT": (
         "AudioSpectrogram CropAndResize FakeQuantWithMinMaxArgs FakeQuantWithMinMaxVars "
