@@ -84,7 +84,8 @@ _BY_SPEC = {
         "TensorListLength UnicodeScript"
     ),
     "T=DT_FLOAT": (
-        "AdjustContrastv2 AdjustHue AdjustSaturation HSVToRGB LRN LeakyRelu MaxPool MaxPoolV2 RGBToHSV"
+        "AdjustContrastv2 AdjustHue AdjustSaturation DrawBoundingBoxes DrawBoundingBoxesV2 HSVToRGB LRN "
+        "LeakyRelu MaxPool MaxPoolV2 RGBToHSV"
     ),
     "Tcomplex=DT_COMPLEX64": "FFT FFT2D FFT3D IFFT IFFT2D IFFT3D RFFT RFFT2D RFFT3D",
     "DT_INT64,T,DT_INT64": (

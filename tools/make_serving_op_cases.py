@@ -4,7 +4,9 @@ tools/make_op_case_fixtures.py (whose ``Group`` writes them), for ops that real 
     /opt/tfenv/bin/python tools/make_serving_op_cases.py [group ...]
 
 Groups: ``encode_png`` (EncodePng: uint8 and uint16, 1-4 channels, every compression level, batches, images
-large enough for a full zlib window and several IDAT chunks, and refused inputs). Tests:
+large enough for a full zlib window and several IDAT chunks, and refused inputs); ``draw_boxes``
+(DrawBoundingBoxes and DrawBoundingBoxesV2: float and half images of 1, 3 and 4 channels, boxes partly or
+wholly outside, inverted and degenerate, TensorFlow's colors and given ones, and refused inputs). Tests:
 tests/test_kernels_<group>.py.
 """
 
@@ -64,8 +66,63 @@ def encode_png(g: Group) -> None:
     g.case("bad_empty_batch", "EncodePng", {"image": np.zeros((2, 3, 0, 3), U8)})
 
 
+def draw_boxes(g: Group) -> None:
+    rng = np.random.default_rng(22)
+    for depth in (1, 3, 4):
+        for dtype, dname in ((F32, "f32"), (np.float16, "f16")):
+            images = (rng.integers(0, 8, (2, 9, 13, depth)) / 8).astype(dtype)  # small fixtures
+            boxes = rng.uniform(-0.3, 1.3, (2, 14, 4)).astype(F32)
+            boxes[:, :6, 2:] = boxes[:, :6, :2] + rng.uniform(0, 0.7, (2, 6, 2))  # mostly upright
+            boxes[0, 6] = [-0.05, -0.09, 0.5, 0.5]  # corners truncated toward zero: drawn at row and column 0
+            boxes[0, 7] = [0.4, 0.4, 0.4, 0.4]  # one pixel
+            boxes[0, 8] = [0.0, 0.0, 1.0, 1.0]
+            boxes[1, 6] = [1.2, 0.1, 1.5, 0.9]  # below the image
+            boxes[1, 7] = [0.8, 0.2, 0.3, 0.9]  # inverted
+            ins = {"images": images, "boxes": boxes}
+            g.case(f"v1_d{depth}_{dname}", "DrawBoundingBoxes", ins)
+            g.case(
+                f"v2_default_d{depth}_{dname}",
+                "DrawBoundingBoxesV2",
+                {**ins, "colors": np.zeros((0, 4), F32)},
+            )
+            for ncolors, width in ((3, depth), (20, 4), (1, 5)):
+                colors = rng.uniform(-2, 3, (ncolors, width)).astype(F32)
+                g.case(
+                    f"v2_c{ncolors}x{width}_d{depth}_{dname}",
+                    "DrawBoundingBoxesV2",
+                    {**ins, "colors": colors},
+                )
+    img = rng.random((1, 1, 6, 3)).astype(F32)
+    g.case("one_row", "DrawBoundingBoxes", {"images": img, "boxes": np.array([[[0, 0.2, 1, 0.7]]], F32)})
+    g.case("no_boxes", "DrawBoundingBoxes", {"images": img, "boxes": np.zeros((1, 0, 4), F32)})
+    g.case(
+        "empty_batch",
+        "DrawBoundingBoxes",
+        {"images": np.zeros((0, 3, 3, 3), F32), "boxes": np.zeros((0, 2, 4), F32)},
+    )
+    box = np.array([[[0.1, 0.1, 0.9, 0.9]]], F32)
+    img = rng.random((1, 5, 5, 3)).astype(F32)
+    g.case("bad_image_rank", "DrawBoundingBoxes", {"images": img[0], "boxes": box})
+    g.case("bad_boxes_rank", "DrawBoundingBoxes", {"images": img, "boxes": box[0]})
+    g.case("bad_batch", "DrawBoundingBoxes", {"images": img, "boxes": np.concatenate([box, box])})
+    g.case("bad_box_size", "DrawBoundingBoxes", {"images": img, "boxes": box[:, :, :3]})
+    g.case("bad_depth", "DrawBoundingBoxes", {"images": img[..., :2], "boxes": box})
+    g.case("bad_colors_rank", "DrawBoundingBoxesV2", {"images": img, "boxes": box, "colors": np.ones(4, F32)})
+    g.case(
+        "bad_colors_width",
+        "DrawBoundingBoxesV2",
+        {"images": img, "boxes": box, "colors": np.ones((2, 2), F32)},
+    )
+    g.case(
+        "bad_colors_empty",
+        "DrawBoundingBoxesV2",
+        {"images": img, "boxes": box, "colors": np.ones((0, 0), F32)},
+    )
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "encode_png": encode_png,
+    "draw_boxes": draw_boxes,
 }
 
 
