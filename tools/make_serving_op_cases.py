@@ -6,7 +6,9 @@ tools/make_op_case_fixtures.py (whose ``Group`` writes them), for ops that real 
 Groups: ``encode_png`` (EncodePng: uint8 and uint16, 1-4 channels, every compression level, batches, images
 large enough for a full zlib window and several IDAT chunks, and refused inputs); ``draw_boxes``
 (DrawBoundingBoxes and DrawBoundingBoxesV2: float and half images of 1, 3 and 4 channels, boxes partly or
-wholly outside, inverted and degenerate, TensorFlow's colors and given ones, and refused inputs). Tests:
+wholly outside, inverted and degenerate, TensorFlow's colors and given ones, and refused inputs);
+``approx_top_k`` (ApproxTopK: float and half rows of 7 to 1500 values, many ties, every k from 0 to the
+row, the attrs of the approximation, and refused inputs). Tests:
 tests/test_kernels_<group>.py.
 """
 
@@ -120,9 +122,31 @@ def draw_boxes(g: Group) -> None:
     )
 
 
+def approx_top_k(g: Group) -> None:
+    rng = np.random.default_rng(23)
+    g.shapes_known = True  # its shape function needs them (and refuses a k past the row: no such case)
+    for i in range(60):
+        dtype = (F32, np.float16)[i % 2]
+        shape = [(7,), (3, 9), (2, 3, 16), (4, 50), (1, 700), (1, 1500)][i % 6]
+        levels = int(rng.choice([3, 20, 1000]))  # few levels: ties everywhere
+        x = (rng.integers(-levels, levels, shape) / levels * 10).astype(dtype)
+        n = shape[-1]
+        k = int(rng.choice([0, 1, 2, n // 3, n - 1, n]))
+        attrs = {"k": k}
+        if i % 5 == 0:
+            attrs |= {
+                "recall_target": 0.5,
+                "aggregate_to_topk": False,
+                "reduction_input_size_override": 4 * n,
+            }
+        g.case(f"case{i}", "ApproxTopK", {"input": x}, **attrs)
+    g.case("empty_rows", "ApproxTopK", {"input": np.zeros((0, 3), F32)}, k=2)
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "encode_png": encode_png,
     "draw_boxes": draw_boxes,
+    "approx_top_k": approx_top_k,
 }
 
 
