@@ -63,15 +63,15 @@ _BY_SPEC = {
         "StaticRegexReplace StringFormat StringJoin StringLower StringStrip StringUpper Substr "
         "UnicodeEncode"
     ),
+    "": (
+        "Assert AssignAddVariableOp AssignSubVariableOp AssignVariableOp ControlTrigger "
+        "InitializeTableFromTextFileV2 InitializeTableV2 LookupTableImportV2 LookupTableInsertV2 "
+        "LookupTableRemoveV2 NoOp PrintV2 TensorArrayCloseV3"
+    ),
     "DT_FLOAT": (
         "AudioSpectrogram CropAndResize FakeQuantWithMinMaxArgs FakeQuantWithMinMaxVars "
         "FakeQuantWithMinMaxVarsPerChannel Mfcc ResizeArea ResizeBicubic ResizeBilinear ScaleAndTranslate "
         "TensorArrayScatterV3 TensorArraySplitV3 TensorArrayWriteV3"
-    ),
-    "": (
-        "Assert AssignAddVariableOp AssignSubVariableOp AssignVariableOp ControlTrigger "
-        "InitializeTableFromTextFileV2 InitializeTableV2 LookupTableImportV2 LookupTableInsertV2 NoOp "
-        "PrintV2 TensorArrayCloseV3"
     ),
     "DT_VARIANT": (
         "EmptyTensorList OptionalFromValue OptionalNone TensorListFromTensor TensorListPushBack "
@@ -103,10 +103,10 @@ _BY_SPEC = {
     "[Tout]": "Case If PartitionedCall StatefulPartitionedCall StatelessCase StatelessIf",
     "DT_INT64": "LookupTableSizeV2 StringToHashBucket StringToHashBucketFast StringToHashBucketStrong Where",
     "DT_UINT8": "DecodeBmp DecodeGif DecodeJpeg Fingerprint PopulationCount",
+    "DT_RESOURCE": "HashTableV2 MutableDenseHashTableV2 MutableHashTableV2 VarHandleOp",
     "Tout=DT_FLOAT": "Angle ComplexAbs Imag Real",
     "out_type=DT_INT32": "LowerBound Shape Size UpperBound",
     "DT_INT64,DT_STRING,DT_INT64": "SparseCrossV2 StringSplit StringSplitV2",
-    "DT_RESOURCE": "HashTableV2 MutableHashTableV2 VarHandleOp",
     "T,DT_INT32": "ApproxTopK Merge RefMerge",
     "T,out_idx=DT_INT32": "ListDiff Unique UniqueV2",
     "Tout": "BatchMatMulV3 LookupTableFindV2 RandomUniformInt",
