@@ -12,11 +12,27 @@ import numpy as np
 import pytest
 from support import _unstore
 
-from poolserve import Session
+from poolserve import Session, load_saved_model
 from poolserve.runtime.errors import InvalidArgumentError, OpError
 from poolserve.runtime.graph import load_graph_def
 
 FOLDER = Path(__file__).parent / "fixtures" / "kernels"
+SAVED = Path(__file__).parent / "fixtures" / "saved_models"
+
+
+def test_a_dense_hash_table_saved_model_matches_tensorflow() -> None:
+    with np.load(SAVED / "tf2_dense_table.npz") as data:
+        recorded = {k: data[k] for k in data.files}
+    model = load_saved_model(SAVED / "tf2_dense_table")  # its checkpoint restores the buckets
+    try:
+        got = model.run({"x": recorded["in:x"]})
+    finally:
+        model.close()
+    assert sorted(got) == ["size", "values"]
+    for key in got:
+        want = recorded[f"out:{key}"]
+        assert np.asarray(got[key]).dtype == want.dtype
+        np.testing.assert_array_equal(got[key], want)
 
 
 def test_a_script_of_steps_matches_tensorflow_step_by_step() -> None:

@@ -10,13 +10,17 @@ The script (a fixed seed) inserts, finds, removes and exports random keys, many 
 buckets, and tries what TensorFlow refuses (the empty and deleted keys as keys, keys of the wrong shape or
 type, a value of the wrong shape). ``dense_table.json`` lists the steps: the node run, the feeds, the
 fetches and TensorFlow's error class and message; ``dense_table.npz`` holds the arrays fed and fetched.
-Test: tests/test_kernels_dense_table.py.
+
+It also writes ``tests/fixtures/saved_models/tf2_dense_table`` (``tf.lookup.experimental.DenseHashTable`` in
+a ``tf.Module``: filled and thinned when made, restored from its checkpoint by a LookupTableImportV2) and
+``tf2_dense_table.npz``, what its serving signature answered. Test: tests/test_kernels_dense_table.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,7 @@ import tensorflow as tf
 from make_op_case_fixtures import store
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "kernels"
+SAVED_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "saved_models"
 tf1 = tf.compat.v1
 
 # name: key dtype, key shape, value dtype, value shape, empty key, deleted key
@@ -145,7 +150,38 @@ def script(rng: np.random.Generator) -> list[tuple[str, str, dict[str, np.ndarra
     return steps
 
 
+class DenseModule(tf.Module):
+    def __init__(self) -> None:
+        self.table = tf.lookup.experimental.DenseHashTable(
+            key_dtype=tf.int64,
+            value_dtype=tf.float32,
+            default_value=-1.0,
+            empty_key=-1,
+            deleted_key=-2,
+            initial_num_buckets=16,
+        )
+        self.table.insert(tf.range(0, 120, 7, dtype=tf.int64), tf.range(0.5, 18.0, 1.0))
+        self.table.remove(tf.constant([14, 35, 1000], tf.int64))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64)])
+    def serve(self, x: Any) -> Any:
+        return {"values": self.table.lookup(x), "size": self.table.size()}
+
+
+def saved_model() -> None:
+    path = SAVED_DIR / "tf2_dense_table"
+    shutil.rmtree(path, ignore_errors=True)
+    module = DenseModule()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    x = np.arange(-3, 130, 5, dtype=np.int64)
+    out = tf.saved_model.load(str(path)).signatures["serving_default"](x=tf.constant(x))
+    np.savez(
+        SAVED_DIR / "tf2_dense_table.npz", **{"in:x": x}, **{f"out:{k}": v.numpy() for k, v in out.items()}
+    )
+
+
 def main() -> None:
+    saved_model()
     rng = np.random.default_rng(31)
     graph = build()
     steps = script(rng)
