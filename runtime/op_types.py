@@ -131,6 +131,7 @@ _BY_SPEC = {
         "DT_INT64*num_sparse,[sparse_types],DT_INT64*num_sparse,[Tdense],[ragged_value_types],"
         "[ragged_split_types]"
     ): "ParseExampleV2",
+    "DT_INT64*top_paths,DT_INT64*top_paths,DT_INT64*top_paths,T=DT_FLOAT": "CTCBeamSearchDecoder",
     "DT_INT64,DT_INT64": "SparseReshape",
     "DT_INT64,DT_INT64,DT_INT64": "SparseCrossHashed",
     "DT_INT64,DT_INT64,DT_INT64,T=DT_FLOAT": "CTCGreedyDecoder",

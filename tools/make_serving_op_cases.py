@@ -8,8 +8,9 @@ large enough for a full zlib window and several IDAT chunks, and refused inputs)
 (DrawBoundingBoxes and DrawBoundingBoxesV2: float and half images of 1, 3 and 4 channels, boxes partly or
 wholly outside, inverted and degenerate, TensorFlow's colors and given ones, and refused inputs);
 ``approx_top_k`` (ApproxTopK: float and half rows of 7 to 1500 values, many ties, every k from 0 to the
-row, the attrs of the approximation, and refused inputs). Tests:
-tests/test_kernels_<group>.py.
+row, the attrs of the approximation, and refused inputs); ``ctc_beam`` (CTCBeamSearchDecoder: 120 random
+cases of up to 5 sequences, float and double, a third of them with rounded logits for equal probabilities,
+beams of 1 to 40, several paths, and refused inputs). Tests: tests/test_kernels_<group>.py.
 """
 
 from __future__ import annotations
@@ -143,10 +144,63 @@ def approx_top_k(g: Group) -> None:
     g.case("empty_rows", "ApproxTopK", {"input": np.zeros((0, 3), F32)}, k=2)
 
 
+def ctc_beam(g: Group) -> None:
+    rng = np.random.default_rng(24)
+    for i in range(120):  # about 360 sequences decoded: a batch of up to 5 each
+        frames, batch, classes = int(rng.integers(1, 10)), int(rng.integers(1, 6)), int(rng.integers(2, 8))
+        dtype = (F32, np.float64)[i % 2]
+        x = rng.normal(size=(frames, batch, classes)) * rng.choice([0.5, 2.0, 5.0])
+        if i % 3 == 0:
+            x = np.round(x)  # equal probabilities
+        beam = int(rng.choice([1, 2, 3, 5, 8, 16, 20, 40]))
+        paths = int(rng.integers(1, min(beam, 3) + 1))
+        lengths = rng.integers(0 if paths == 1 else 1, frames + 1, batch).astype(I32)
+        g.case(
+            f"case{i:03d}",
+            "CTCBeamSearchDecoder",
+            {"inputs": x.astype(dtype), "sequence_length": lengths},
+            beam_width=beam,
+            top_paths=paths,
+            merge_repeated=bool(i % 4),
+        )
+    x = rng.normal(size=(4, 2, 5)).astype(F32)
+    beam = {"beam_width": 3, "top_paths": 2}
+    g.case(
+        "bad_rank", "CTCBeamSearchDecoder", {"inputs": x[0], "sequence_length": np.array([1, 1], I32)}, **beam
+    )
+    g.case("bad_batch", "CTCBeamSearchDecoder", {"inputs": x, "sequence_length": np.array([1], I32)}, **beam)
+    g.case(
+        "bad_length", "CTCBeamSearchDecoder", {"inputs": x, "sequence_length": np.array([1, 5], I32)}, **beam
+    )
+    g.case(
+        "no_frames",
+        "CTCBeamSearchDecoder",
+        {"inputs": x[:0], "sequence_length": np.array([0, 0], I32)},
+        **beam,
+    )
+    g.case(
+        "no_classes",
+        "CTCBeamSearchDecoder",
+        {"inputs": x[..., :0], "sequence_length": np.array([1, 1], I32)},
+        **beam,
+    )
+    g.case(
+        "few_leaves", "CTCBeamSearchDecoder", {"inputs": x, "sequence_length": np.array([0, 2], I32)}, **beam
+    )
+    g.case(
+        "paths_past_beam",
+        "CTCBeamSearchDecoder",
+        {"inputs": x, "sequence_length": np.array([3, 2], I32)},
+        beam_width=2,
+        top_paths=3,
+    )
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "encode_png": encode_png,
     "draw_boxes": draw_boxes,
     "approx_top_k": approx_top_k,
+    "ctc_beam": ctc_beam,
 }
 
 
