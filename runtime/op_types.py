@@ -74,9 +74,9 @@ _BY_SPEC = {
         "TensorArrayScatterV3 TensorArraySplitV3 TensorArrayWriteV3"
     ),
     "DT_VARIANT": (
-        "EmptyTensorList OptionalFromValue OptionalNone TensorListFromTensor TensorListPushBack "
-        "TensorListReserve TensorListResize TensorListScatter TensorListScatterIntoExistingList "
-        "TensorListScatterV2 TensorListSetItem TensorListSplit"
+        "EmptyTensorList OptionalFromValue OptionalNone RaggedTensorToVariant TensorListFromTensor "
+        "TensorListPushBack TensorListReserve TensorListResize TensorListScatter "
+        "TensorListScatterIntoExistingList TensorListScatterV2 TensorListSetItem TensorListSplit"
     ),
     "DT_INT32": (
         "Bucketize NonMaxSuppression NonMaxSuppressionV2 NonMaxSuppressionV3 "
@@ -158,6 +158,7 @@ _BY_SPEC = {
     "Tkeys,Tvalues": "LookupTableExportV2",
     "Tout=DT_COMPLEX64": "Complex",
     "Tsplits=DT_INT64*OUTPUT_RAGGED_RANK,Tvalues": "RaggedGather",
+    "Tsplits=DT_INT64*output_ragged_rank,Tvalues": "RaggedTensorFromVariant",
     "Tsplits=DT_INT64,DT_INT32": "UnicodeDecode",
     "Tsplits=DT_INT64,DT_INT32,DT_INT64": "UnicodeDecodeWithOffsets",
     "Tsplits=DT_INT64,T=DT_INT32": "RaggedRange",
