@@ -29,6 +29,7 @@ from poolserve.runtime.errors import (
     InternalError,
     InvalidArgumentError,
     NotFoundError,
+    UnimplementedError,
 )
 from poolserve.runtime.kernels._common import _shape_str
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
@@ -87,6 +88,8 @@ class Table:
             self.replace(keys, values)
 
     def remove(self, keys: Any) -> None:
+        if not self.handle.mutable:
+            raise UnimplementedError("Remove not supported by InitializableLookupTable implementations")
         with self.lock:
             data = dict(self._data)
             for k in _py(keys):
