@@ -126,7 +126,7 @@ def encode_png(image: Any, level: int) -> bytes:
 def encode_png_kernel(node: Node) -> Compute:
     level = node.attr_int("compression", -1)
     if not -1 <= level <= 9:
-        raise _bad_attr(node, "compression", f"must be between -1 and 9, got {level}")
+        raise _bad_attr(node, "compression", f"should be in [-1,9], got {level}")  # TensorFlow's words
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         image = inputs[0]
