@@ -121,6 +121,11 @@ def draw_boxes(g: Group) -> None:
         "DrawBoundingBoxesV2",
         {"images": img, "boxes": box, "colors": np.ones((0, 0), F32)},
     )
+    # an image of no rows or no columns: boxes reaching into it are refused
+    upright = np.array([[[1.2, 0.1, 0.3, 0.9]]], F32)
+    g.case("bad_no_rows", "DrawBoundingBoxes", {"images": np.zeros((1, 0, 3, 3), F32), "boxes": upright})
+    sideways = upright[..., [1, 0, 3, 2]]
+    g.case("bad_no_cols", "DrawBoundingBoxes", {"images": np.zeros((1, 3, 0, 3), F32), "boxes": sideways})
 
 
 def approx_top_k(g: Group) -> None:

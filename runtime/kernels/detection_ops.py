@@ -644,6 +644,11 @@ def draw_bounding_boxes(node: Node) -> Compute:
                     continue  # inverted
                 if top >= height or bottom < 0 or left >= width or right < 0:
                     continue  # wholly outside
+                # what TensorFlow then checks can fail only for an image of no rows or no columns
+                if min(bottom, height - 1) < 0:
+                    raise InvalidArgumentError("Max box row clamp is less than 0.")
+                if min(right, width - 1) < 0:
+                    raise InvalidArgumentError("Max box col clamp is less than 0.")
                 color = table[k % len(table)]
                 rows = slice(max(top, 0), min(bottom, height - 1) + 1)
                 cols = slice(max(left, 0), min(right, width - 1) + 1)
