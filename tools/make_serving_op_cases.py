@@ -62,6 +62,7 @@ def encode_png(g: Group) -> None:
     )
     g.case("batch", "EncodePng", {"image": rng.integers(0, 256, (2, 3, 4, 5, 3)).astype(U8)})
     g.case("batch_empty", "EncodePng", {"image": np.zeros((0, 4, 5, 3), U8)})
+    g.case("batch_empty_of_empty", "EncodePng", {"image": np.zeros((0, 7, 0, 3), U16)})
     # refused
     g.case("bad_channels", "EncodePng", {"image": np.zeros((2, 3, 5), U8)})
     g.case("bad_rank", "EncodePng", {"image": np.zeros((2, 3), U8)})

@@ -139,7 +139,7 @@ def encode_png_kernel(node: Node) -> Compute:
             raise InvalidArgumentError(f"image must have 1, 2, 3, or 4 channels, got {channels}")
         batch = image.shape[:-3]
         images = image.reshape(int(np.prod(batch)), *image.shape[-3:])
-        if 0 in image.shape[-3:-1]:
+        if len(images) and 0 in image.shape[-3:-1]:  # libpng refuses an empty image
             failed = ", ".join(str(i) for i in range(len(images)))
             raise InternalError(f"PNG encoding failed at the following flattened batch indices: {failed}")
         encoded = [encode_png(one, level) for one in images]
