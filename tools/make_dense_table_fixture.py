@@ -199,7 +199,7 @@ def main() -> None:
                 "fetches": [t.name for t in node.outputs],
             }
             for k, v in feed_dict.items():
-                arrays[f"{i}/in/{k}"] = store(np.asarray(v))
+                arrays[f"{i}/in/{k}"] = store(np.array(v))
             try:
                 out = sess.run(fetches, feed_dict)
             except tf.errors.OpError as e:
@@ -207,9 +207,11 @@ def main() -> None:
                 step["error"] = [type(e).__name__, lines[-1]]
             else:
                 for k, v in zip(step["fetches"], out if node.outputs else [], strict=False):
-                    arrays[f"{i}/out/{k}"] = store(np.asarray(v))
+                    arrays[f"{i}/out/{k}"] = store(np.array(v))  # a copy: see below
                 if what == "export":  # import the exported buckets back: the next steps see them
-                    keys, values = out
+                    # TensorFlow hands out its bucket tensors and, imported, writes into the arrays fed:
+                    # copies, or later steps would change what is recorded here
+                    keys, values = np.array(out[0]), np.array(out[1])
                     meta.append(step)
                     step = {
                         "index": f"{i}i",
@@ -217,8 +219,8 @@ def main() -> None:
                         "feeds": [f"{name}_keys:0", f"{name}_values:0"],
                         "fetches": [],
                     }
-                    arrays[f"{i}i/in/{name}_keys:0"] = store(keys)
-                    arrays[f"{i}i/in/{name}_values:0"] = store(values)
+                    arrays[f"{i}i/in/{name}_keys:0"] = store(keys.copy())
+                    arrays[f"{i}i/in/{name}_values:0"] = store(values.copy())
                     sess.run(f"{name}_import", {f"{name}_keys:0": keys, f"{name}_values:0": values})
             meta.append(step)
     (OUT_DIR / "dense_table.pb").write_bytes(graph.as_graph_def().SerializeToString(deterministic=True))
