@@ -324,8 +324,9 @@ class _BeamSearch:
         big, small = (a, b) if a > b else (b, a)
         return self.round(big + _LOG1PF(_EXPF(small - big)))
 
-    def step(self, x: list[float]) -> None:
+    def step(self, row: Any) -> None:
         r = self.round
+        x = row.tolist()
         top = max(x)
         total = 0.0
         exp = self.exp
@@ -353,17 +354,24 @@ class _BeamSearch:
                 len(leaves.elements) < self.beam_width or prob.total > leaves.bottom().newp.total
             )
 
+        # every label's probability after each branch, in the logits' precision (what the loop below would
+        # compute one by one): only labels above the beam's bottom, or with an entry in the trie, can change
+        # anything, and the bottom only rises while a branch's labels are tried
+        shifted = row[: self.classes - 1] - row.dtype.type(norm)
         for b in branches:
             if not candidate(b.oldp):
                 continue
-            for label in range(self.classes - 1):
+            scores = shifted + row.dtype.type(b.oldp.total)
+            if 0 <= b.label < self.classes - 1:
+                scores[b.label] = shifted[b.label] + row.dtype.type(b.oldp.blank)
+            floor = leaves.bottom().newp.total if len(leaves.elements) == self.beam_width else _NEG_INF
+            labels = set(np.flatnonzero(scores > floor).tolist())
+            for label in sorted(labels.union(b.children)):
                 c = b.child(label)
                 if c.active():
                     continue
                 c.newp.blank = _NEG_INF
-                previous = b.oldp.blank if c.label == b.label else b.oldp.total
-                c.newp.label = r(r(x[label] - norm) + previous)
-                c.newp.total = c.newp.label
+                c.newp.label = c.newp.total = float(scores[label])
                 if candidate(c.newp):
                     if len(leaves.elements) == self.beam_width:
                         leaves.bottom().newp.reset()
@@ -445,7 +453,7 @@ def ctc_beam_search_decoder(node: Node) -> Compute:
         log_prob = np.zeros((batch, top_paths), logits.dtype)
         for b, n in enumerate(steps):
             for t in range(n):
-                search.step(logits[t, b].tolist())
+                search.step(logits[t, b])
             best, scores = search.top_paths(top_paths, merge)
             search.reset()
             for p in range(top_paths):
