@@ -59,23 +59,24 @@ _BY_SPEC = {
         "TruncatedNormal VariableV2"
     ),
     "DT_STRING": (
-        "AsString DecodeBase64 EncodeBase64 EncodeWav ReduceJoin RegexReplace StaticRegexReplace "
-        "StringFormat StringJoin StringLower StringStrip StringUpper Substr UnicodeEncode"
+        "AsString DecodeBase64 EncodeBase64 EncodePng EncodeWav ReduceJoin RegexReplace "
+        "StaticRegexReplace StringFormat StringJoin StringLower StringStrip StringUpper Substr "
+        "UnicodeEncode"
+    ),
+    "": (
+        "Assert AssignAddVariableOp AssignSubVariableOp AssignVariableOp ControlTrigger "
+        "InitializeTableFromTextFileV2 InitializeTableV2 LookupTableImportV2 LookupTableInsertV2 "
+        "LookupTableRemoveV2 NoOp PrintV2 TensorArrayCloseV3"
     ),
     "DT_FLOAT": (
         "AudioSpectrogram CropAndResize FakeQuantWithMinMaxArgs FakeQuantWithMinMaxVars "
         "FakeQuantWithMinMaxVarsPerChannel Mfcc ResizeArea ResizeBicubic ResizeBilinear ScaleAndTranslate "
         "TensorArrayScatterV3 TensorArraySplitV3 TensorArrayWriteV3"
     ),
-    "": (
-        "Assert AssignAddVariableOp AssignSubVariableOp AssignVariableOp ControlTrigger "
-        "InitializeTableFromTextFileV2 InitializeTableV2 LookupTableImportV2 LookupTableInsertV2 NoOp "
-        "PrintV2 TensorArrayCloseV3"
-    ),
     "DT_VARIANT": (
-        "EmptyTensorList OptionalFromValue OptionalNone TensorListFromTensor TensorListPushBack "
-        "TensorListReserve TensorListResize TensorListScatter TensorListScatterIntoExistingList "
-        "TensorListScatterV2 TensorListSetItem TensorListSplit"
+        "EmptyTensorList OptionalFromValue OptionalNone RaggedTensorToVariant TensorListFromTensor "
+        "TensorListPushBack TensorListReserve TensorListResize TensorListScatter "
+        "TensorListScatterIntoExistingList TensorListScatterV2 TensorListSetItem TensorListSplit"
     ),
     "DT_INT32": (
         "Bucketize NonMaxSuppression NonMaxSuppressionV2 NonMaxSuppressionV3 "
@@ -83,7 +84,8 @@ _BY_SPEC = {
         "TensorListLength UnicodeScript"
     ),
     "T=DT_FLOAT": (
-        "AdjustContrastv2 AdjustHue AdjustSaturation HSVToRGB LRN LeakyRelu MaxPool MaxPoolV2 RGBToHSV"
+        "AdjustContrastv2 AdjustHue AdjustSaturation DrawBoundingBoxes DrawBoundingBoxesV2 HSVToRGB LRN "
+        "LeakyRelu MaxPool MaxPoolV2 RGBToHSV"
     ),
     "Tcomplex=DT_COMPLEX64": "FFT FFT2D FFT3D IFFT IFFT2D IFFT3D RFFT RFFT2D RFFT3D",
     "DT_INT64,T,DT_INT64": (
@@ -101,10 +103,11 @@ _BY_SPEC = {
     "[Tout]": "Case If PartitionedCall StatefulPartitionedCall StatelessCase StatelessIf",
     "DT_INT64": "LookupTableSizeV2 StringToHashBucket StringToHashBucketFast StringToHashBucketStrong Where",
     "DT_UINT8": "DecodeBmp DecodeGif DecodeJpeg Fingerprint PopulationCount",
+    "DT_RESOURCE": "HashTableV2 MutableDenseHashTableV2 MutableHashTableV2 VarHandleOp",
     "Tout=DT_FLOAT": "Angle ComplexAbs Imag Real",
     "out_type=DT_INT32": "LowerBound Shape Size UpperBound",
     "DT_INT64,DT_STRING,DT_INT64": "SparseCrossV2 StringSplit StringSplitV2",
-    "DT_RESOURCE": "HashTableV2 MutableHashTableV2 VarHandleOp",
+    "T,DT_INT32": "ApproxTopK Merge RefMerge",
     "T,out_idx=DT_INT32": "ListDiff Unique UniqueV2",
     "Tout": "BatchMatMulV3 LookupTableFindV2 RandomUniformInt",
     "Tparams": "Gather GatherNd GatherV2",
@@ -113,7 +116,6 @@ _BY_SPEC = {
     "dtype=DT_UINT8": "DecodeImage DecodePng DecodeWebP",
     "element_dtype": "TensorListGather TensorListGetItem TensorListStack",
     "T*num_split": "Split SplitV",
-    "T,DT_INT32": "Merge RefMerge",
     "T,out_idx=DT_INT32,out_idx=DT_INT32": "UniqueWithCounts UniqueWithCountsV2",
     "Tidx=DT_INT32": "Range UnravelIndex",
     "element_dtype,DT_INT64": "TensorListConcat TensorListConcatV2",
@@ -129,6 +131,7 @@ _BY_SPEC = {
         "DT_INT64*num_sparse,[sparse_types],DT_INT64*num_sparse,[Tdense],[ragged_value_types],"
         "[ragged_split_types]"
     ): "ParseExampleV2",
+    "DT_INT64*top_paths,DT_INT64*top_paths,DT_INT64*top_paths,T=DT_FLOAT": "CTCBeamSearchDecoder",
     "DT_INT64,DT_INT64": "SparseReshape",
     "DT_INT64,DT_INT64,DT_INT64": "SparseCrossHashed",
     "DT_INT64,DT_INT64,DT_INT64,T=DT_FLOAT": "CTCGreedyDecoder",
@@ -155,6 +158,7 @@ _BY_SPEC = {
     "Tkeys,Tvalues": "LookupTableExportV2",
     "Tout=DT_COMPLEX64": "Complex",
     "Tsplits=DT_INT64*OUTPUT_RAGGED_RANK,Tvalues": "RaggedGather",
+    "Tsplits=DT_INT64*output_ragged_rank,Tvalues": "RaggedTensorFromVariant",
     "Tsplits=DT_INT64,DT_INT32": "UnicodeDecode",
     "Tsplits=DT_INT64,DT_INT32,DT_INT64": "UnicodeDecodeWithOffsets",
     "Tsplits=DT_INT64,T=DT_INT32": "RaggedRange",

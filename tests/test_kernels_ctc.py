@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from support import run_op
 
-from poolserve.runtime.errors import InvalidArgumentError
+from poolserve.runtime.errors import FailedPreconditionError, InvalidArgumentError
 
 X = np.random.default_rng(0).normal(size=(5, 2, 4)).astype(np.float32)
 
@@ -21,5 +21,8 @@ def test_greedy_decoding_drops_blanks_and_merges_repeats():
     np.testing.assert_array_equal(values, [2, 0, 1, 2, 1])
     np.testing.assert_array_equal(shape, [2, 3])
     np.testing.assert_allclose(log_prob.ravel(), [-3.1685779, -2.4516718], rtol=1e-6)
-    with pytest.raises(InvalidArgumentError, match="len\\(sequence_length\\) != batch_size"):
+    # TensorFlow 2.21 answers these with FailedPrecondition and InvalidArgument errors
+    with pytest.raises(FailedPreconditionError, match="len\\(sequence_length\\) != batch_size"):
         run_op("CTCGreedyDecoder", [X, np.array([5], np.int32)], num_outputs=4)
+    with pytest.raises(InvalidArgumentError, match="inputs must not be empty"):
+        run_op("CTCGreedyDecoder", [X[:0], np.array([0, 0], np.int32)], num_outputs=4)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from poolserve import GraphBuilder, Session, load_saved_model
-from poolserve.runtime.errors import FailedPreconditionError, NotFoundError
+from poolserve.runtime.errors import FailedPreconditionError, NotFoundError, UnimplementedError
 from poolserve.runtime.graph import Graph
 
 FIXTURES = Path(__file__).parent / "fixtures" / "saved_models"
@@ -113,3 +113,30 @@ def test_keras_lookup_layers_in_a_saved_model_match_tensorflow():
     for key, value in want.items():
         assert got[key].dtype == value.dtype, key
         np.testing.assert_array_equal(got[key], value, err_msg=key)
+
+
+def test_remove_drops_keys_of_a_mutable_table_and_is_refused_by_an_initialized_one():
+    b = GraphBuilder()
+    attrs = {"key_dtype": np.int64, "value_dtype": np.float32}
+    mutable = b.op("MutableHashTableV2", [], attrs, name="mutable")
+    b.op("HashTableV2", [], attrs, name="fixed")
+    keys = b.constant(np.array([1, 2, 3], np.int64), dtype=np.int64)
+    values = b.constant(np.array([1, 2, 3], np.float32), dtype=np.float32)
+    for table in ("mutable", "fixed"):
+        op = "LookupTableInsertV2" if table == "mutable" else "LookupTableImportV2"
+        b.op(
+            op,
+            [table, keys, values],
+            {"Tin": np.int64, "Tout": np.float32},
+            name=f"{table}_fill",
+            num_outputs=0,
+        )
+        gone = b.constant(np.array([[1], [7]], np.int64), dtype=np.int64)
+        b.op("LookupTableRemoveV2", [table, gone], {"Tin": np.int64}, name=f"{table}_remove", num_outputs=0)
+    size = b.op("LookupTableSizeV2", [mutable], name="size")
+    with Session(Graph(b.graph_def)) as sess:
+        sess.run(["mutable_fill", "fixed_fill"])
+        sess.run("mutable_remove")
+        assert sess.run(size) == 2  # as TensorFlow 2.21: keys of any shape, missing ones ignored
+        with pytest.raises(UnimplementedError, match="Remove not supported by InitializableLookupTable"):
+            sess.run("fixed_remove")

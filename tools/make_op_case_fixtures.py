@@ -43,6 +43,8 @@ def idx(rows: list[list[int]]) -> np.ndarray:
 class Group:
     def __init__(self, name: str) -> None:
         self.name = name
+        # placeholders of the fed shapes, for ops whose shape functions need them (ApproxTopK)
+        self.shapes_known = False
         self.graph = tf.Graph()
         self.cases: dict[str, dict[str, Any]] = {}
         self.feeds: dict[str, dict[str, np.ndarray]] = {}
@@ -57,7 +59,8 @@ class Group:
             def holder(value: Any) -> Any:
                 arr = np.asarray(value)
                 dtype = tf.string if arr.dtype == object else tf.as_dtype(arr.dtype)
-                t = tf1.placeholder(dtype, shape=None, name=f"{case}_in{len(feeds)}")
+                shape = arr.shape if self.shapes_known else None
+                t = tf1.placeholder(dtype, shape=shape, name=f"{case}_in{len(feeds)}")
                 feeds[t.name] = arr
                 return t
 

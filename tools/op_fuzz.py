@@ -278,6 +278,8 @@ def compare(want: np.ndarray, got: Any) -> str | None:
     got = np.asarray(got)
     if want.dtype.kind == "S":  # a string scalar as TensorFlow's Session hands it back
         want = want.astype(object)
+    if got.dtype.kind == "S":  # and as poolserve's does
+        got = got.astype(object)
     if want.dtype != got.dtype:
         return f"dtype {got.dtype} != TF {want.dtype}"
     if want.shape != got.shape:

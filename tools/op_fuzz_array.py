@@ -573,6 +573,14 @@ def top_k(rng: Rng, count: int) -> list[Case]:
                 {"sorted": is_sorted, "index_type": pick(rng, ("int32", "int64", "int16"))},
             )
         )
+        if dtype in ("float16", "float32") and 0 <= k <= dims[-1]:
+            # TensorFlow's CPU kernel for it is its TopK kernel: max-k along the last axis only
+            attrs = {
+                "k": k,
+                "recall_target": float(rng.uniform(0.1, 1)),
+                "aggregate_to_topk": chance(rng, 0.5),
+            }
+            cases.append(Case("ApproxTopK", {"input": x}, attrs))
     return cases
 
 

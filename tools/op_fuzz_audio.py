@@ -1,4 +1,4 @@
-"""op_fuzz families: CTC decoding and audio front ends."""
+"""op_fuzz families: CTC decoding (greedy and beam search) and audio front ends."""
 
 from __future__ import annotations
 
@@ -22,6 +22,13 @@ def ctc(rng: np.random.Generator, count: int) -> list[Case]:
             "blank_index": int(rng.choice([-1, 0, classes - 1])),
         }
         cases.append(Case("CTCGreedyDecoder", {"inputs": x, "sequence_length": lengths}, attrs))
+        beam = int(rng.choice([1, 2, 3, 8, 20]))
+        beam_attrs = {
+            "beam_width": beam,
+            "top_paths": int(rng.integers(1, min(beam, 3) + 1)),
+            "merge_repeated": bool(rng.random() < 0.5),
+        }
+        cases.append(Case("CTCBeamSearchDecoder", {"inputs": x, "sequence_length": lengths}, beam_attrs))
     return cases
 
 

@@ -350,8 +350,33 @@ def checks(rng: np.random.Generator, count: int) -> list[Case]:
     return cases
 
 
+def draw_and_encode(rng: np.random.Generator, count: int) -> list[Case]:
+    """DrawBoundingBoxes(V2) and EncodePng. Boxes stay finite: TensorFlow casts their corners to int64,
+    undefined for NaN and infinities."""
+    cases = []
+    for _ in range(count):
+        dims = (
+            int(rng.integers(0, 3)),
+            *(int(d) for d in rng.integers(0, 7, 2)),
+            int(rng.choice([1, 2, 3, 4])),
+        )
+        images = values(rng, dims, str(rng.choice(["float32", "float16"])))
+        boxes = rng.uniform(-0.5, 1.5, (dims[0] if rng.random() < 0.9 else 1, int(rng.integers(0, 5)), 4))
+        boxes = boxes.astype(np.float32)
+        cases.append(Case("DrawBoundingBoxes", {"images": images, "boxes": boxes}))
+        colors = rng.uniform(-1, 2, (int(rng.integers(0, 4)), int(rng.integers(0, 6)))).astype(np.float32)
+        cases.append(Case("DrawBoundingBoxesV2", {"images": images, "boxes": boxes, "colors": colors}))
+        rank = int(rng.choice([2, 3, 3, 4]))
+        png_dims = tuple(int(d) for d in rng.integers(0 if rng.random() < 0.1 else 1, 9, rank - 1))
+        dtype = str(rng.choice(["uint8", "uint16"]))
+        image = values(rng, (*png_dims, int(rng.choice([1, 2, 3, 4, 5]))), dtype)
+        cases.append(Case("EncodePng", {"image": image}, {"compression": int(rng.integers(-1, 10))}))
+    return cases
+
+
 def families() -> dict[str, Callable[[np.random.Generator, int], list[Case]]]:
     return {
+        "detect_draw_encode": draw_and_encode,
         "detect_nms": nms,
         "detect_combined": combined,
         "detect_crops": crops,

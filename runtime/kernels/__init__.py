@@ -18,6 +18,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     fused_ops,
     gather_ops,
     image_decode_ops,
+    image_encode_ops,
     image_ops,
     io_ops,
     linalg_ops,

@@ -1,5 +1,6 @@
 """Object detection post-processing: non-max suppression (NonMaxSuppression to V5, WithOverlaps, Combined),
-CropAndResize and ExtractImagePatches.
+CropAndResize, ExtractImagePatches, and DrawBoundingBoxes (V1, V2: ``tf.image.draw_bounding_boxes``, what a
+graph that answers with its detections drawn ends with).
 
 TF Object Detection API exports (SSD, Faster R-CNN, EfficientDet) end in NonMaxSuppressionV3/V5 or
 CombinedNonMaxSuppression (``tf.image.non_max_suppression*``, ``combined_non_max_suppression``); two-stage
@@ -571,5 +572,94 @@ def extract_image_patches(node: Node) -> Compute:
             for j in range(kc)
         ]
         return (np.stack(taps, axis=3).reshape(n, oh, ow, kr * kc * d),)
+
+    return compute
+
+
+# TensorFlow's colors when DrawBoundingBoxes has none: yellow, blue, red, lime, purple, olive, maroon, navy,
+# aqua, fuchsia (RGBA); a gray image draws every box in 1
+_BOX_COLORS = np.array(
+    [
+        [1, 1, 0, 1],
+        [0, 0, 1, 1],
+        [1, 0, 0, 1],
+        [0, 1, 0, 1],
+        [0.5, 0, 0.5, 1],
+        [0.5, 0.5, 0, 1],
+        [0.5, 0, 0, 1],
+        [0, 0, 0.5, 1],
+        [0, 1, 1, 1],
+        [1, 0, 1, 1],
+    ],
+    np.float32,
+)
+
+
+def _box_colors(colors: Any, depth: int) -> Any:
+    if colors is not None:
+        if colors.ndim != 2:
+            raise InvalidArgumentError(f"colors must be a 2-D matrix{_shape_str(colors.shape)}")
+        if colors.shape[1] < depth:
+            raise InvalidArgumentError(
+                f"colors must have equal or more channels than the image provided: {_shape_str(colors.shape)}"
+            )
+        if colors.size:
+            return colors[:, :depth].astype(np.float32)
+    table = _BOX_COLORS[:, :depth].copy()
+    if depth == 1:
+        table[:, 0] = 1
+    return table
+
+
+@kernel("DrawBoundingBoxes", "DrawBoundingBoxesV2", expensive=True)
+def draw_bounding_boxes(node: Node) -> Compute:
+    """Each box's outline, one pixel wide, in the color of its index (cycling through ``colors``). Corners
+    are ``box * (size - 1)`` in float32, truncated toward zero; an inverted box or one wholly outside is
+    not drawn, and the sides of one partly outside are drawn only where they fall inside, as TensorFlow
+    does."""
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        images, boxes = inputs[0], inputs[1]
+        if images.ndim != 4:
+            raise InvalidArgumentError("The rank of the images should be 4")
+        if boxes.ndim != 3:
+            raise InvalidArgumentError("The rank of the boxes tensor should be 3")
+        if images.shape[0] != boxes.shape[0]:
+            raise InvalidArgumentError("The batch sizes should be the same")
+        batch, height, width, depth = images.shape
+        if depth not in (1, 3, 4):
+            raise InvalidArgumentError("Channel depth should be either 1 (GRY), 3 (RGB), or 4 (RGBA)")
+        if boxes.shape[2] != 4:
+            raise InvalidArgumentError(
+                f"The size of the third dimension of the box must be 4. Received: {boxes.shape[2]}"
+            )
+        table = _box_colors(inputs[2] if len(inputs) > 2 else None, depth).astype(images.dtype)
+        canvas = images.copy()
+        scale = np.array([height - 1, width - 1, height - 1, width - 1], np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            corners = np.trunc(boxes.astype(np.float32) * scale).astype(np.int64)
+        for b in range(batch):
+            for k, (top, left, bottom, right) in enumerate(corners[b].tolist()):
+                if top > bottom or left > right:
+                    continue  # inverted
+                if top >= height or bottom < 0 or left >= width or right < 0:
+                    continue  # wholly outside
+                # what TensorFlow then checks can fail only for an image of no rows or no columns
+                if min(bottom, height - 1) < 0:
+                    raise InvalidArgumentError("Max box row clamp is less than 0.")
+                if min(right, width - 1) < 0:
+                    raise InvalidArgumentError("Max box col clamp is less than 0.")
+                color = table[k % len(table)]
+                rows = slice(max(top, 0), min(bottom, height - 1) + 1)
+                cols = slice(max(left, 0), min(right, width - 1) + 1)
+                if top >= 0:
+                    canvas[b, top, cols] = color
+                if bottom < height:
+                    canvas[b, bottom, cols] = color
+                if left >= 0:
+                    canvas[b, rows, left] = color
+                if right < width:
+                    canvas[b, rows, right] = color
+        return (canvas,)
 
     return compute

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.proto import types_pb2
-from poolserve.runtime.errors import InvalidArgumentError
+from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
 from poolserve.runtime.kernels._common import _bad_attr, _index_type, _scalar, _shape_str
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
@@ -221,14 +221,52 @@ def top_k_v2(node: Node) -> Compute:
             raise InvalidArgumentError(f"Need k >= 0, got {k}")
         if x.ndim < 1:
             raise InvalidArgumentError(f"input must be >= 1-D, got shape {_shape_str(x.shape)}")
-        n = x.shape[-1]
-        if n < k:
-            raise InvalidArgumentError(f"input must have at least k columns. Had {n}, needed {k}")
-        # A stable ascending sort of the reversed rows, read backwards, is descending with ties in
-        # increasing index order (TensorFlow's order) and works for every orderable dtype.
-        order = np.argsort(x[..., ::-1], axis=-1, kind="stable")[..., ::-1][..., :k]
-        indices = (n - 1) - order
-        return np.take_along_axis(x, indices, axis=-1), indices.astype(index_type, copy=False)
+        values, indices = _top_k(x, k)
+        return values, indices.astype(index_type, copy=False)
+
+    return compute
+
+
+def _top_k(x: Any, k: int) -> tuple[Any, Any]:
+    """The ``k`` largest of each last-axis row of ``x`` (at least 1-D) and their indices (int64), largest
+    first, equal values in increasing index order."""
+    n = x.shape[-1]
+    if n < k:
+        raise InvalidArgumentError(f"input must have at least k columns. Had {n}, needed {k}")
+    # A stable ascending sort of the reversed rows, read backwards, is descending with ties in
+    # increasing index order (TensorFlow's order) and works for every orderable dtype.
+    order = np.argsort(x[..., ::-1], axis=-1, kind="stable")[..., ::-1][..., :k]
+    indices = (n - 1) - order
+    return np.take_along_axis(x, indices, axis=-1), indices
+
+
+@kernel("ApproxTopK", outputs=2)
+def approx_top_k(node: Node) -> Compute:
+    """``tf.math.approx_max_k``. TensorFlow's CPU kernel is its TopK kernel (exact, sorted, int32 indices)
+    registered for ``is_max_k`` true along the last axis only; recall_target, aggregate_to_topk and
+    reduction_input_size_override tune the approximation of TPUs and are unused. Min-k and other axes have
+    only XLA kernels in TensorFlow, whose ties come in an order of their algorithm: not served here."""
+    k = node.attr_int("k")
+    if k < 0:
+        raise _bad_attr(node, "k", f"must be at least 0, got {k}")
+    for attr, value, cpu in (
+        ("is_max_k", node.attr_bool("is_max_k", True), True),
+        ("reduction_dimension", node.attr_int("reduction_dimension", -1), -1),
+    ):
+        if value != cpu:
+            raise UnimplementedError(
+                f"Node '{node.name}' (op 'ApproxTopK'): {attr}={str(value).lower()} has no CPU kernel in "
+                "TensorFlow (only XLA's, its ties in the order of its approximation); "
+                f"{attr}={str(cpu).lower()} only",
+                node.name,
+            )
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x = inputs[0]
+        if x.ndim < 1:
+            raise InvalidArgumentError(f"input must be >= 1-D, got shape {_shape_str(x.shape)}")
+        values, indices = _top_k(x, k)
+        return values, indices.astype(np.int32)
 
     return compute
 

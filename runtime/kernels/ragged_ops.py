@@ -1,6 +1,7 @@
 """Ragged tensors: RaggedTensorToTensor, what ``RaggedTensor.to_tensor`` leaves in a serving graph (Keras'
 TextVectorization pads its token ids with it), RaggedTensorToSparse (``to_sparse``), RaggedRange
-(``tf.ragged.range``) and RaggedGather (``tf.gather`` on a ragged tensor).
+(``tf.ragged.range``), RaggedGather (``tf.gather`` on a ragged tensor), and RaggedTensorToVariant and
+RaggedTensorFromVariant (``tf.map_fn`` over a ragged tensor).
 
 A ragged tensor is its flat ``values`` and one row partition per ragged dimension, outermost first: row
 splits (``ROW_SPLITS``), or the number of rows and each value's row (``FIRST_DIM_SIZE``, then
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.runtime.errors import InvalidArgumentError
-from poolserve.runtime.kernels._common import _bad_attr, _index_type, _shape_str
+from poolserve.runtime.kernels._common import _bad_attr, _index_type, _shape_str, _type_name
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
@@ -243,5 +244,166 @@ def ragged_gather(node: Node) -> Compute:
             rows = _ranges(lo, hi)
         picked = values[rows]
         return (*(s.astype(splits_type) for s in out), picked)
+
+    return compute
+
+
+# --- RaggedTensorToVariant, RaggedTensorFromVariant ---------------------------------------------------------
+#
+# What ``tf.map_fn`` over a ragged tensor writes: the ragged input cut into one variant per row
+# (``batched_input``), fed through a TensorList to the loop body, which decodes its row, encodes its ragged
+# result as one variant, and after the loop the stacked variants decoded into one ragged tensor again.
+
+
+class RaggedComponent:
+    """What a DT_VARIANT element made by RaggedTensorToVariant holds: one ragged tensor."""
+
+    __slots__ = ("splits", "values")
+
+    def __init__(self, splits: list[Any], values: Any) -> None:
+        self.splits = splits
+        self.values = values
+
+    def __repr__(self) -> str:
+        return (
+            f"RaggedComponent(ragged_rank={len(self.splits)}, values {self.values.dtype}{self.values.shape})"
+        )
+
+
+def _variant(component: RaggedComponent) -> Any:
+    out = np.empty((), dtype=object)
+    out[()] = component
+    return out
+
+
+def _check_variant_splits(splits: list[Any], values: Any) -> None:
+    """RaggedTensorToVariant's checks, in TensorFlow's words."""
+    for depth, s in enumerate(splits):
+        if s.size == 0:
+            raise InvalidArgumentError(
+                "Invalid ragged splits: ragged splits must have at least one splits, but is empty"
+            )
+        if s[0] != 0:
+            raise InvalidArgumentError(
+                f"Invalid ragged splits: first element of ragged splits  must be 0 but is {s[0]}"
+            )
+        drops = np.flatnonzero(s[1:] < s[:-1])
+        if drops.size:
+            raise InvalidArgumentError(
+                "Invalid ragged splits: ragged splits must be sorted in ascending order"
+            )
+        count = splits[depth + 1].size - 1 if depth + 1 < len(splits) else values.shape[0]
+        if s[-1] != count:
+            raise InvalidArgumentError(
+                "Invalid ragged splits: last element of ragged splits must be the number of ragged "
+                f"values({count}) but is {s[-1]}"
+            )
+
+
+@kernel("RaggedTensorToVariant")
+def ragged_tensor_to_variant(node: Node) -> Compute:
+    rank = node.attr_int("RAGGED_RANK")
+    batched = node.attr_bool("batched_input")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        splits, values = list(inputs[:rank]), inputs[rank]
+        if values.ndim == 0 and (rank or batched):
+            raise InvalidArgumentError("rt_dense_values must be at least a vector")
+        _check_variant_splits(splits, values)
+        if not batched:
+            return (_variant(RaggedComponent(splits, values)),)
+        if not splits:  # a dense tensor: one component per row
+            rows = [RaggedComponent([], values[i]) for i in range(values.shape[0])]
+        else:
+            rows = []
+            outer = splits[0].tolist()
+            for i in range(len(outer) - 1):
+                start, end = outer[i], outer[i + 1]
+                inner = []
+                for s in splits[1:]:
+                    piece = s[start : end + 1]
+                    inner.append(piece - piece[0])
+                    start, end = int(piece[0]), int(piece[-1])
+                rows.append(RaggedComponent(inner, values[start:end]))
+        out = np.empty(len(rows), dtype=object)
+        out[:] = rows
+        return (out,)
+
+    return compute
+
+
+def _ragged_outputs(node: Node) -> int:
+    return node.attr_int("output_ragged_rank") + 1
+
+
+@kernel("RaggedTensorFromVariant", outputs=_ragged_outputs)
+def ragged_tensor_from_variant(node: Node) -> Compute:
+    input_attr = node.attr_int("input_ragged_rank")
+    output_rank = node.attr_int("output_ragged_rank")
+    values_dtype = node.attr_dtype("Tvalues")
+    splits_dtype = _index_type(node, "Tsplits")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> list[Any]:
+        encoded = inputs[0]
+        input_rank = input_attr if input_attr >= 0 else output_rank - encoded.ndim
+        if output_rank != input_rank + encoded.ndim:
+            raise InvalidArgumentError(
+                "output_ragged_rank must be equal to input_ragged_rank + encoded_ragged.dims(); "
+                f"output_ragged_rank: {output_rank}, input_ragged_rank: {input_rank}, "
+                f"encoded_variant.dims(): {encoded.ndim}."
+            )
+        components = encoded.ravel().tolist()
+        for c in components:
+            if not isinstance(c, RaggedComponent):
+                raise InvalidArgumentError(f"Input Variant element is not a ragged tensor: {c!r}")
+            if c.values.dtype != values_dtype:
+                raise InvalidArgumentError(
+                    f"Expected values Tensor dtype: {_type_name(values_dtype)}, found: "
+                    f"{_type_name(c.values.dtype)}"
+                )
+            if len(c.splits) != input_rank:
+                raise InvalidArgumentError(
+                    f"Encoded input RaggedTensorVariant has ragged_rank={len(c.splits)}.  Expected "
+                    f"ragged_rank={input_rank}."
+                )
+            for s in c.splits:
+                if s.dtype != splits_dtype:
+                    raise InvalidArgumentError(
+                        f"Expected row_splits Tensor dtype: {_type_name(splits_dtype)}, found: "
+                        f"{_type_name(s.dtype)}"
+                    )
+        if encoded.ndim == 0:
+            c = components[0]
+            return [*c.splits, c.values]
+        for i, c in enumerate(components[1:], 1):
+            if c.values.ndim != components[0].values.ndim:
+                raise InvalidArgumentError(
+                    "Rank of values must match for all components; values shape at index 0: "
+                    f"{_shape_str(components[0].values.shape)}, values shape at index {i}: "
+                    f"{_shape_str(c.values.shape)}"
+                )
+        # the encoded dimensions become uniform row splits, the components' rows the last of them
+        dims = encoded.shape
+        splits: list[Any] = []
+        rows = 1
+        for d in dims[:-1]:
+            rows *= d
+        for j in range(len(dims) - 1):
+            outer = int(np.prod(dims[: j + 1]))
+            splits.append(np.arange(outer + 1, dtype=splits_dtype) * dims[j + 1])
+        sizes = [c.splits[0].size - 1 if c.splits else c.values.shape[0] for c in components]
+        splits.append(np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(splits_dtype))
+        for level in range(input_rank):
+            parts, offset = [np.zeros(1, splits_dtype)], 0
+            for c in components:
+                s = c.splits[level]
+                parts.append((s[1:] + offset).astype(splits_dtype))
+                offset += int(s[-1])
+            splits.append(np.concatenate(parts))
+        if components:
+            values = np.concatenate([c.values for c in components]).astype(values_dtype, copy=False)
+        else:
+            values = np.zeros((0,), values_dtype)
+        return [*splits, values]
 
     return compute
