@@ -288,7 +288,8 @@ class KServeServicer:
     ) -> pb.RepositoryModelLoadResponse:
         _admin(self.service, context)
         _no_parameters(request.parameters)
-        await asyncio.to_thread(self.service.repository.load, request.model_name)  # loading computes
+        # loading computes; with workers, every worker's or an error saying which did not apply it
+        await asyncio.to_thread(self.service.repository.load, request.model_name)
         return pb.RepositoryModelLoadResponse()
 
     async def _repository_unload(

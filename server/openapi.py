@@ -174,7 +174,9 @@ _EMPTY_OK = frozenset(
         "/v2/health/ready",
         "/v2/models/{model}/ready",
         "/v2/models/{model}/versions/{version}/ready",
-        "/v2/repository/models/{model}/load",  # Triton answers the repository's load and unload empty
+        # Triton answers the repository's load and unload empty (poolserve too, but with --workers: which
+        # workers applied the call, as JSON)
+        "/v2/repository/models/{model}/load",
         "/v2/repository/models/{model}/unload",
     }
 )

@@ -1,5 +1,5 @@
 """server/workers.py: ``poolserve serve --workers 2`` as real processes on 127.0.0.1. Both workers answer,
-/metrics adds them up, a trace is found through either, the pool toggle reaches both, a killed worker is
+/metrics adds them up, a trace is found through either, the pool toggle and repository calls reach both, a killed worker is
 replaced, and SIGTERM drains them all and exits 0.
 
 Each request goes on a fresh connection: the kernel spreads connections (not requests) over the workers'
@@ -200,24 +200,43 @@ def test_the_pool_toggle_reaches_every_worker(workers: Workers) -> None:
         HTTP.put(f"{workers.url}/v1/runtime/run_handler_pool", json={"enabled": True})
 
 
-def test_repository_load_and_unload_are_refused(workers: Workers) -> None:
-    """Each worker holds its own models: a call reaching one of them would leave the others serving
-    differently."""
-    for verb in ("unload", "load"):
-        r = HTTP.post(f"{workers.url}/v2/repository/models/add/{verb}")
-        assert r.status_code == 501 and "not supported with --workers" in r.text, r.text
-    with grpc.insecure_channel(workers.grpc_address) as channel:
-        stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        with pytest.raises(grpc.RpcError) as error:
-            stub.RepositoryModelUnload(grpc_service_pb2.RepositoryModelUnloadRequest(model_name="add"))
-    assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "not supported with --workers" in (error.value.details() or "")
-    seen = set()
-    for _ in range(24):
+def _add_statuses(workers: Workers) -> dict[str, int]:
+    """Each worker's status for a request to add (a connection per request: both answer)."""
+    seen: dict[str, int] = {}
+    for _ in range(30):
         r = HTTP.post(f"{workers.url}/v1/models/add:run", json=ADD)
-        assert r.status_code == 200
-        seen.add(r.headers[WORKER_HEADER])
-    assert len(seen) == 2
+        seen[r.headers[WORKER_HEADER]] = r.status_code
+    return seen
+
+
+def test_repository_calls_reach_every_worker_and_its_replacement(workers: Workers) -> None:
+    """A load or unload through one worker is applied by every worker before it answers, says so, and a
+    worker started later (a replacement after a crash) comes up with the same models."""
+    try:
+        r = HTTP.post(f"{workers.url}/v2/repository/models/add/unload", timeout=60)
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        assert answer["applied_by_all"] is True and len(answer["workers"]) == 2, answer
+        assert all(w["applied"] and not w["error"] for w in answer["workers"]), answer
+        assert {str(w["pid"]) for w in answer["workers"]} == workers.pids()
+        seen = _add_statuses(workers)
+        assert len(seen) == 2 and set(seen.values()) == {503}, seen
+
+        victim = sorted(workers.pids())[0]
+        os.kill(int(victim), signal.SIGKILL)
+        workers.wait_for(lambda: (p := workers.pids()) and victim not in p and len(p) == 2, "a new worker")
+        seen = _add_statuses(workers)
+        assert len(seen) == 2 and set(seen.values()) == {503}, seen  # the replacement too
+
+        with grpc.insecure_channel(workers.grpc_address) as channel:
+            stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            stub.RepositoryModelLoad(
+                grpc_service_pb2.RepositoryModelLoadRequest(model_name="add"), timeout=60
+            )
+        seen = _add_statuses(workers)
+        assert len(seen) == 2 and set(seen.values()) == {200}, seen
+    finally:
+        HTTP.post(f"{workers.url}/v2/repository/models/add/load", timeout=60)
 
 
 def test_a_killed_worker_loses_only_its_requests_and_is_replaced(workers: Workers) -> None:
