@@ -63,6 +63,10 @@ class ServerSettings(_Section):
     # seconds between looks at the models' files (base paths, .pb files) and the config file for changes
     # (server/repository.py); 0 = never. TF Serving's --file_system_poll_wait_seconds is 1.
     poll_seconds: float = Field(default=2.0, ge=0)
+    # Triton's --strict-readiness: the server is ready only while every model of the config serves (a
+    # failed load makes it unready; a model unloaded by a repository call does not). false: ready once
+    # started, whatever its models' states (each model's own readiness still says).
+    strict_readiness: bool = True
     # Overload (server/admission.py, server/protocol.py, server/limits.py). shed: refuse (503 +
     # Retry-After) at arrival a request that the queue's expected cost says cannot finish by its deadline.
     shed: bool = True

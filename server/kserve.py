@@ -506,11 +506,10 @@ def router(service: InferenceService) -> APIRouter:
 
     @api.get("/v2/health/ready")
     async def ready() -> Response:
-        if service.ready and not service.draining:
+        reason = service.not_ready()
+        if not reason:
             return Response(status_code=200)
-        raise UnavailableError(
-            "the server is shutting down" if service.draining else "the server is not ready"
-        )
+        raise UnavailableError(reason)
 
     # --- the statistics extension (server/statistics.py); /v2/models/stats before the routes of a model
     # named "stats", as in Triton ---

@@ -233,7 +233,7 @@ class KServeServicer:
         return pb.ServerLiveResponse(live=True)
 
     async def _server_ready(self, request: pb.ServerReadyRequest, context: Context) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=self._serving)
+        return pb.ServerReadyResponse(ready=not self.service.not_ready())
 
     async def _model_ready(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
         # a model (or version) the server does not have is not ready, as Triton answers

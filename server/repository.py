@@ -351,6 +351,18 @@ class Repository:
             raise UnavailableError(f"Model '{name}' has no version: {self._why(model)}")
         return [_status(v, s.state, s.error) for v, s in sorted(servables.items(), reverse=True)]
 
+    def unready(self) -> str:
+        """Why a model of the config does not serve as it should (Triton's strict readiness), or "": one
+        with no version available, or a version that failed to load. A model unloaded by a repository call
+        is as asked; a version loading or unloading beside one that serves is a swap, not a fault."""
+        for name, model in dict(self._models).items():
+            if model.unloaded:
+                continue
+            servables = dict(model.servables).values()
+            if not self.models.get(name) or any(s.state is State.END for s in servables):
+                return f"model '{name}' is not ready: {self._why(model)}"
+        return ""
+
     def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """Triton's repository index: every configured model's versions with state and reason."""
         rows: list[dict[str, Any]] = []

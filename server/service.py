@@ -276,6 +276,17 @@ class InferenceService:
             return False
         return time.monotonic() - self.admission.refused_at >= QUIET_AFTER_REFUSAL_S
 
+    def not_ready(self) -> str:
+        """Why the server is not ready, or "": starting, draining, or (strict readiness) a model of the
+        config that does not serve."""
+        if self.draining:
+            return "the server is shutting down"
+        if not self.ready:
+            return "the server is starting"
+        if self.config.server.strict_readiness:
+            return self.repository.unready()
+        return ""
+
     @property
     def pool_enabled(self) -> bool:
         return self.pool_default.enabled
