@@ -501,7 +501,7 @@ def test_repository_index_load_and_unload_need_the_admin_token(
     server = serve(config)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     assert server.post("/v2/repository/index").status_code == 401
-    assert server.post("/v2/repository/index", headers={"Authorization": "Bearer wrong"}).status_code == 403
+    assert server.post("/v2/repository/index", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert server.post("/v2/repository/models/m/unload").status_code == 401
     assert "model_repository" in server.get("/v2").json()["extensions"]
 
