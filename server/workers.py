@@ -33,6 +33,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +138,7 @@ class SharedCalls:
         self.counter = SharedCounter(folder / "repository.seq")
         self.mine = folder / "repository" / f"{os.getpid()}.json"
         self.applied = 0
+        self._applying = threading.Lock()  # a call taken here, or the watcher applying others'
 
     @staticmethod
     def create(folder: Path) -> None:
@@ -147,8 +149,6 @@ class SharedCalls:
     def start(self) -> None:
         """Takes up the calls made before this worker started (it has loaded the configured models:
         the ones unloaded by a call are unloaded again) and starts watching for new ones."""
-        import threading
-
         calls = self._calls()
         for model, (_, verb) in sorted(calls.items(), key=lambda c: c[1][0]):
             if verb == "unload":
@@ -172,22 +172,23 @@ class SharedCalls:
 
         with (self.folder / "repository.lock").open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            error = ""
-            try:
-                self._apply(verb, model)
-            except (NotFoundError, InvalidArgumentError):
-                raise  # not in the config, or a config that does not validate: nothing changed anywhere
-            except OpError as e:
-                error = e.message  # a model that failed to load here: the others try it too
-            calls = self._calls()
-            seq = self.counter.value + 1
-            calls[model] = (seq, verb)
-            partial = self.folder / "repository.json.tmp"
-            partial.write_text(json.dumps({m: list(c) for m, c in calls.items()}))
-            os.replace(partial, self.folder / "repository.json")
-            self.applied = seq
-            self._ack(error)
-            self.counter.value = seq
+            with self._applying:
+                error = ""
+                try:
+                    self._apply(verb, model)
+                except (NotFoundError, InvalidArgumentError):
+                    raise  # not in the config, or a config that does not validate: nothing changed anywhere
+                except OpError as e:
+                    error = e.message  # a model that failed to load here: the others try it too
+                calls = self._calls()
+                seq = self.counter.value + 1
+                calls[model] = (seq, verb)
+                partial = self.folder / "repository.json.tmp"
+                partial.write_text(json.dumps({m: list(c) for m, c in calls.items()}))
+                os.replace(partial, self.folder / "repository.json")
+                self.applied = seq
+                self._ack(error)
+                self.counter.value = seq
             answers = self._wait(seq)
         workers = [
             {"pid": pid, "applied": err == "", "error": err or ""} for pid, err in sorted(answers.items())
@@ -245,17 +246,20 @@ class SharedCalls:
             if self.counter.value <= self.applied:
                 continue
             try:
-                calls = sorted((seq, verb, m) for m, (seq, verb) in self._calls().items())
-                for seq, verb, model in (c for c in calls if c[0] > self.applied):
-                    error = ""
-                    try:
-                        self._apply(verb, model)
-                    except OpError as e:
-                        error = e.message
-                    self.applied = seq
-                    self._ack(error)
-            except Exception:  # an unforeseen failure must not end the watching
-                log.exception("applying another worker's repository call failed")
+                with self._applying:  # not while this worker applies a call it took
+                    calls = sorted((seq, verb, m) for m, (seq, verb) in self._calls().items())
+                    for seq, verb, model in (c for c in calls if c[0] > self.applied):
+                        error = ""
+                        try:
+                            self._apply(verb, model)
+                        except Exception as e:  # answered as this worker's error, never tried again
+                            error = e.message if isinstance(e, OpError) else f"{type(e).__name__}: {e}"
+                            if not isinstance(e, OpError):
+                                log.exception("applying another worker's repository call failed")
+                        self.applied = seq
+                        self._ack(error)
+            except Exception:  # the files unreadable for a moment: looked at again next round
+                log.exception("reading the repository calls failed")
 
 
 class WorkerHeader:
