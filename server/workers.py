@@ -149,10 +149,15 @@ class SharedCalls:
     def start(self) -> None:
         """Takes up the calls made before this worker started (it has loaded the configured models:
         the ones unloaded by a call are unloaded again) and starts watching for new ones."""
+        from poolserve.runtime.errors import OpError
+
         calls = self._calls()
         for model, (_, verb) in sorted(calls.items(), key=lambda c: c[1][0]):
             if verb == "unload":
-                self._apply(verb, model)
+                try:
+                    self._apply(verb, model)
+                except OpError as e:  # a model since gone from the config: nothing to unload
+                    log.info("repository call not taken up: %s", e.message)
         self.applied = max((seq for seq, _ in calls.values()), default=0)
         self._ack("")
         self.repository.shared = self.call

@@ -239,6 +239,24 @@ def test_repository_calls_reach_every_worker_and_its_replacement(workers: Worker
         HTTP.post(f"{workers.url}/v2/repository/models/add/load", timeout=60)
 
 
+def test_a_load_that_fails_in_the_workers_says_so_for_each(workers: Workers) -> None:
+    config = workers.log.parent / "server.toml"
+    before = config.read_text()
+    (config.parent / "empty.pb").write_bytes(b"")  # a GraphDef with no nodes: no worker loads it
+    try:
+        config.write_text(before + '\n[[models]]\nname = "empty"\npath = "empty.pb"\n')
+        r = HTTP.post(f"{workers.url}/v2/repository/models/empty/load", timeout=60)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert "load 'empty' failed in 2 of 2 workers" in error, error
+        assert all(f"worker {pid}: failed to load 'empty'" in error for pid in workers.pids()), error
+    finally:
+        # unloaded by a call, it no longer keeps the workers unready; then out of the config
+        HTTP.post(f"{workers.url}/v2/repository/models/empty/unload", timeout=60)
+        config.write_text(before)
+    assert len(workers.pids()) == 2
+
+
 def test_a_killed_worker_loses_only_its_requests_and_is_replaced(workers: Workers) -> None:
     before = workers.pids()
     assert len(before) == 2
