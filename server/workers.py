@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import fcntl
 import importlib
 import json
 import logging
@@ -38,11 +39,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from poolserve.runtime.errors import (
+    DeadlineExceededError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    OpError,
+)
 from poolserve.server.config import Config, ConfigError, config_source, load_config
+
+if TYPE_CHECKING:
+    from poolserve.server.repository import Repository
 
 log = logging.getLogger("poolserve")
 
@@ -132,7 +143,7 @@ class SharedCalls:
     waits (``CALLS_WAIT_S`` at most) for every live worker's file to show the call and answers which applied
     it. One call at a time (a lock file): each is applied everywhere in the order they were made."""
 
-    def __init__(self, folder: Path, repository: Any) -> None:
+    def __init__(self, folder: Path, repository: Repository) -> None:
         self.folder = folder
         self.repository = repository
         self.counter = SharedCounter(folder / "repository.seq")
@@ -149,8 +160,6 @@ class SharedCalls:
     def start(self) -> None:
         """Takes up the calls made before this worker started (it has loaded the configured models:
         the ones unloaded by a call are unloaded again) and starts watching for new ones."""
-        from poolserve.runtime.errors import OpError
-
         calls = self._calls()
         for model, (_, verb) in sorted(calls.items(), key=lambda c: c[1][0]):
             if verb == "unload":
@@ -165,16 +174,6 @@ class SharedCalls:
 
     def call(self, verb: str, model: str) -> dict[str, Any]:
         """A load or unload call made through this worker: applied here, then by every other worker."""
-        import fcntl
-
-        from poolserve.runtime.errors import (
-            DeadlineExceededError,
-            FailedPreconditionError,
-            InvalidArgumentError,
-            NotFoundError,
-            OpError,
-        )
-
         with (self.folder / "repository.lock").open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             with self._applying:
@@ -244,8 +243,6 @@ class SharedCalls:
             time.sleep(_CALLS_POLL_S)
 
     def _watch(self) -> None:
-        from poolserve.runtime.errors import OpError
-
         while True:
             time.sleep(_CALLS_POLL_S)
             if self.counter.value <= self.applied:
