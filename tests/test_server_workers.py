@@ -200,19 +200,25 @@ def test_the_pool_toggle_reaches_every_worker(workers: Workers) -> None:
         HTTP.put(f"{workers.url}/v1/runtime/run_handler_pool", json={"enabled": True})
 
 
-def _add_statuses(workers: Workers) -> dict[str, int]:
-    """Each worker's status for a request to add (a connection per request: both answer)."""
+def _add_statuses(workers: Workers, model: str = "add") -> dict[str, int]:
+    """Each worker's status for a request to ``model`` (a connection per request: both answer)."""
     seen: dict[str, int] = {}
     for _ in range(30):
-        r = HTTP.post(f"{workers.url}/v1/models/add:run", json=ADD)
+        r = HTTP.post(f"{workers.url}/v1/models/{model}:run", json=ADD)
         seen[r.headers[WORKER_HEADER]] = r.status_code
     return seen
 
 
 def test_repository_calls_reach_every_worker_and_its_replacement(workers: Workers) -> None:
     """A load or unload through one worker is applied by every worker before it answers, says so, and a
-    worker started later (a replacement after a crash) comes up with the same models."""
+    worker started later (a replacement after a crash) comes up with the same models: the config file as
+    the others have it now, less what calls unloaded."""
+    config = workers.log.parent / "server.toml"
+    before = config.read_text()
     try:
+        config.write_text(before + '\n[[models]]\nname = "twice"\npath = "add.pb"\n')
+        r = HTTP.post(f"{workers.url}/v2/repository/models/twice/load", timeout=60)
+        assert r.status_code == 200, r.text
         r = HTTP.post(f"{workers.url}/v2/repository/models/add/unload", timeout=60)
         assert r.status_code == 200, r.text
         answer = r.json()
@@ -227,6 +233,8 @@ def test_repository_calls_reach_every_worker_and_its_replacement(workers: Worker
         workers.wait_for(lambda: (p := workers.pids()) and victim not in p and len(p) == 2, "a new worker")
         seen = _add_statuses(workers)
         assert len(seen) == 2 and set(seen.values()) == {503}, seen  # the replacement too
+        seen = _add_statuses(workers, "twice")
+        assert len(seen) == 2 and set(seen.values()) == {200}, seen
 
         with grpc.insecure_channel(workers.grpc_address) as channel:
             stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
@@ -236,6 +244,7 @@ def test_repository_calls_reach_every_worker_and_its_replacement(workers: Worker
         seen = _add_statuses(workers)
         assert len(seen) == 2 and set(seen.values()) == {200}, seen
     finally:
+        config.write_text(before)
         HTTP.post(f"{workers.url}/v2/repository/models/add/load", timeout=60)
 
 
