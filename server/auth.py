@@ -2,7 +2,8 @@
 shipped graphs): ``[server] admin_token``, or ``admin_token_file`` re-read when it changes.
 
 A request names it as ``Authorization: Bearer <token>``. Without one it is 401; with a token that is not
-the current one (a typo, or the token before a rotation) 401 too, as RFC 6750 answers an invalid token.
+the current one (a typo, or the token before a rotation) 401 too, as RFC 6750 answers an invalid token
+(``WWW-Authenticate: Bearer error="invalid_token"``).
 The file is looked at (a stat) at most once a second, on the request that needs it, and read only when its
 size, mtime or inode changed: rotating the token is replacing the file (best with a rename, so no request
 sees it half written), and the old token stops working within a second. A file that cannot be read, or
@@ -22,6 +23,18 @@ from poolserve.runtime.errors import UnauthenticatedError
 log = logging.getLogger("poolserve")
 
 CHECK_EVERY_S = 1.0  # how often the token file is looked at, at most
+
+
+class TokenError(UnauthenticatedError):
+    """401 with RFC 6750's ``WWW-Authenticate: Bearer`` (``error="invalid_token"`` for a wrong one)."""
+
+    def __init__(self, message: str, invalid: bool) -> None:
+        super().__init__(message)
+        self.invalid = invalid
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": 'Bearer error="invalid_token"' if self.invalid else "Bearer"}
 
 
 class AdminToken:
@@ -47,12 +60,14 @@ class AdminToken:
         auth = headers.get("authorization", "")
         scheme, _, given = auth.partition(" ")
         if scheme.lower() != "bearer" or not given:
-            raise UnauthenticatedError("This endpoint needs 'Authorization: Bearer <admin_token>'")
+            raise TokenError("This endpoint needs 'Authorization: Bearer <admin_token>'", invalid=False)
         token = self.current()
         if token is None:
-            raise UnauthenticatedError("The admin token is not valid (the server has no token to check it)")
+            raise TokenError(
+                "The admin token is not valid (the server has no token to check it)", invalid=True
+            )
         if not secrets.compare_digest(given.strip().encode(), token.encode()):
-            raise UnauthenticatedError("The admin token is not valid")
+            raise TokenError("The admin token is not valid", invalid=True)
 
     def current(self) -> str | None:
         """The token now (the file's, re-read when it changed, looked at once a second at most)."""

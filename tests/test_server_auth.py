@@ -52,6 +52,7 @@ def test_a_rotated_token_file_takes_effect_without_a_restart(tmp_path: Path) -> 
             r = put("first-token")
             assert r.status_code == 401 and "not valid" in r.json()["error"], r.text
             assert r.json()["code"] == "UNAUTHENTICATED"
+            assert r.headers["WWW-Authenticate"] == 'Bearer error="invalid_token"'
             assert put("second-token").status_code == 200
             # a token file gone: every guarded call is refused (never open), until it is back
             (tmp_path / "admin.token").unlink()
