@@ -222,6 +222,8 @@ class Repository:
         # set in each of several workers (server/workers.py): load and unload calls go through it to every
         # worker, given ("load"|"unload", name), and it answers what each worker made of the call
         self.shared: Callable[[str, str], dict[str, Any]] | None = None
+        # told the name of a model that left the config file (there, a call's record of it ends)
+        self.on_leave: Callable[[str], None] = lambda name: None
         self._holds: dict[int, int] = {}  # id(entry) -> requests holding it
         self._holds_lock = threading.Lock()
         self._retiring: list[ModelEntry] = []
@@ -502,6 +504,7 @@ class Repository:
             for version in list(gone.servables):
                 self._retire(gone, version)
             self._publish(gone)
+            self.on_leave(name)
         for name, configs in wanted.items():
             model = self._models.get(name)
             if model is None:

@@ -170,6 +170,7 @@ class SharedCalls:
         self.applied = max((seq for seq, _ in calls.values()), default=0)
         self._ack("")
         self.repository.shared = self.call
+        self.repository.on_leave = self.left_config
         threading.Thread(target=self._watch, name="poolserve-repository-calls", daemon=True).start()
 
     def call(self, verb: str, model: str) -> dict[str, Any]:
@@ -184,12 +185,8 @@ class SharedCalls:
                     raise  # not in the config, or a config that does not validate: nothing changed anywhere
                 except OpError as e:
                     error = e.message  # a model that failed to load here: the others try it too
-                calls = self._calls()
                 seq = self.counter.value + 1
-                calls[model] = (seq, verb)
-                partial = self.folder / "repository.json.tmp"
-                partial.write_text(json.dumps({m: list(c) for m, c in calls.items()}))
-                os.replace(partial, self.folder / "repository.json")
+                self._record(model, (seq, verb))
                 self.applied = seq
                 self._ack(error)
                 self.counter.value = seq
@@ -211,6 +208,29 @@ class SharedCalls:
                 f"{CALLS_WAIT_S:g} s (they will, once done with what they are doing)"
             )
         return {"workers": workers, "applied_by_all": True}
+
+    def _record(self, model: str, call: tuple[int, str] | None) -> None:
+        """Sets (or, None, drops) a model's last call in ``repository.json``, under a lock held only for
+        this (a call holds the other one while it waits for the workers)."""
+        with (self.folder / "repository.json.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            calls = self._calls()
+            if call is None:
+                if calls.pop(model, None) is None:
+                    return
+            else:
+                calls[model] = call
+            partial = self.folder / f"repository.json.{os.getpid()}"
+            partial.write_text(json.dumps({m: list(c) for m, c in calls.items()}))
+            os.replace(partial, self.folder / "repository.json")
+
+    def left_config(self, model: str) -> None:
+        """A model that left the config file: a call's record of it ends, so a worker started after it
+        came back (it loads afresh in the others) loads it too, instead of taking up an old unload."""
+        try:
+            self._record(model, None)
+        except (OSError, ValueError):
+            log.exception("forgetting the repository calls of '%s' failed", model)
 
     def _apply(self, verb: str, model: str) -> None:
         if verb == "load":

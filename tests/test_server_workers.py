@@ -227,6 +227,22 @@ def test_repository_calls_reach_every_worker_and_its_replacement(workers: Worker
         assert {str(w["pid"]) for w in answer["workers"]} == workers.pids()
         seen = _add_statuses(workers)
         assert len(seen) == 2 and set(seen.values()) == {503}, seen
+        # unloaded by a call, then out of the config and back in: it loads afresh in every worker (as in
+        # one process), and so in a replacement
+        assert HTTP.post(f"{workers.url}/v2/repository/models/twice/unload", timeout=60).status_code == 200
+        config.write_text(before)
+
+        def indexed() -> set[str]:
+            seen = set()
+            for _ in range(20):
+                r = HTTP.post(f"{workers.url}/v2/repository/index")
+                if any(row["name"] == "twice" for row in r.json()):
+                    seen.add(r.headers[WORKER_HEADER])
+            return seen
+
+        workers.wait_for(lambda: not indexed(), "both workers to drop the model that left the config")
+        config.write_text(before + '\n[[models]]\nname = "twice"\npath = "add.pb"\n')
+        workers.wait_for(lambda: set(_add_statuses(workers, "twice").values()) == {200}, "it to load again")
 
         victim = sorted(workers.pids())[0]
         os.kill(int(victim), signal.SIGKILL)
