@@ -160,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--grpc-address",
         metavar="HOST:PORT",
-        help="--protocol kserve-grpc: the server's gRPC address (default: --url's host, port 8501)",
+        help="--protocol kserve-grpc: the server's gRPC address, its [server] grpc_port "
+        "(default: --url's host, port 8501)",
     )
     p.add_argument(
         "--binary",
@@ -257,6 +258,15 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> lis
             parser.error("--overload needs a per-request deadline: use --protocol native or kserve")
         if args.timeout_ms is None:
             args.timeout_ms = OVERLOAD_TIMEOUT_MS
+    if args.grpc_address is not None:
+        if args.protocol != "kserve-grpc":
+            parser.error("--grpc-address goes with --protocol kserve-grpc")
+        from poolserve.loadtest.grpc_sender import check_address
+
+        try:
+            check_address(args.grpc_address)
+        except ValueError as e:
+            parser.error(f"--grpc-address: {e}")
     if args.protocol == "tfserving":
         if args.binary:
             parser.error("--binary is not available with --protocol tfserving (TF Serving REST is JSON)")

@@ -16,18 +16,37 @@ import grpc
 import httpx
 import numpy as np
 
-from poolserve.loadtest.generator import MODES, ModelInfo, Target, _raw_bytes
+from poolserve.loadtest.generator import MODES, LoadtestError, ModelInfo, Target, _raw_bytes
 from poolserve.proto import grpc_service_pb2
 from poolserve.server.codec import KSERVE_CONTENTS
 
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
-DEFAULT_GRPC_PORT = 8501
+LIVE_METHOD = "/inference.GRPCInferenceService/ServerLive"
+DEFAULT_GRPC_PORT = 8501  # the server's default [server] grpc_port
+# how long the check before the load waits for the server's answer
+_CHECK_TIMEOUT_S = 5.0
 
 
 def default_address(url: str) -> str:
-    """The gRPC address beside an HTTP URL: its host and the default gRPC port."""
+    """The gRPC address beside an HTTP URL: its host and the default gRPC port (the URL's port is the HTTP
+    one, never the gRPC one)."""
     host = urlsplit(url).hostname or "127.0.0.1"
-    return f"{host}:{DEFAULT_GRPC_PORT}"
+    return f"[{host}]:{DEFAULT_GRPC_PORT}" if ":" in host else f"{host}:{DEFAULT_GRPC_PORT}"
+
+
+def check_address(address: str) -> str:
+    """``address`` as gRPC takes it (HOST:PORT, [IPv6]:PORT), or ValueError saying what is wrong with it.
+    Unchecked, gRPC reads a missing port as 443 and a URL as a host name, and every request fails."""
+    if "://" in address:
+        raise ValueError(f"give HOST:PORT, not a URL: {address!r}")
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or host == "[]":
+        raise ValueError(f"give HOST:PORT (the server's [server] grpc_port), got {address!r}")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"the port in {address!r} must be a number from 1 to 65535")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise ValueError(f"write an IPv6 address in brackets: [{host}]:{port}")
+    return address
 
 
 def encode_grpc_request(
@@ -67,6 +86,7 @@ class GrpcSender:
         count = max(1, math.ceil(connections / self.PER_CHANNEL))
         # a local subchannel pool each: otherwise the channels to one address share one connection
         options = [("grpc.use_local_subchannel_pool", 1), ("grpc.max_receive_message_length", -1)]
+        self.address = address
         self.channels = [grpc.aio.insecure_channel(address, options=options) for _ in range(count)]
         # no serializers: bytes in, bytes out
         self.calls: list[grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]] = [
@@ -79,7 +99,21 @@ class GrpcSender:
         self._next = 0
 
     async def __aenter__(self) -> GrpcSender:
+        await self.check()
         return self
+
+    async def check(self) -> None:
+        """One ServerLive call before the load: a wrong address is one clear error, not every request
+        failing."""
+        live: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self.channels[0].unary_unary(LIVE_METHOD)
+        try:
+            await live(b"", timeout=_CHECK_TIMEOUT_S)
+        except grpc.aio.AioRpcError as e:
+            await self.__aexit__()
+            raise LoadtestError(
+                f"no KServe gRPC server answers at {self.address} ({e.code().name}: {e.details()}); give "
+                f"--grpc-address HOST:PORT, the server's [server] grpc_port (default {DEFAULT_GRPC_PORT})"
+            ) from None
 
     async def __aexit__(self, *exc: object) -> None:
         for channel in self.channels:

@@ -176,10 +176,10 @@ def operations_router(service: InferenceService) -> APIRouter:
 
     @api.get("/v1/health/ready")
     async def ready() -> Response:
-        if service.ready and not service.draining:
+        reason = service.not_ready()
+        if not reason:
             return _json({"ready": True})
-        reason = "draining" if service.draining else "starting"
-        return _json({"ready": False, "error": f"The server is not ready ({reason})"}, 503)
+        return _json({"ready": False, "error": f"The server is not ready: {reason}"}, 503)
 
     @api.get("/metrics")
     async def metrics() -> Response:

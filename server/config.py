@@ -54,6 +54,10 @@ class ServerSettings(_Section):
     default_timeout_ms: int = Field(default=30000, ge=0)
     max_request_bytes: int = Field(default=64 * MiB, gt=0)
     admin_token: str | None = None
+    # a file holding the admin token instead (server/auth.py; relative to this file, as model paths are):
+    # re-read when it changes, looked at at most once a second, so a token is rotated by replacing the
+    # file, with no restart. Not with admin_token.
+    admin_token_file: str | None = None
     # RunOptions.debug_options (native :run, remote sessions) dump watched tensors to file:// URLs, which
     # writes files on the server: refused (403) unless this names a folder, and then only under it
     # (relative to this file, as model paths are; "file://name" is the folder's "name")
@@ -63,6 +67,10 @@ class ServerSettings(_Section):
     # seconds between looks at the models' files (base paths, .pb files) and the config file for changes
     # (server/repository.py); 0 = never. TF Serving's --file_system_poll_wait_seconds is 1.
     poll_seconds: float = Field(default=2.0, ge=0)
+    # Triton's --strict-readiness: the server is ready only while every model of the config serves (a
+    # failed load makes it unready; a model unloaded by a repository call does not). false: ready once
+    # started, whatever its models' states (each model's own readiness still says).
+    strict_readiness: bool = True
     # Overload (server/admission.py, server/protocol.py, server/limits.py). shed: refuse (503 +
     # Retry-After) at arrival a request that the queue's expected cost says cannot finish by its deadline.
     shed: bool = True
@@ -79,6 +87,12 @@ class ServerSettings(_Section):
     release_memory_idle_s: float = Field(default=1.0, ge=0)
     # worker processes on the port (server/workers.py); "auto": one per core. --workers overrides it.
     workers: Annotated[int, Field(ge=1)] | Literal["auto"] = 1
+
+    @model_validator(mode="after")
+    def _one_token(self) -> ServerSettings:
+        if self.admin_token is not None and self.admin_token_file is not None:
+            raise ValueError("give admin_token or admin_token_file, not both")
+        return self
 
 
 class RuntimeSettings(_Section):
@@ -385,6 +399,9 @@ def make_config(data: Mapping[str, Any], base_dir: Path | None = None) -> Config
         traces = config.traces
         if traces.path not in ("auto", ":memory:", "") and not Path(traces.path).is_absolute():
             traces.path = str((base_dir / traces.path).resolve())
+        token_file = config.server.admin_token_file
+        if token_file and not Path(token_file).is_absolute():
+            config.server.admin_token_file = str((base_dir / token_file).resolve())
         dump = config.server.debug_dump_dir
         if dump and not Path(dump).is_absolute():
             config.server.debug_dump_dir = str((base_dir / dump).resolve())

@@ -506,11 +506,10 @@ def router(service: InferenceService) -> APIRouter:
 
     @api.get("/v2/health/ready")
     async def ready() -> Response:
-        if service.ready and not service.draining:
+        reason = service.not_ready()
+        if not reason:
             return Response(status_code=200)
-        raise UnavailableError(
-            "the server is shutting down" if service.draining else "the server is not ready"
-        )
+        raise UnavailableError(reason)
 
     # --- the statistics extension (server/statistics.py); /v2/models/stats before the routes of a model
     # named "stats", as in Triton ---
@@ -590,15 +589,16 @@ def router(service: InferenceService) -> APIRouter:
     async def repository_load(model: str, request: Request) -> Response:
         service.check_admin(request.headers)
         await _body(request)
-        await asyncio.to_thread(service.repository.load, model)  # loading computes: off the event loop
-        return Response(status_code=200)
+        # loading computes: off the event loop. A worker of several answers what every worker made of it
+        report = await asyncio.to_thread(service.repository.load, model)
+        return _repository_answer(report)
 
     @api.post("/v2/repository/models/{model}/unload")
     async def repository_unload(model: str, request: Request) -> Response:
         service.check_admin(request.headers)
         await _body(request)
-        await asyncio.to_thread(service.repository.unload, model)
-        return Response(status_code=200)
+        report = await asyncio.to_thread(service.repository.unload, model)
+        return _repository_answer(report)
 
     @api.get("/v2/models/{model}/ready")
     async def get_model_ready(model: str) -> Response:
@@ -610,6 +610,13 @@ def router(service: InferenceService) -> APIRouter:
 
     unsupported_routes(api)
     return api
+
+
+def _repository_answer(report: dict[str, Any] | None) -> Response:
+    """A load or unload call's 200: empty, as Triton's; with workers, which ones applied it."""
+    if report is None:
+        return Response(status_code=200)
+    return Response(codec.dumps(report), media_type="application/json")
 
 
 # Triton's calls poolserve does not serve, each answered 501 saying why and what to do instead (a bare 404

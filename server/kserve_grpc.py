@@ -233,7 +233,7 @@ class KServeServicer:
         return pb.ServerLiveResponse(live=True)
 
     async def _server_ready(self, request: pb.ServerReadyRequest, context: Context) -> pb.ServerReadyResponse:
-        return pb.ServerReadyResponse(ready=self._serving)
+        return pb.ServerReadyResponse(ready=not self.service.not_ready())
 
     async def _model_ready(self, request: pb.ModelReadyRequest, context: Context) -> pb.ModelReadyResponse:
         # a model (or version) the server does not have is not ready, as Triton answers
@@ -288,7 +288,8 @@ class KServeServicer:
     ) -> pb.RepositoryModelLoadResponse:
         _admin(self.service, context)
         _no_parameters(request.parameters)
-        await asyncio.to_thread(self.service.repository.load, request.model_name)  # loading computes
+        # loading computes; with workers, every worker's or an error saying which did not apply it
+        await asyncio.to_thread(self.service.repository.load, request.model_name)
         return pb.RepositoryModelLoadResponse()
 
     async def _repository_unload(

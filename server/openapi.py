@@ -154,8 +154,7 @@ DOC_MODELS: tuple[type[BaseModel], ...] = (
 
 _ERRORS = {
     "400": "malformed request (the message names the field)",
-    "401": "the endpoint needs 'Authorization: Bearer <admin_token>'",
-    "403": "the admin token is not valid",
+    "401": "the endpoint needs 'Authorization: Bearer <admin_token>' with the current token",
     "404": "no such model or version",
     "408": "the body did not arrive within body_timeout_ms",
     "413": "the body is larger than max_request_bytes",
@@ -174,7 +173,9 @@ _EMPTY_OK = frozenset(
         "/v2/health/ready",
         "/v2/models/{model}/ready",
         "/v2/models/{model}/versions/{version}/ready",
-        "/v2/repository/models/{model}/load",  # Triton answers the repository's load and unload empty
+        # Triton answers the repository's load and unload empty (poolserve too, but with --workers: which
+        # workers applied the call, as JSON)
+        "/v2/repository/models/{model}/load",
         "/v2/repository/models/{model}/unload",
     }
 )
@@ -340,7 +341,7 @@ def build(app: FastAPI, service: InferenceService) -> dict[str, Any]:
         pool["requestBody"] = {"required": True, "content": {JSON: {"schema": enabled}}}
     for path, method in (("/v1/runtime/run_handler_pool", "put"), ("/v1/sessions", "post")):
         if method in paths.get(path, {}):
-            paths[path][method]["responses"].update(_errors("401", "403"))
+            paths[path][method]["responses"].update(_errors("401"))
     for path in kserve.UNSUPPORTED:  # Triton's calls poolserve does not serve: never a 200
         for operation in paths.get(path, {}).values():
             operation["parameters"] = _path_params(path, models)  # the routes read none of them

@@ -39,7 +39,6 @@ from poolserve.runtime.errors import (
     NotFoundError,
     OpError,
     UnavailableError,
-    UnimplementedError,
 )
 from poolserve.runtime.saved_model import resolve_version, versions
 from poolserve.server.config import Config, ConfigError, ModelConfig, config_source, load_config
@@ -224,9 +223,11 @@ class Repository:
         self._prepare = prepare
         self._models: dict[str, Model] = {}
         self._lock = threading.RLock()  # one sync at a time (poller, load/unload calls)
-        # why load and unload calls are refused (UNIMPLEMENTED), or None: set in each of several workers,
-        # where a call would reach only the worker that answers it
-        self.refuse_calls: str | None = None
+        # set in each of several workers (server/workers.py): load and unload calls go through it to every
+        # worker, given ("load"|"unload", name), and it answers what each worker made of the call
+        self.shared: Callable[[str, str], dict[str, Any]] | None = None
+        # told the name of a model that left the config file (there, a call's record of it ends)
+        self.on_leave: Callable[[str], None] = lambda name: None
         self._holds: dict[int, int] = {}  # id(entry) -> requests holding it
         self._holds_lock = threading.Lock()
         self._retiring: list[ModelEntry] = []
@@ -356,6 +357,18 @@ class Repository:
             raise UnavailableError(f"Model '{name}' has no version: {self._why(model)}")
         return [_status(v, s.state, s.error) for v, s in sorted(servables.items(), reverse=True)]
 
+    def unready(self) -> str:
+        """Why a model of the config does not serve as it should (Triton's strict readiness), or "": one
+        with no version available, or a version that failed to load. A model unloaded by a repository call
+        is as asked; a version loading or unloading beside one that serves is a swap, not a fault."""
+        for name, model in dict(self._models).items():
+            if model.unloaded:
+                continue
+            servables = dict(model.servables).values()
+            if not self.models.get(name) or any(s.state is State.END for s in servables):
+                return f"model '{name}' is not ready: {self._why(model)}"
+        return ""
+
     def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """Triton's repository index: every configured model's versions with state and reason."""
         rows: list[dict[str, Any]] = []
@@ -385,12 +398,26 @@ class Repository:
 
     # --- repository calls (run them off the event loop: they load) ---------------------------------------
 
-    def load(self, name: str) -> None:
+    def load(self, name: str) -> dict[str, Any] | None:
         """Triton's load: (re)loads every version ``name`` offers (re-reading the config file first).
         NotFoundError for a name not in the config; FailedPreconditionError when no version loads;
-        InvalidArgumentError, naming the error, when the config file does not validate (nothing loads)."""
-        if self.refuse_calls is not None:
-            raise UnimplementedError(self.refuse_calls)
+        InvalidArgumentError, naming the error, when the config file does not validate (nothing loads).
+        In a worker of several, every worker's (``shared``): what each made of it, or the error."""
+        if self.shared is not None:
+            return self.shared("load", name)
+        self.load_here(name)
+        return None
+
+    def unload(self, name: str) -> dict[str, Any] | None:
+        """Triton's unload: the model stops taking requests now, each version closes once its requests end.
+        In a worker of several, every worker's, as ``load``."""
+        if self.shared is not None:
+            return self.shared("unload", name)
+        self.unload_here(name)
+        return None
+
+    def load_here(self, name: str) -> None:
+        """``load`` in this process only."""
         with self._lock:
             self._check_config(force=True)
             if self.config_error:
@@ -407,10 +434,8 @@ class Repository:
                 why = "; ".join(f"version {s.version}: {s.error.message}" for s in failed if s.error)
                 raise FailedPreconditionError(f"failed to load '{name}': {why or self._why(model)}")
 
-    def unload(self, name: str) -> None:
-        """Triton's unload: the model stops taking requests now, each version closes once its requests end."""
-        if self.refuse_calls is not None:
-            raise UnimplementedError(self.refuse_calls)
+    def unload_here(self, name: str) -> None:
+        """``unload`` in this process only."""
         with self._lock:
             model = self._models.get(name)
             if model is None:
@@ -483,6 +508,7 @@ class Repository:
             for version in list(gone.servables):
                 self._retire(gone, version)
             self._publish(gone)
+            self.on_leave(name)
         for name, configs in wanted.items():
             model = self._models.get(name)
             if model is None:

@@ -17,7 +17,6 @@ import itertools
 import logging
 import os
 import random
-import secrets
 import sys
 import threading
 import time
@@ -36,7 +35,6 @@ from poolserve.runtime.errors import (
     InvalidArgumentError,
     OpError,
     PermissionDeniedError,
-    UnauthenticatedError,
     UnavailableError,
 )
 from poolserve.runtime.run_handler import RunHandlerPool
@@ -45,6 +43,7 @@ from poolserve.runtime.tensor import as_array
 from poolserve.runtime.threadpool import KernelThreads
 from poolserve.runtime.types import Array
 from poolserve.server.admission import Admission
+from poolserve.server.auth import AdminToken
 from poolserve.server.batching import BatchInfo
 from poolserve.server.config import Config
 from poolserve.server.errors import http_status
@@ -180,6 +179,7 @@ class InferenceService:
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        self.admin_token = AdminToken(config.server.admin_token, config.server.admin_token_file)
         self.pool_default: PoolDefault = _PoolDefault(config.run_handler_pool.enabled)
         self.models: dict[str, dict[int, ModelEntry]] = {}
         self.traces = open_trace_store(config.traces)
@@ -276,6 +276,17 @@ class InferenceService:
             return False
         return time.monotonic() - self.admission.refused_at >= QUIET_AFTER_REFUSAL_S
 
+    def not_ready(self) -> str:
+        """Why the server is not ready, or "": starting, draining, or (strict readiness) a model of the
+        config that does not serve."""
+        if self.draining:
+            return "the server is shutting down"
+        if not self.ready:
+            return "the server is starting"
+        if self.config.server.strict_readiness:
+            return self.repository.unready()
+        return ""
+
     @property
     def pool_enabled(self) -> bool:
         return self.pool_default.enabled
@@ -320,17 +331,9 @@ class InferenceService:
         return [e for name in sorted(self.models) for _, e in sorted(self.models[name].items())]
 
     def check_admin(self, headers: Mapping[str, str]) -> None:
-        """Refuses a request without the admin token, when one is set (UnauthenticatedError without it,
-        PermissionDeniedError with a wrong one)."""
-        token = self.config.server.admin_token
-        if not token:
-            return
-        auth = headers.get("authorization", "")
-        scheme, _, given = auth.partition(" ")
-        if scheme.lower() != "bearer" or not given:
-            raise UnauthenticatedError("This endpoint needs 'Authorization: Bearer <admin_token>'")
-        if not secrets.compare_digest(given.strip().encode(), token.encode()):
-            raise PermissionDeniedError("The admin token is not valid")
+        """Refuses a request without the current admin token, when one is set (UnauthenticatedError,
+        server/auth.py)."""
+        self.admin_token.check(headers)
 
     def guard_options(self, options: config_pb2.RunOptions | None) -> None:
         """Refuses what a client's RunOptions may not do on this server: ``debug_options`` dumps write

@@ -2,8 +2,9 @@
 
 The supervisor (the process started) loads no model. It reserves the ports (HTTP and gRPC), makes a
 runtime folder (prometheus-client's multiprocess files, the shared RunHandlerPool flag, each worker's
-statistics), forks the workers, restarts one that dies, and on SIGTERM (or SIGINT) passes the signal on
-and waits for every worker to drain, answering new connections 503 meanwhile; it exits 0 when they did.
+statistics, the repository calls every worker applies), forks the workers, restarts one that dies, and on
+SIGTERM (or SIGINT) passes the signal on and waits for every worker to drain, answering new connections 503
+meanwhile; it exits 0 when they did.
 Each worker binds its own listening socket to the port with SO_REUSEPORT (the kernel spreads new
 connections over the workers' sockets), loads the models and runs exactly the single-process server
 (``cli.run_server``: same middleware, same drain on SIGTERM), with the pool's threads and the BLAS threads
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import fcntl
 import importlib
+import json
 import logging
 import mmap
 import multiprocessing
@@ -31,15 +34,26 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from poolserve.server.config import Config
+from poolserve.runtime.errors import (
+    DeadlineExceededError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    OpError,
+)
+from poolserve.server.config import Config, ConfigError, config_source, load_config
+
+if TYPE_CHECKING:
+    from poolserve.server.repository import Repository
 
 log = logging.getLogger("poolserve")
 
@@ -50,11 +64,11 @@ _QUICK_DEATH_S = 1.0
 # what a worker still draining gets beyond drain_seconds before it is killed
 _STOP_GRACE_S = 10.0
 _MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-# each worker holds its own models: a load or unload would reach only the worker that answers it
-REPOSITORY_CALLS_REFUSED = (
-    "repository load and unload are not supported with --workers: the call would reach only the worker "
-    "that answers it; change the config file instead (every worker re-reads it), or run one worker"
-)
+# how often a worker looks whether another one took a repository call (a read of a mapped counter)
+_CALLS_POLL_S = 0.05
+# how long the worker answering a repository call waits for the others to have applied it (a load may
+# take this long in each: they load at once, on their shares of the cores)
+CALLS_WAIT_S = 120.0
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # while the workers drain, what a new connection gets from the supervisor (it reads no more than this
 # long from one client: it answers them one by one)
@@ -98,6 +112,178 @@ class SharedFlag:
         self._map[0] = int(value)
 
 
+class SharedCounter:
+    """Eight bytes in a file every worker maps, as ``SharedFlag``: the number of the last repository call."""
+
+    def __init__(self, path: Path) -> None:
+        with path.open("r+b") as f:
+            self._map = mmap.mmap(f.fileno(), 8)
+
+    @staticmethod
+    def create(path: Path) -> None:
+        path.write_bytes(bytes(8))
+
+    @property
+    def value(self) -> int:
+        return int.from_bytes(self._map[:8], "little")
+
+    @value.setter
+    def value(self, value: int) -> None:
+        self._map[:8] = value.to_bytes(8, "little")
+
+
+class SharedCalls:
+    """Repository load and unload calls made through any worker reach every worker, as the pool toggle does
+    (a file in the runtime folder every worker maps).
+
+    The worker answering a call applies it, writes it to ``repository.json`` (each model's last call and its
+    number, the state a worker started later takes up: a model unloaded by a call stays unloaded) and
+    bumps the counter in ``repository.seq``; every worker's watcher thread sees the counter move, applies
+    the calls it has not, and writes what it made of them to ``repository/<pid>.json``. The answering worker
+    waits (``CALLS_WAIT_S`` at most) for every live worker's file to show the call and answers which applied
+    it. One call at a time (a lock file): each is applied everywhere in the order they were made."""
+
+    def __init__(self, folder: Path, repository: Repository) -> None:
+        self.folder = folder
+        self.repository = repository
+        self.counter = SharedCounter(folder / "repository.seq")
+        self.mine = folder / "repository" / f"{os.getpid()}.json"
+        self.applied = 0
+        self._applying = threading.Lock()  # a call taken here, or the watcher applying others'
+
+    @staticmethod
+    def create(folder: Path) -> None:
+        (folder / "repository").mkdir()
+        (folder / "repository.json").write_text("{}")
+        SharedCounter.create(folder / "repository.seq")
+
+    def start(self) -> None:
+        """Takes up the calls made before this worker started (it has loaded the configured models:
+        the ones unloaded by a call are unloaded again) and starts watching for new ones."""
+        calls = self._calls()
+        for model, (_, verb) in sorted(calls.items(), key=lambda c: c[1][0]):
+            if verb == "unload":
+                try:
+                    self._apply(verb, model)
+                except OpError as e:  # a model since gone from the config: nothing to unload
+                    log.info("repository call not taken up: %s", e.message)
+        self.applied = max((seq for seq, _ in calls.values()), default=0)
+        self._ack("")
+        self.repository.shared = self.call
+        self.repository.on_leave = self.left_config
+        threading.Thread(target=self._watch, name="poolserve-repository-calls", daemon=True).start()
+
+    def call(self, verb: str, model: str) -> dict[str, Any]:
+        """A load or unload call made through this worker: applied here, then by every other worker."""
+        with (self.folder / "repository.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            with self._applying:
+                error = ""
+                try:
+                    self._apply(verb, model)
+                except (NotFoundError, InvalidArgumentError):
+                    raise  # not in the config, or a config that does not validate: nothing changed anywhere
+                except OpError as e:
+                    error = e.message  # a model that failed to load here: the others try it too
+                seq = self.counter.value + 1
+                self._record(model, (seq, verb))
+                self.applied = seq
+                self._ack(error)
+                self.counter.value = seq
+            answers = self._wait(seq)
+        workers = [
+            {"pid": pid, "applied": err == "", "error": err or ""} for pid, err in sorted(answers.items())
+        ]
+        pending = ", ".join(str(pid) for pid, err in sorted(answers.items()) if err is None)
+        failed = {pid: err for pid, err in answers.items() if err}
+        if failed:
+            why = "; ".join(f"worker {pid}: {err}" for pid, err in sorted(failed.items()))
+            raise FailedPreconditionError(
+                f"{verb} '{model}' failed in {len(failed)} of {len(answers)} workers ({why})"
+                + (f"; worker(s) {pending} had not applied it after {CALLS_WAIT_S:g} s" if pending else "")
+            )
+        if pending:
+            raise DeadlineExceededError(
+                f"{verb} '{model}': worker(s) {pending} of {len(answers)} had not applied it after "
+                f"{CALLS_WAIT_S:g} s (they will, once done with what they are doing)"
+            )
+        return {"workers": workers, "applied_by_all": True}
+
+    def _record(self, model: str, call: tuple[int, str] | None) -> None:
+        """Sets (or, None, drops) a model's last call in ``repository.json``, under a lock held only for
+        this (a call holds the other one while it waits for the workers)."""
+        with (self.folder / "repository.json.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            calls = self._calls()
+            if call is None:
+                if calls.pop(model, None) is None:
+                    return
+            else:
+                calls[model] = call
+            partial = self.folder / f"repository.json.{os.getpid()}"
+            partial.write_text(json.dumps({m: list(c) for m, c in calls.items()}))
+            os.replace(partial, self.folder / "repository.json")
+
+    def left_config(self, model: str) -> None:
+        """A model that left the config file: a call's record of it ends, so a worker started after it
+        came back (it loads afresh in the others) loads it too, instead of taking up an old unload."""
+        try:
+            self._record(model, None)
+        except (OSError, ValueError):
+            log.exception("forgetting the repository calls of '%s' failed", model)
+
+    def _apply(self, verb: str, model: str) -> None:
+        if verb == "load":
+            self.repository.load_here(model)
+        else:
+            self.repository.unload_here(model)
+
+    def _calls(self) -> dict[str, tuple[int, str]]:
+        raw = json.loads((self.folder / "repository.json").read_text())
+        return {m: (int(seq), str(verb)) for m, (seq, verb) in raw.items()}
+
+    def _ack(self, error: str) -> None:
+        partial = self.mine.with_suffix(".tmp")
+        partial.write_text(json.dumps({"applied": self.applied, "error": error}))
+        os.replace(partial, self.mine)
+
+    def _wait(self, seq: int) -> dict[int, str | None]:
+        """Every live worker's answer to call ``seq``: "" applied, its error, or None not yet."""
+        deadline = time.monotonic() + CALLS_WAIT_S
+        while True:
+            answers: dict[int, str | None] = {}
+            for path in self.mine.parent.glob("*.json"):
+                try:
+                    ack = json.loads(path.read_text())
+                except (OSError, ValueError):  # a worker gone (the supervisor removes its file)
+                    continue
+                answers[int(path.stem)] = ack["error"] if ack["applied"] >= seq else None
+            if None not in answers.values() or time.monotonic() > deadline:
+                return answers
+            time.sleep(_CALLS_POLL_S)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(_CALLS_POLL_S)
+            if self.counter.value <= self.applied:
+                continue
+            try:
+                with self._applying:  # not while this worker applies a call it took
+                    calls = sorted((seq, verb, m) for m, (seq, verb) in self._calls().items())
+                    for seq, verb, model in (c for c in calls if c[0] > self.applied):
+                        error = ""
+                        try:
+                            self._apply(verb, model)
+                        except Exception as e:  # answered as this worker's error, never tried again
+                            error = e.message if isinstance(e, OpError) else f"{type(e).__name__}: {e}"
+                            if not isinstance(e, OpError):
+                                log.exception("applying another worker's repository call failed")
+                        self.applied = seq
+                        self._ack(error)
+            except Exception:  # the files unreadable for a moment: looked at again next round
+                log.exception("reading the repository calls failed")
+
+
 class WorkerHeader:
     """Adds ``X-Poolserve-Worker: <pid>`` to every answer (which worker served it)."""
 
@@ -139,7 +325,9 @@ class Worker:
             self.runtime_dir / "statistics",
             lambda: [(e.name, e.version, e.stats) for e in service.list_models()],
         )
-        service.repository.refuse_calls = REPOSITORY_CALLS_REFUSED
+        # the repository calls made through any worker reach every worker; this one takes up those made
+        # before it started
+        SharedCalls(self.runtime_dir, service.repository).start()
         app.add_middleware(WorkerHeader, pid=os.getpid())
         # the answers admission gives from the protocol, without the app, name the worker too
         app.state.early_admission.extra_headers.append(
@@ -204,6 +392,14 @@ def _worker_main(
     from poolserve.runtime import threadpool
     from poolserve.server import cli
 
+    # the models of the config file as it is now: a worker started later (a replacement) loads what the
+    # others have taken from the file since the supervisor read it (they poll it, and a load call re-reads it)
+    source = config_source(config)
+    if source is not None:
+        try:
+            config.models = load_config(source).models
+        except ConfigError as e:  # as the others, it keeps the last models that validated
+            log.error("config file change not applied: %s", e)
     # BLAS's own thread count is what KernelThreads takes for a whole process: the share, not every core
     limits = threadpool_limits(limits=share, user_api="blas")
     threadpool.share_cores(share)
@@ -319,6 +515,8 @@ class Supervisor:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid, str(self.metrics_dir))  # type: ignore[no-untyped-call]
+        # a repository call waits for the live workers only (a replacement takes the calls up as it starts)
+        (self.runtime_dir / "repository" / f"{pid}.json").unlink(missing_ok=True)
 
     def _listen(self) -> None:
         """The reserved socket joins the port's listeners: as the workers close theirs to drain, new
@@ -434,6 +632,7 @@ def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
     # each on this machine) and shares their pages. Importing them starts no thread.
     importlib.import_module("poolserve.server.app")
     SharedFlag.create(runtime_dir / "run_handler_pool", config.run_handler_pool.enabled)
+    SharedCalls.create(runtime_dir)
     supervisor = Supervisor(config, args, workers, runtime_dir, reserved)
     previous = {sig: signal.signal(sig, supervisor.stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     log.info(

@@ -492,6 +492,19 @@ def test_kserve_grpc_closed_loop_and_timeouts(server_process, tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_kserve_grpc_without_a_server_at_the_address_is_one_clear_error(server_process, capsys):
+    """The address given is the one used (the URL's port is the HTTP one); nothing answering there stops
+    the run before the load, naming the address, instead of every request failing."""
+    address = f"127.0.0.1:{free_port()}"
+    argv = ["--url", server_process.url, "--model", "mlp", "--protocol", "kserve-grpc", "--requests", "5"]
+    started = time.monotonic()
+    assert cli.main([*argv, "--grpc-address", address]) == 1
+    assert time.monotonic() - started < 15
+    out, err = capsys.readouterr()
+    assert f"no KServe gRPC server answers at {address}" in err and "--grpc-address HOST:PORT" in err
+    assert "requests" not in out  # no table: no load was sent
+
+
 def test_timeouts_are_counted(server, tmp_path, capsys):
     # 1 ms cannot cover decoding a JSON batch of 256 images and computing it: the server answers 504 (16
     # warm images can now take under 1 ms on a quiet machine: the JSON is read straight into numpy). One
@@ -639,6 +652,12 @@ def test_plot_without_matplotlib(monkeypatch, capsys):
         (["--model", "m", "--protocol", "tfserving", "--binary"], "--binary is not available"),
         (["--model", "m", "--protocol", "tfserving", "--compare-pool"], "TF Serving's API does not have"),
         (["--model", "m", "--protocol", "grpc"], "invalid choice: 'grpc'"),
+        (["--model", "m", "--grpc-address", "h:1"], "--grpc-address goes with --protocol kserve-grpc"),
+        (["--model", "m", "--protocol", "kserve-grpc", "--grpc-address", "h"], "give HOST:PORT"),
+        (["--model", "m", "--protocol", "kserve-grpc", "--grpc-address", "http://h:1"], "not a URL"),
+        (["--model", "m", "--protocol", "kserve-grpc", "--grpc-address", "h:abc"], "must be a number"),
+        (["--model", "m", "--protocol", "kserve-grpc", "--grpc-address", "h:70000"], "must be a number"),
+        (["--model", "m", "--protocol", "kserve-grpc", "--grpc-address", "::1:80"], "[::1]:80"),
         (["--model", "m", "--batch", "0"], "expected a positive integer, got '0'"),
         (["--rate", "5"], "the following arguments are required: --model"),
         (["--model", "m", "--overload", "--rate", "5"], "--rate does not go with --overload"),

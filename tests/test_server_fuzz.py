@@ -4,10 +4,13 @@ import asyncio
 import json
 import os
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import pytest
 import schemathesis
+from fastapi import FastAPI
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
@@ -97,14 +100,24 @@ def _fuzz_config() -> Any:
     return config
 
 
-fuzz_app = create_app(_fuzz_config())
+# the app the fuzzed calls reach: one built here reads the schema at import; the fixture below serves the
+# tests from a fresh one. Built at import alone it broke when another file ran first: Session.reset (TF's
+# reset, tests/test_session.py) closes every session in the process, this app's models too.
+_apps: list[FastAPI] = [create_app(_fuzz_config())]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fuzz_app() -> Iterator[FastAPI]:
+    _apps.append(create_app(_fuzz_config()))
+    _apps.pop(0).state.service.close()
+    yield _apps[0]
 
 
 async def without_lifespan(scope: Any, receive: Any, send: Any) -> None:
     """The app, its lifespan acknowledged and not run: the transport runs it around every call, and its end
     drains and closes the service."""
     if scope["type"] != "lifespan":
-        await fuzz_app(scope, receive, send)
+        await _apps[0](scope, receive, send)
         return
     while True:
         message = await receive()
@@ -118,7 +131,7 @@ schemathesis.serializer.alias("application/x-protobuf", "application/octet-strea
 fuzz_schema = schemathesis.openapi.from_asgi("/openapi.json", without_lifespan)
 
 
-def test_the_document_describes_every_route() -> None:
+def test_the_document_describes_every_route(fuzz_app: FastAPI) -> None:
     described = set(fuzz_app.openapi()["paths"])
     served = {r.path for r in fuzz_app.router.routes if getattr(r, "include_in_schema", True)}
     assert served - described == set() and len(described) > 30

@@ -38,6 +38,7 @@ from poolserve.runtime.dtypes import BFLOAT16
 from poolserve.runtime.tensor import from_ndarray, to_ndarray
 from poolserve.server import codec, grpc_raw
 from poolserve.server.app import create_app
+from poolserve.server.auth import AdminToken
 from poolserve.server.config import config_source, load_config
 from poolserve.server.grpc_server import GrpcServer
 from poolserve.server.kserve_grpc import ModelInferAdapter
@@ -1043,7 +1044,7 @@ async def test_repository_index_load_and_unload_over_grpc(kserve: Any, app: Any)
     index = await kserve.RepositoryIndex(grpc_service_pb2.RepositoryIndexRequest())
     assert {(m.name, m.state) for m in index.models} >= {("sleepy", "READY"), ("classify", "READY")}
     service = service_of(app)
-    service.config.server.admin_token = "grpc-admin"
+    service.admin_token = AdminToken("grpc-admin")
     try:
         unload = grpc_service_pb2.RepositoryModelUnloadRequest(model_name="sleepy")
         await expect_error(kserve.RepositoryModelUnload(unload), grpc.StatusCode.UNAUTHENTICATED)
@@ -1075,4 +1076,4 @@ async def test_repository_index_load_and_unload_over_grpc(kserve: Any, app: Any)
         )
         assert "config" in message
     finally:
-        service.config.server.admin_token = None
+        service.admin_token = AdminToken()

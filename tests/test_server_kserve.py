@@ -166,7 +166,7 @@ async def test_not_ready_answers_503(client, app, draining):
     try:
         r = await client.get("/v2/health/ready")
         assert r.status_code == 503
-        assert r.json()["error"] == ("the server is shutting down" if draining else "the server is not ready")
+        assert r.json()["error"] == ("the server is shutting down" if draining else "the server is starting")
         r = await client.get("/v2/models/calc/ready")
         assert r.status_code == 503 and "Model 'calc' is not ready" in r.json()["error"]
         assert (await client.get("/v2/health/live")).status_code == 200

@@ -518,7 +518,7 @@ async def test_pool_toggle_with_admin_token(app: FastAPI, client: httpx.AsyncCli
     r = await client.put(
         "/v1/runtime/run_handler_pool", json={"enabled": False}, headers={"Authorization": "Bearer wrong"}
     )
-    assert "not valid" in error_of(r, 403)
+    assert "not valid" in error_of(r, 401)
     auth = {"Authorization": "Bearer sesame"}
     r = await client.put("/v1/runtime/run_handler_pool", json={"enabled": "maybe"}, headers=auth)
     assert "enabled" in error_of(r, 400)

@@ -13,13 +13,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import numpy as np
 import pytest
 import uvicorn
-from support import free_port, gate_op, serve_in_thread
+from support import ServerProcess, free_port, gate_op, serve_in_thread
 
 from poolserve import Session, errors
+from poolserve.proto import grpc_service_pb2, grpc_service_pb2_grpc
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.server.app import create_app
 from poolserve.server.config import Config, ConfigError, VersionPolicy, load_config, make_config
@@ -427,6 +429,64 @@ def test_a_load_call_with_an_invalid_config_file_answers_400_naming_the_error(
     assert server.post("/v2/repository/models/a/load").status_code == 200
 
 
+# --- readiness ----------------------------------------------------------------------------------------------------
+
+
+def test_a_model_that_failed_to_load_makes_the_server_unready(tmp_path: Path) -> None:
+    """Triton's strict readiness (its default): the server is ready while every model of the config
+    serves; a model unloaded by a call is as asked. TF Serving's status gives the model's state."""
+    add_graph(tmp_path / "a.pb", 2.0)
+    config_file = tmp_path / "server.toml"
+    good = f'[server]\npoll_seconds = {POLL}\n[[models]]\nname = "a"\npath = "a.pb"\n'
+    config_file.write_text(good)
+    server = ServerProcess(config_file, tmp_path / "server.log")
+    try:
+        http = httpx.Client(base_url=server.url, timeout=10)
+        channel = grpc.insecure_channel(server.grpc_address)
+        kserve = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        (tmp_path / "b.pb").write_bytes(b"")  # a failed load: a GraphDef with no nodes
+        config_file.write_text(good + '[[models]]\nname = "b"\npath = "b.pb"\n')
+        wait_for(lambda: http.get("/v2/health/ready").status_code == 503)
+        for path in ("/v2/health/ready", "/v1/health/ready"):
+            error = http.get(path).json()["error"]
+            assert "model 'b' is not ready" in error and "no nodes" in error, error
+        assert not kserve.ServerReady(grpc_service_pb2.ServerReadyRequest(), timeout=10).ready
+        assert kserve.ModelReady(grpc_service_pb2.ModelReadyRequest(name="a"), timeout=10).ready
+        assert not kserve.ModelReady(grpc_service_pb2.ModelReadyRequest(name="b"), timeout=10).ready
+        assert http.get("/v2/models/a/ready").status_code == 200
+        assert http.get("/v2/models/b/ready").status_code == 503
+        [status] = http.get("/v1/models/b").json()["model_version_status"]
+        assert status["state"] == "END" and "no nodes" in status["status"]["error_message"]
+        assert http.post("/v1/models/a:run", json={"feeds": {"x": [[1.0, 1.0]]}}).status_code == 200
+
+        assert http.post("/v2/repository/models/b/unload").status_code == 200
+        assert http.get("/v2/health/ready").status_code == 200
+        assert kserve.ServerReady(grpc_service_pb2.ServerReadyRequest(), timeout=10).ready
+        add_graph(tmp_path / "b.pb", 3.0)
+        assert http.post("/v2/repository/models/b/load").status_code == 200
+        assert http.get("/v2/health/ready").status_code == 200
+        channel.close()
+        http.close()
+    finally:
+        server.stop()
+
+
+def test_strict_readiness_off_reports_ready_whatever_the_models(
+    tmp_path: Path, serve: Callable[[Config], Loopback]
+) -> None:
+    add_graph(tmp_path / "a.pb", 2.0)
+    config_file = tmp_path / "server.toml"
+    good = (
+        f'[server]\npoll_seconds = {POLL}\nstrict_readiness = false\n[[models]]\nname = "a"\npath = "a.pb"\n'
+    )
+    config_file.write_text(good)
+    server = serve(load_config(config_file))
+    config_file.write_text(good + '[[models]]\nname = "b"\npath = "b.pb.nope"\n')
+    wait_for(lambda: server.get("/v2/models/b/ready").status_code == 503)
+    assert server.get("/v2/health/ready").status_code == 200
+    assert server.get("/v1/health/ready").status_code == 200
+
+
 # --- the repository extension -----------------------------------------------------------------------------------
 
 
@@ -441,7 +501,7 @@ def test_repository_index_load_and_unload_need_the_admin_token(
     server = serve(config)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     assert server.post("/v2/repository/index").status_code == 401
-    assert server.post("/v2/repository/index", headers={"Authorization": "Bearer wrong"}).status_code == 403
+    assert server.post("/v2/repository/index", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert server.post("/v2/repository/models/m/unload").status_code == 401
     assert "model_repository" in server.get("/v2").json()["extensions"]
 

@@ -1,5 +1,5 @@
 """server/workers.py: ``poolserve serve --workers 2`` as real processes on 127.0.0.1. Both workers answer,
-/metrics adds them up, a trace is found through either, the pool toggle reaches both, a killed worker is
+/metrics adds them up, a trace is found through either, the pool toggle and repository calls reach both, a killed worker is
 replaced, and SIGTERM drains them all and exits 0.
 
 Each request goes on a fresh connection: the kernel spreads connections (not requests) over the workers'
@@ -200,24 +200,86 @@ def test_the_pool_toggle_reaches_every_worker(workers: Workers) -> None:
         HTTP.put(f"{workers.url}/v1/runtime/run_handler_pool", json={"enabled": True})
 
 
-def test_repository_load_and_unload_are_refused(workers: Workers) -> None:
-    """Each worker holds its own models: a call reaching one of them would leave the others serving
-    differently."""
-    for verb in ("unload", "load"):
-        r = HTTP.post(f"{workers.url}/v2/repository/models/add/{verb}")
-        assert r.status_code == 501 and "not supported with --workers" in r.text, r.text
-    with grpc.insecure_channel(workers.grpc_address) as channel:
-        stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        with pytest.raises(grpc.RpcError) as error:
-            stub.RepositoryModelUnload(grpc_service_pb2.RepositoryModelUnloadRequest(model_name="add"))
-    assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "not supported with --workers" in (error.value.details() or "")
-    seen = set()
-    for _ in range(24):
-        r = HTTP.post(f"{workers.url}/v1/models/add:run", json=ADD)
-        assert r.status_code == 200
-        seen.add(r.headers[WORKER_HEADER])
-    assert len(seen) == 2
+def _add_statuses(workers: Workers, model: str = "add") -> dict[str, int]:
+    """Each worker's status for a request to ``model`` (a connection per request: both answer)."""
+    seen: dict[str, int] = {}
+    for _ in range(30):
+        r = HTTP.post(f"{workers.url}/v1/models/{model}:run", json=ADD)
+        seen[r.headers[WORKER_HEADER]] = r.status_code
+    return seen
+
+
+def test_repository_calls_reach_every_worker_and_its_replacement(workers: Workers) -> None:
+    """A load or unload through one worker is applied by every worker before it answers, says so, and a
+    worker started later (a replacement after a crash) comes up with the same models: the config file as
+    the others have it now, less what calls unloaded."""
+    config = workers.log.parent / "server.toml"
+    before = config.read_text()
+    try:
+        config.write_text(before + '\n[[models]]\nname = "twice"\npath = "add.pb"\n')
+        r = HTTP.post(f"{workers.url}/v2/repository/models/twice/load", timeout=60)
+        assert r.status_code == 200, r.text
+        r = HTTP.post(f"{workers.url}/v2/repository/models/add/unload", timeout=60)
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        assert answer["applied_by_all"] is True and len(answer["workers"]) == 2, answer
+        assert all(w["applied"] and not w["error"] for w in answer["workers"]), answer
+        assert {str(w["pid"]) for w in answer["workers"]} == workers.pids()
+        seen = _add_statuses(workers)
+        assert len(seen) == 2 and set(seen.values()) == {503}, seen
+        # unloaded by a call, then out of the config and back in: it loads afresh in every worker (as in
+        # one process), and so in a replacement
+        assert HTTP.post(f"{workers.url}/v2/repository/models/twice/unload", timeout=60).status_code == 200
+        config.write_text(before)
+
+        def indexed() -> set[str]:
+            seen = set()
+            for _ in range(20):
+                r = HTTP.post(f"{workers.url}/v2/repository/index")
+                if any(row["name"] == "twice" for row in r.json()):
+                    seen.add(r.headers[WORKER_HEADER])
+            return seen
+
+        workers.wait_for(lambda: not indexed(), "both workers to drop the model that left the config")
+        config.write_text(before + '\n[[models]]\nname = "twice"\npath = "add.pb"\n')
+        workers.wait_for(lambda: set(_add_statuses(workers, "twice").values()) == {200}, "it to load again")
+
+        victim = sorted(workers.pids())[0]
+        os.kill(int(victim), signal.SIGKILL)
+        workers.wait_for(lambda: (p := workers.pids()) and victim not in p and len(p) == 2, "a new worker")
+        seen = _add_statuses(workers)
+        assert len(seen) == 2 and set(seen.values()) == {503}, seen  # the replacement too
+        seen = _add_statuses(workers, "twice")
+        assert len(seen) == 2 and set(seen.values()) == {200}, seen
+
+        with grpc.insecure_channel(workers.grpc_address) as channel:
+            stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            stub.RepositoryModelLoad(
+                grpc_service_pb2.RepositoryModelLoadRequest(model_name="add"), timeout=60
+            )
+        seen = _add_statuses(workers)
+        assert len(seen) == 2 and set(seen.values()) == {200}, seen
+    finally:
+        config.write_text(before)
+        HTTP.post(f"{workers.url}/v2/repository/models/add/load", timeout=60)
+
+
+def test_a_load_that_fails_in_the_workers_says_so_for_each(workers: Workers) -> None:
+    config = workers.log.parent / "server.toml"
+    before = config.read_text()
+    (config.parent / "empty.pb").write_bytes(b"")  # a GraphDef with no nodes: no worker loads it
+    try:
+        config.write_text(before + '\n[[models]]\nname = "empty"\npath = "empty.pb"\n')
+        r = HTTP.post(f"{workers.url}/v2/repository/models/empty/load", timeout=60)
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert "load 'empty' failed in 2 of 2 workers" in error, error
+        assert all(f"worker {pid}: failed to load 'empty'" in error for pid in workers.pids()), error
+    finally:
+        # unloaded by a call, it no longer keeps the workers unready; then out of the config
+        HTTP.post(f"{workers.url}/v2/repository/models/empty/unload", timeout=60)
+        config.write_text(before)
+    assert len(workers.pids()) == 2
 
 
 def test_a_killed_worker_loses_only_its_requests_and_is_replaced(workers: Workers) -> None:
