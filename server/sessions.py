@@ -239,9 +239,11 @@ async def _run_held(
     fetches = [*request.fetch, *request.target]
     options = request.options if request.HasField("options") else None
     service.guard_options(options)
-    # a run that sets no timeout gets the server's default, as every other request does
-    timeout_ms = service.timeout_ms(options)
-    deadline = Deadline(timeout_ms) if timeout_ms > 0 else None
+    # RunOptions.timeout_in_ms, else the session's ConfigProto.operation_timeout_in_ms, as in process; a run
+    # that sets neither gets the server's default, as every other request does
+    deadline = session.deadline(options)
+    if deadline is None and service.timeout_ms(None) > 0:
+        deadline = Deadline(service.timeout_ms(None))
     values = await session.arun(fetches, feeds, options, metadata, deadline=deadline)
     return values[: len(request.fetch)]
 

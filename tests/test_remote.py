@@ -157,6 +157,22 @@ def test_a_deadline_stops_the_remote_step(server):
         assert time.monotonic() - t0 < 3.0
 
 
+def test_the_sessions_operation_timeout_bounds_a_remote_run(server):
+    """ConfigProto.operation_timeout_in_ms bounds a run that sets no timeout_in_ms, remotely as in
+    process (the server applied its own default_timeout_ms, 30 s, instead)."""
+    b = GraphBuilder()
+    out = sleep_op(b, None, 5.0, "remote_operation_timeout")
+    config = config_pb2.ConfigProto(operation_timeout_in_ms=100)
+    with Session(b.graph_def, config) as local, remote(server, b.graph_def, config) as far:
+        with pytest.raises(DeadlineExceededError) as here:
+            local.run(out)
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExceededError) as there:
+            far.run(out)
+        assert time.monotonic() - t0 < 3.0
+        assert there.value.message == here.value.message
+
+
 def test_closing_the_session_cancels_its_run_in_flight(server):
     b = GraphBuilder()
     out, gate = gate_op(b, None, "remote_gate")
