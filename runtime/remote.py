@@ -464,6 +464,7 @@ def _error(status: int, data: bytes, target: str) -> OpError:
     """The OpError a server's error answer stands for (its JSON body names the canonical code)."""
     message = f"{target} answered HTTP {status}"
     code: Code = Code.UNKNOWN
+    kind: str | None = None
     try:
         body = json.loads(data)
     except ValueError:
@@ -474,7 +475,9 @@ def _error(status: int, data: bytes, target: str) -> OpError:
             code = Code[str(body.get("code", "UNKNOWN"))]
         except KeyError:
             code = Code.UNKNOWN
-    return error_class(code)(message)
+        kind = body.get("python_error") if isinstance(body.get("python_error"), str) else None
+    # an error that is also a ValueError or TypeError in process is one here too
+    return error_class(code, kind)(message)
 
 
 register_session_factory("http", RemoteSession)

@@ -217,6 +217,29 @@ def test_a_bad_feed_raises_the_same_error_remotely(server):
         assert there.value.message == here.value.message
 
 
+def test_errors_that_are_also_value_or_type_errors_stay_so_remotely(server):
+    """TensorFlow's client raises a bad fetch or feed shape as ValueError and a feed it cannot convert or
+    find as TypeError; in process these are OpErrors that are also that Python error, and a remote session
+    raises the same classes (it raised the plain OpError, which ``except ValueError`` missed)."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, 3])
+    out = b.identity(x, name="out")
+    good = np.zeros((1, 3), np.float32)
+    calls = [
+        (out, {"x:0": np.zeros((1, 4), np.float32)}, ValueError),  # a feed of the wrong shape
+        (out, {"x:0": np.array([["a", "b", "c"]])}, ValueError),  # a value that does not convert
+        ("nope:0", {"x:0": good}, ValueError),  # a fetch the graph does not have
+        (out, {"x:0": good, "q:0": good}, TypeError),  # a feed the graph does not have
+    ]
+    with Session(b.graph_def) as local, remote(server, b.graph_def) as far:
+        for fetch, feeds, python in calls:
+            with pytest.raises(python) as here:
+                local.run(fetch, feeds)
+            with pytest.raises(python) as there:
+                far.run(fetch, feeds)
+            assert type(there.value) is type(here.value) and str(there.value) == str(here.value)
+
+
 def test_a_session_bound_to_a_served_model_ships_no_graph(server):
     with Session(f"{server.url}/v1/models/add") as far:  # no token: nothing is shipped
         out = far.run("out:0", {"x:0": np.asarray([[1, 2, 3]], np.float32)})
