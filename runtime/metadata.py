@@ -48,8 +48,8 @@ def fill_step_stats(stats: step_stats_pb2.StepStats, plan: Plan, trace: StepTrac
         ns.thread_id = rec.thread_id & 0x7FFFFFFF
         total = 0
         for slot, value in enumerate(rec.outputs):
-            arr = value if isinstance(value, np.ndarray) else None
-            nbytes = int(arr.nbytes) if arr is not None else 0
+            # a kernel may give a 0-d result as a numpy scalar: its bytes count as an array's
+            nbytes = int(value.nbytes) if isinstance(value, (np.ndarray, np.generic)) else 0
             total += nbytes
             out = ns.output.add(slot=slot)
             td = out.tensor_description
