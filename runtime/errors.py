@@ -42,6 +42,11 @@ class OpError(Exception):
         if code is not None:
             self.code = code
 
+    @property
+    def error_code(self) -> int:
+        """The canonical code as a number, as ``tf.errors.OpError.error_code`` gives it."""
+        return int(self.code)
+
     def __str__(self) -> str:
         return self.message
 
