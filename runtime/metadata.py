@@ -128,9 +128,11 @@ def oom_report(step: Step) -> str:
     return "\n".join(lines)
 
 
+# TensorFlow 2.21's text, word for word (libtensorflow_framework.so.2)
 OOM_HINT = (
     "Hint: If you want to see a list of allocated tensors when OOM happens, add "
-    "report_tensor_allocations_upon_oom to RunOptions for current allocation info."
+    "report_tensor_allocations_upon_oom to RunOptions for current allocation info. "
+    "This isn't available when running in Eager mode."
 )
 
 

@@ -201,7 +201,9 @@ def test_oom_report_sizes_in_mib():
 
 
 def test_oom_hint_names_the_run_option():
+    """TensorFlow 2.21's hint, as its runtime library spells it."""
     assert OOM_HINT == (
         "Hint: If you want to see a list of allocated tensors when OOM happens, add "
-        "report_tensor_allocations_upon_oom to RunOptions for current allocation info."
+        "report_tensor_allocations_upon_oom to RunOptions for current allocation info. "
+        "This isn't available when running in Eager mode."
     )
