@@ -279,7 +279,7 @@ def test_extend_and_partial_runs_work_remotely(server):
 
 
 def test_bad_targets_are_clear_errors(server):
-    with pytest.raises(InvalidArgumentError, match="known targets are .*http://"):
+    with pytest.raises(NotFoundError, match="known targets are .*http://"):
         Session("ftp://example.com")
     with pytest.raises(InvalidArgumentError, match="/v1/models/NAME"):
         Session(f"{server.url}/somewhere")

@@ -940,5 +940,5 @@ def test_reset_clears_and_closes_the_in_process_sessions():
         first.run("vb:0")
     with Session(_variables_graph()) as fresh, pytest.raises(FailedPreconditionError):
         fresh.run("vb:0")
-    with pytest.raises(InvalidArgumentError, match="known targets"):
+    with pytest.raises(NotFoundError, match="known targets"):
         Session.reset("nope://x")
