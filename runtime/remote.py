@@ -465,6 +465,7 @@ def _error(status: int, data: bytes, target: str) -> OpError:
     message = f"{target} answered HTTP {status}"
     code: Code = Code.UNKNOWN
     kind: str | None = None
+    node: str | None = None
     try:
         body = json.loads(data)
     except ValueError:
@@ -476,8 +477,9 @@ def _error(status: int, data: bytes, target: str) -> OpError:
         except KeyError:
             code = Code.UNKNOWN
         kind = body.get("python_error") if isinstance(body.get("python_error"), str) else None
+        node = body.get("node_name") if isinstance(body.get("node_name"), str) else None
     # an error that is also a ValueError or TypeError in process is one here too
-    return error_class(code, kind)(message)
+    return error_class(code, kind)(message, node)
 
 
 register_session_factory("http", RemoteSession)

@@ -1,9 +1,10 @@
 """The one mapping from runtime errors to HTTP answers (and gRPC statuses), and the app's exception handlers.
 
 Error bodies are ``{"error": message, "code": "INVALID_ARGUMENT"}`` (TF Serving and KServe clients read
-``error``), with ``"python_error": "ValueError"`` (or ``"TypeError"``) for an error TensorFlow's client
-raises as that Python error too. Status codes follow TF Serving's mapping of canonical codes. Anything
-unexpected is logged with its traceback and the request id, and answered 500 without details.
+``error``), with ``"node_name"`` for an error in a node, and ``"python_error": "ValueError"`` (or
+``"TypeError"``) for an error TensorFlow's client raises as that Python error too. Status codes follow
+TF Serving's mapping of canonical codes. Anything unexpected is logged with its traceback and the request
+id, and answered 500 without details.
 """
 
 from __future__ import annotations
@@ -95,10 +96,15 @@ def raw_headers(headers: dict[str, str] | None) -> list[tuple[bytes, bytes]]:
 
 
 def error_response(exc: OpError, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The answer for a runtime error. One that TensorFlow's client raises as a ValueError or TypeError
-    too says so (``python_error``), so that a remote session raises the same class as a local one."""
+    """The answer for a runtime error, with the node it happened in (``node_name``), if any. One that
+    TensorFlow's client raises as a ValueError or TypeError too says so (``python_error``). A remote
+    session raises from these the error a local one raises."""
+    extra: dict[str, str] = {}
+    if exc.node_name:
+        extra["node_name"] = exc.node_name
     kind = python_error(exc)
-    extra = {"python_error": kind} if kind is not None else {}
+    if kind is not None:
+        extra["python_error"] = kind
     return JSONResponse(
         error_body(exc.message, exc.code, **extra), status_code=http_status(exc.code), headers=headers
     )

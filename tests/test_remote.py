@@ -217,6 +217,21 @@ def test_a_bad_feed_raises_the_same_error_remotely(server):
         assert there.value.message == here.value.message
 
 
+def test_a_kernel_error_names_its_node_remotely(server):
+    """OpError.node_name (TensorFlow's error names its node: e.node_def, e.op) crosses the wire."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, None])
+    y = b.matmul(x, b.constant(np.ones((3, 2), np.float32)), name="mm")
+    bad = {x: np.ones((2, 4), np.float32)}
+    with Session(b.graph_def) as local, remote(server, b.graph_def) as far:
+        with pytest.raises(InvalidArgumentError) as here:
+            local.run(y, bad)
+        with pytest.raises(InvalidArgumentError) as there:
+            far.run(y, bad)
+    assert here.value.node_name == there.value.node_name == "mm"
+    assert there.value.message == here.value.message
+
+
 def test_errors_that_are_also_value_or_type_errors_stay_so_remotely(server):
     """TensorFlow's client raises a bad fetch or feed shape as ValueError and a feed it cannot convert or
     find as TypeError; in process these are OpErrors that are also that Python error, and a remote session
