@@ -277,7 +277,8 @@ def run_route(service: InferenceService, store: SessionStore) -> Route:
             if not entry.closed:
                 raise  # the client went away: the middleware answers for it
             task.uncancel()
-            raise CancelledError("Run call was cancelled: the session was closed") from None
+            # the words of a local session (and TensorFlow's DirectSession) for a run its close() cut short
+            raise CancelledError("Run call was cancelled") from None
         finally:
             entry.runs.discard(task)
         for name, value in zip(step.fetch, values, strict=True):

@@ -195,6 +195,7 @@ def test_closing_the_session_cancels_its_run_in_flight(server):
     t.join(10)
     assert not t.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], CancelledError), errors
+    assert str(errors[0]) == "Run call was cancelled"  # as a local session (and TensorFlow) says it
     with pytest.raises(RuntimeError, match="closed Session"):
         far.run(out)
 
