@@ -31,6 +31,7 @@ from poolserve.runtime.errors import (
     CancelledError,
     Code,
     InvalidArgumentError,
+    InvalidArgumentTypeError,
     OpError,
     UnavailableError,
     error_class,
@@ -205,7 +206,7 @@ class RemoteSession(Session):
             )
             for name, value in (feed_dict or {}).items():
                 if not isinstance(name, str):
-                    raise TypeError(f"feed_dict keys must be tensor names, got {name!r}")
+                    raise InvalidArgumentTypeError(f"feed_dict keys must be tensor names, got {name!r}")
                 _encode(request.feed.add(name=name).tensor, value)
             if options is not None:
                 request.options.CopyFrom(options)
@@ -278,6 +279,17 @@ class RemoteSession(Session):
         self, fetches: Fetches, feed_list: Sequence[str] | None = None, accept_options: bool = False
     ) -> Callable[..., Any]:
         names = list(feed_list or ())
+        if self._graph_def.node:
+            # the graph is here: unknown names fail now, as in a local session, not at the first call
+            graph = self.graph
+            feed_ids = [graph.feed_tensor(n) for n in names]
+            if len(set(feed_ids)) != len(feed_ids):
+                raise InvalidArgumentError(f"A tensor is fed twice in feed_list {names}")
+            _, fetch_names, targets, _ = self._fetch_plan(fetches)
+            for name in fetch_names:
+                graph.fetch_tensor(name)
+            for name in targets:
+                graph.fetch_node(name)
 
         def call(
             values: Sequence[Any],

@@ -218,6 +218,30 @@ def test_a_bad_feed_raises_the_same_error_remotely(server):
         assert there.value.message == here.value.message
 
 
+def test_make_callable_and_feed_keys_fail_as_in_process(server):
+    """make_callable refuses unknown or twice-fed names when it is made (the remote one waited for the
+    first call), and a feed_dict key that is not a name is InvalidArgumentTypeError, an OpError and a
+    TypeError (the remote one raised a bare TypeError)."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, 3])
+    out = b.identity(x, name="out")
+    bad_calls = [
+        lambda s: s.make_callable("nope:0"),
+        lambda s: s.make_callable("nope"),
+        lambda s: s.make_callable(out, ["q:0"]),
+        lambda s: s.make_callable(out, [x, x]),
+        lambda s: s.run(out, {3: np.zeros((1, 3), np.float32)}),
+    ]
+    with Session(b.graph_def) as local, remote(server, b.graph_def) as far:
+        for call in bad_calls:
+            with pytest.raises(Exception) as here:
+                call(local)
+            with pytest.raises(Exception) as there:
+                call(far)
+            assert type(there.value) is type(here.value) and str(there.value) == str(here.value)
+        assert far.make_callable(out, [x])(np.ones((1, 3), np.float32)).tolist() == [[1, 1, 1]]
+
+
 def test_a_kernel_error_names_its_node_remotely(server):
     """OpError.node_name (TensorFlow's error names its node: e.node_def, e.op) crosses the wire."""
     b = GraphBuilder()
