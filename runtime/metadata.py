@@ -146,16 +146,18 @@ def _human(nbytes: float) -> str:
 
 def plan_graph_def(plan: Plan) -> graph_pb2.GraphDef:
     """The GraphDef a plan runs, whole as TensorFlow's partition graphs are (``tf.import_graph_def`` takes
-    it): its executed nodes on the CPU device, folded constants as Const nodes, and each fed tensor as a
-    Placeholder. TensorFlow feeds through ``_Arg`` nodes (``_arg_x_0_0``); here a fed tensor keeps the name
-    the step_stats labels give it. A tensor that is not its node's only output, or whose node ran too, is a
-    node of its own, ``<node>/_port<n>``, and its readers read that."""
+    it): its executed nodes on the CPU device, folded constants as Const nodes, each fed tensor as a
+    Placeholder, and the graph's function library. TensorFlow feeds through ``_Arg`` nodes
+    (``_arg_x_0_0``); here a fed tensor keeps the name the step_stats labels give it. A tensor that is not
+    its node's only output, or whose node ran too, is a node of its own, ``<node>/_port<n>``, and its
+    readers read that."""
     from poolserve.runtime.builder import attr_value
     from poolserve.runtime.node import parse_input
     from poolserve.runtime.tensor import from_ndarray
 
     out = graph_pb2.GraphDef()
     out.versions.CopyFrom(plan.graph.graph_def.versions)
+    out.library.CopyFrom(plan.graph.graph_def.library)  # as TensorFlow's: what If, While, calls run
     executed = {pn.name for pn in plan.nodes}
     feeds = set(plan.feeds)
     held: dict[tuple[str, int], str] = {}  # a tensor no executed node gives -> the node that holds it

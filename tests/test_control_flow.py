@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from poolserve import RunOptions, Session, load_graph_def, load_saved_model
+from poolserve import RunMetadata, RunOptions, Session, load_graph_def, load_saved_model
 from poolserve.proto import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, op_def_pb2, types_pb2
 from poolserve.runtime.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
 from poolserve.runtime.functions import inline_functions
@@ -48,6 +48,22 @@ def test_graphs_match_tensorflow(name: str, case: str) -> None:
     for (tensor, want), value in zip(outs.items(), got, strict=True):
         assert value.dtype == want.dtype, tensor
         np.testing.assert_allclose(value, want, atol=1e-4, err_msg=f"{name}/{case} {tensor}")
+
+
+@pytest.mark.parametrize("name", ["cond", "while", "nested"])
+def test_partition_graphs_carry_the_function_library(name: str) -> None:
+    """TensorFlow's partition graphs hold the graph's function library (Graph::ToGraphDef), so an If or
+    While in them names functions the graph has; ours had none, and ran again they failed."""
+    ins, outs = next(iter(cases(name).values()))
+    md = RunMetadata()
+    with Session(load_graph_def(FIXTURES / f"{name}.pb")) as sess:
+        want = sess.run(list(outs), ins, options=RunOptions(output_partition_graphs=True), run_metadata=md)
+    (partition,) = md.partition_graphs
+    assert partition.library.function
+    with Session(partition) as again:
+        got = again.run(list(outs), ins)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_fixtures_cover_both_branches_and_loop_counts() -> None:
