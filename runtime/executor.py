@@ -399,8 +399,11 @@ class NodeRecord:
 class StepTrace:
     """Per-step trace state: node records and the time each node became ready."""
 
-    def __init__(self, num_nodes: int, scheduler_label: str = "") -> None:
+    def __init__(self, num_nodes: int, scheduler_label: str = "", keep_values: bool = True) -> None:
         self.records: list[NodeRecord] = []
+        # False: a record describes its outputs (dtype, shape, bytes) without holding their buffers, for a
+        # step traced only to report its allocations (RunOptions.report_tensor_allocations_upon_oom)
+        self.keep_values = keep_values
         self.ready_ns = [0] * num_nodes
         self.start_ns = time.time_ns()
         self.thread_names: dict[int, str] = {}
@@ -428,6 +431,13 @@ class StepTrace:
             self.thread_names[rec.thread_id] = (
                 f"{name} ({self.scheduler_label})" if self.scheduler_label else name
             )
+
+
+def _described(value: Any) -> Any:
+    """An array's dtype, shape and nbytes without its buffer (a zero-strided view of one element)."""
+    if isinstance(value, np.ndarray):
+        return np.broadcast_to(np.zeros((), value.dtype), value.shape)
+    return value
 
 
 _step_ids = itertools.count(1)
@@ -736,7 +746,8 @@ class Step:
                     self._fail(error)
                     return
             if trace is not None:
-                trace.record(NodeRecord(node.index, trace.ready_ns[node.index], start, end, outs, in_use))
+                kept = outs if trace.keep_values else [_described(o) for o in outs]
+                trace.record(NodeRecord(node.index, trace.ready_ns[node.index], start, end, kept, in_use))
             b = node.out_base
             for o in outs:
                 values[b] = o

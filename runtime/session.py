@@ -399,7 +399,15 @@ class Session:
             kernel = kernel_clock.seconds - k0
             pool.leave(plan, priority, cpu, kernel, slot_id)
         # the CPU time includes the answer: a traced step's metadata would count as the plan's cost
-        if measure and step.status is None and not (options.trace_level or options.output_partition_graphs):
+        if (
+            measure
+            and step.status is None
+            and not (
+                options.trace_level
+                or options.output_partition_graphs
+                or options.report_tensor_allocations_upon_oom
+            )
+        ):
             plan.learn_cpu(cpu, kernel)
         return step
 
@@ -453,11 +461,14 @@ class Session:
         elif short:
             inline = True
         trace_level = options.trace_level if options is not None else 0
-        trace: StepTrace | None = None
-        if trace_level > 0:
-            pool_id = handler.id if handler is not None else slot_id
-            trace = StepTrace(sig.plan.num_nodes, f"run handler {pool_id}" if pool_id is not None else "")
         report_oom = options is not None and options.report_tensor_allocations_upon_oom
+        trace: StepTrace | None = None
+        if trace_level > 0 or report_oom:
+            # as TensorFlow's DirectSession, a step that reports its allocations upon OOM collects its
+            # step_stats, and the run's RunMetadata gets them (without holding the outputs' buffers)
+            pool_id = handler.id if handler is not None else slot_id
+            label = f"run handler {pool_id}" if pool_id is not None else ""
+            trace = StepTrace(sig.plan.num_nodes, label, keep_values=trace_level > 0)
 
         def done(step: Step) -> None:
             if handler is not None:
@@ -514,11 +525,12 @@ class Session:
         options: config_pb2.RunOptions | None,
     ) -> None:
         """Fills the RunMetadata a run was given, replacing what it held (TensorFlow parses each run's
-        metadata into it): an untraced run leaves it empty."""
+        metadata into it): an untraced run leaves it empty. The cost graph comes with a trace_level."""
         run_metadata.Clear()
         if trace is not None:
             fill_step_stats(run_metadata.step_stats, plan, trace)
-            fill_cost_graph(run_metadata.cost_graph, plan, trace)
+            if options is not None and options.trace_level > 0:
+                fill_cost_graph(run_metadata.cost_graph, plan, trace)
         if options is not None and options.output_partition_graphs:
             run_metadata.partition_graphs.add().CopyFrom(plan_graph_def(plan))
 

@@ -640,6 +640,25 @@ def big_graph():
     return b, x, c
 
 
+def test_reporting_allocations_upon_oom_fills_step_stats():
+    """TensorFlow 2.21's DirectSession collects a step's stats when it is to report its allocations upon
+    OOM, and a successful run's RunMetadata gets them, at NO_TRACE too (no cost graph: that comes with
+    build_cost_model in TensorFlow, with a trace_level here)."""
+    b, x, y = mlp_graph()
+    options = config_pb2.RunOptions(report_tensor_allocations_upon_oom=True)
+    md = config_pb2.RunMetadata()
+    with Session(b.graph_def, PLAIN) as s:
+        np.testing.assert_allclose(s.run(y, {x: X}, options=options, run_metadata=md), expected_y(X))
+    (dev,) = md.step_stats.dev_stats
+    outputs = {ns.node_name: ns.output[0].tensor_description for ns in dev.node_stats}
+    assert set(outputs) == {"mm", "y"}
+    rows = np.asarray(X).shape[0]
+    for desc in outputs.values():
+        assert [d.size for d in desc.shape.dim] == [rows, 2]
+        assert desc.allocation_description.requested_bytes == rows * 2 * 4
+    assert not md.cost_graph.node
+
+
 def test_oom_report_and_hint():
     b, x, c = big_graph()
     with Session(b.graph_def, memory_limit_bytes=200_000) as s:
