@@ -39,7 +39,14 @@ from poolserve.runtime.errors import (
 from poolserve.runtime.fetches import FetchMapper, as_output, is_op_name
 from poolserve.runtime.graph import Graph
 from poolserve.runtime.http_client import Connections, ProtocolError
-from poolserve.runtime.session import CLOSED_MESSAGE, RunFuture, Session, StepRecord, callable_of
+from poolserve.runtime.session import (
+    CLOSED_MESSAGE,
+    RunFuture,
+    Session,
+    StepRecord,
+    callable_of,
+    takes_options,
+)
 from poolserve.runtime.targets import DeviceAttributes, register_session_factory, split_args
 from poolserve.runtime.tensor import as_array, fill_tensor_proto, to_ndarray
 from poolserve.runtime.types import Feeds, Fetches
@@ -298,7 +305,7 @@ class RemoteSession(Session):
         ) -> Any:
             return self.run(fetches, dict(zip(names, values, strict=True)), options, run_metadata)
 
-        return callable_of(len(names), call, accept_options)
+        return callable_of(len(names), call, takes_options(feed_list, accept_options))
 
     def list_devices(self) -> list[DeviceAttributes]:
         self._enter()

@@ -592,8 +592,8 @@ class Session:
     ) -> Callable[..., Any]:
         """A function that runs ``fetches`` with the tensors of ``feed_list`` fed, in that order, as its
         arguments (TensorFlow's ``Session.make_callable``). The names are resolved and the plan compiled
-        once, here; a call only checks its values. With ``accept_options`` it also takes ``options=`` and
-        ``run_metadata=`` keywords."""
+        once, here; a call only checks its values. With ``accept_options``, or a ``feed_list`` (as in
+        TensorFlow), it also takes ``options=`` and ``run_metadata=`` keywords."""
         self._check_open()
         graph = self._graph
         feed_ids = [graph.feed_tensor(n) for n in feed_list or ()]
@@ -610,7 +610,7 @@ class Session:
             return entry
 
         run = SessionCallable(self, fetches, feed_ids, signature, SLOT_STEP_S)
-        return callable_of(len(feed_ids), run, accept_options)
+        return callable_of(len(feed_ids), run, takes_options(feed_list, accept_options))
 
     def list_devices(self) -> list[DeviceAttributes]:
         """The devices this session runs on: this machine's CPU (TensorFlow's ``Session.list_devices``)."""
@@ -858,6 +858,13 @@ class Session:
     def __del__(self) -> None:
         for pool in getattr(self, "_owned_pools", ()):
             pool.close()
+
+
+def takes_options(feed_list: Sequence[str] | None, accept_options: bool) -> bool:
+    """Whether a callable takes ``options=`` and ``run_metadata=``: with ``accept_options``, and, as in
+    TensorFlow (whose callable with a feed_list passes its keywords on to ``Session.run``), whenever a
+    feed_list is given, even an empty one."""
+    return accept_options or feed_list is not None
 
 
 def callable_of(
