@@ -418,7 +418,7 @@ class StepTrace:
                 pn = plan.nodes[rec.index]
                 rec.name, rec.label = pn.name, pn.label
             rec.name = f"{caller}/{rec.name}"
-            rec.label = f"{caller}/{rec.label}"
+            rec.label = _label_under(caller, rec.label)
             rec.index = -1
             self.records.append(rec)
         for tid, name in inner.thread_names.items():
@@ -431,6 +431,17 @@ class StepTrace:
             self.thread_names[rec.thread_id] = (
                 f"{name} ({self.scheduler_label})" if self.scheduler_label else name
             )
+
+
+def _label_under(caller: str, label: str) -> str:
+    """``"x = Op(a, b:1)"`` -> ``"caller/x = Op(caller/a, caller/b:1)"``: a function body's node and the
+    inputs it reads, named as the step_stats name them (so a timeline joins them)."""
+    name, sep, rest = label.partition(" = ")
+    op, paren, inputs = rest.partition("(")
+    if not sep or not paren or not inputs.endswith(")"):
+        return f"{caller}/{label}"
+    read = ", ".join(f"{caller}/{i}" for i in inputs[:-1].split(", ") if i)
+    return f"{caller}/{name} = {op}({read})"
 
 
 def _described(value: Any) -> Any:
