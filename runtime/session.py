@@ -24,7 +24,13 @@ from poolserve.proto import config_pb2, graph_pb2
 from poolserve.runtime import aio
 from poolserve.runtime.callables import SessionCallable
 from poolserve.runtime.calls import Calls, Signature
-from poolserve.runtime.deadline import Cancellable, Deadline, deadline_timer, watch_cancellation
+from poolserve.runtime.deadline import (
+    OPERATION_TIMEOUT,
+    Cancellable,
+    Deadline,
+    deadline_timer,
+    watch_cancellation,
+)
 from poolserve.runtime.debug import watch_summary
 from poolserve.runtime.errors import (
     InvalidArgumentError,
@@ -249,7 +255,7 @@ class Session:
         if options is not None and options.timeout_in_ms > 0:
             return Deadline(options.timeout_in_ms, start)
         if self._config.operation_timeout_in_ms > 0:
-            return Deadline(self._config.operation_timeout_in_ms, start)
+            return Deadline(self._config.operation_timeout_in_ms, start, OPERATION_TIMEOUT)
         return None
 
     def _check_open(self) -> None:

@@ -28,7 +28,7 @@ from fastapi import APIRouter, Request, Response
 from google.protobuf.message import DecodeError, Message
 
 from poolserve.proto import config_pb2, serving_pb2
-from poolserve.runtime.deadline import Deadline
+from poolserve.runtime.deadline import SERVER_DEFAULT, Deadline
 from poolserve.runtime.errors import (
     CancelledError,
     InvalidArgumentError,
@@ -243,7 +243,7 @@ async def _run_held(
     # that sets neither gets the server's default, as every other request does
     deadline = session.deadline(options)
     if deadline is None and service.timeout_ms(None) > 0:
-        deadline = Deadline(service.timeout_ms(None))
+        deadline = Deadline(service.timeout_ms(None), source=SERVER_DEFAULT)
     values = await session.arun(fetches, feeds, options, metadata, deadline=deadline)
     return values[: len(request.fetch)]
 
