@@ -230,7 +230,8 @@ class RemoteSession(Session):
             # as a local Session returns them: 0-d results as numpy scalars, a fed tensor as it was fed
             fed = {f"{n}:0" if is_op_name(n) else n for n in feed_dict or ()}
             values = [v if name in fed else as_output(v) for name, v in zip(fetch_names, values, strict=True)]
-            if run_metadata is not None:
+            # every fetch fed: no step ran, and a local session leaves the RunMetadata as it was
+            if run_metadata is not None and (targets or not fed.issuperset(fetch_names)):
                 run_metadata.CopyFrom(answer.metadata)
             return mapper.build([None if i is None else values[i] for i in picks])
         finally:

@@ -531,7 +531,10 @@ class Session:
         options: config_pb2.RunOptions | None,
     ) -> None:
         """Fills the RunMetadata a run was given, replacing what it held (TensorFlow parses each run's
-        metadata into it): an untraced run leaves it empty. The cost graph comes with a trace_level."""
+        metadata into it): an untraced run leaves it empty. The cost graph comes with a trace_level. A run
+        whose fetches are all fed leaves it as it was: TensorFlow's client runs nothing for it."""
+        if not plan.nodes and all(slot < len(plan.feeds) for slot in plan.fetch_slots):
+            return
         run_metadata.Clear()
         if trace is not None:
             fill_step_stats(run_metadata.step_stats, plan, trace)

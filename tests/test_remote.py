@@ -146,6 +146,22 @@ def test_run_metadata_and_options_cross_the_wire(server):
     assert len(remote_md.partition_graphs[0].node) == len(local_md.partition_graphs[0].node)
 
 
+def test_a_run_of_fed_fetches_only_leaves_the_run_metadata_alone_remotely(server):
+    """As in process (and in TensorFlow, whose client runs no step then): the RunMetadata keeps what it
+    held when every fetch is fed."""
+    graph = load_graph_def(FIXTURES / "mlp.pb")
+    feeds, expected = load_fixture_io(FIXTURES / "mlp.npz")
+    fetch = sorted(expected)[0]
+    options = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE)
+    with remote(server, graph) as far:
+        md = config_pb2.RunMetadata()
+        far.run(fetch, feeds, options, md)
+        before = md.SerializeToString()
+        assert md.step_stats.dev_stats
+        far.run(fetch, {fetch: expected[fetch]}, options, md)
+        assert md.SerializeToString() == before
+
+
 def test_a_deadline_stops_the_remote_step(server):
     b = GraphBuilder()
     out = sleep_op(b, None, 5.0, "remote_sleep")

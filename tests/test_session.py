@@ -640,6 +640,23 @@ def big_graph():
     return b, x, c
 
 
+def test_a_run_of_fed_fetches_only_leaves_the_run_metadata_alone():
+    """TensorFlow 2.21's client runs no step when every fetch is fed (Session._run: no fetches, no
+    targets left), so the RunMetadata it was given keeps what it held; ours was cleared and given an empty
+    device."""
+    b, x, y = mlp_graph()
+    traced = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE, output_partition_graphs=True)
+    md = config_pb2.RunMetadata()
+    with Session(b.graph_def, PLAIN) as s:
+        s.run(y, {x: X}, options=traced, run_metadata=md)
+        before = md.SerializeToString()
+        fed = np.ones((2, 2), np.float32)
+        np.testing.assert_array_equal(s.run(y, {y: fed}, options=traced, run_metadata=md), fed)
+        assert md.SerializeToString() == before
+        s.run([y, "mm:0"], {y: fed, x: X}, options=traced, run_metadata=md)  # mm runs: a step, as in TF
+        assert {ns.node_name for d in md.step_stats.dev_stats for ns in d.node_stats} == {"mm"}
+
+
 def test_reporting_allocations_upon_oom_fills_step_stats():
     """TensorFlow 2.21's DirectSession collects a step's stats when it is to report its allocations upon
     OOM, and a successful run's RunMetadata gets them, at NO_TRACE too (no cost graph: that comes with
