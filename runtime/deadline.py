@@ -26,14 +26,21 @@ if TYPE_CHECKING:
 log = logging.getLogger("poolserve")
 
 
+TIMEOUT_IN_MS = "RunOptions.timeout_in_ms"
+OPERATION_TIMEOUT = "ConfigProto.operation_timeout_in_ms"
+SERVER_DEFAULT = "the server's default_timeout_ms"
+
+
 class Deadline:
-    """``timeout_ms`` after ``start`` (``time.monotonic()``; default now)."""
+    """``timeout_ms`` after ``start`` (``time.monotonic()``; default now). ``source`` names the setting
+    it came from, for the errors' messages."""
 
-    __slots__ = ("at", "timeout_ms")
+    __slots__ = ("at", "source", "timeout_ms")
 
-    def __init__(self, timeout_ms: int, start: float | None = None) -> None:
+    def __init__(self, timeout_ms: int, start: float | None = None, source: str = TIMEOUT_IN_MS) -> None:
         self.timeout_ms = int(timeout_ms)
         self.at = (time.monotonic() if start is None else start) + self.timeout_ms / 1000.0
+        self.source = source
 
     def remaining_ms(self) -> float:
         return (self.at - time.monotonic()) * 1000.0
@@ -46,15 +53,14 @@ class Deadline:
         """DeadlineExceededError naming ``phase`` if the deadline has passed."""
         if time.monotonic() >= self.at:
             raise DeadlineExceededError(
-                f"The deadline of {self.timeout_ms} ms passed while {phase} (RunOptions.timeout_in_ms or the "
-                "server's default_timeout_ms)"
+                f"The deadline of {self.timeout_ms} ms passed while {phase} ({self.source})"
             )
 
     def step_error(self) -> DeadlineExceededError:
         """The error of a step stopped by its deadline."""
         return DeadlineExceededError(
-            f"Timed out waiting for the step to finish: the deadline of {self.timeout_ms} ms "
-            "(RunOptions.timeout_in_ms) has passed"
+            f"Timed out waiting for the step to finish: the deadline of {self.timeout_ms} ms ({self.source}) "
+            "has passed"
         )
 
     def __repr__(self) -> str:

@@ -42,6 +42,11 @@ class OpError(Exception):
         if code is not None:
             self.code = code
 
+    @property
+    def error_code(self) -> int:
+        """The canonical code as a number, as ``tf.errors.OpError.error_code`` gives it."""
+        return int(self.code)
+
     def __str__(self) -> str:
         return self.message
 
@@ -163,6 +168,29 @@ _BY_CODE: dict[Code, type[OpError]] = {
 }
 
 
-def error_class(code: Code | int) -> type[OpError]:
-    """The exception class for a canonical code (``UnknownError`` for codes without one)."""
+_ALSO_PYTHON: dict[tuple[Code, str], type[OpError]] = {
+    (Code.INVALID_ARGUMENT, "ValueError"): InvalidArgumentValueError,
+    (Code.INVALID_ARGUMENT, "TypeError"): InvalidArgumentTypeError,
+    (Code.NOT_FOUND, "ValueError"): NotFoundValueError,
+    (Code.NOT_FOUND, "TypeError"): NotFoundTypeError,
+}
+
+
+def error_class(code: Code | int, python_error: str | None = None) -> type[OpError]:
+    """The exception class for a canonical code (``UnknownError`` for codes without one); with
+    ``python_error`` ("ValueError", "TypeError"), the class that is also that Python error, if the code has
+    one."""
+    if python_error is not None:
+        both = _ALSO_PYTHON.get((Code(code), python_error))
+        if both is not None:
+            return both
     return _BY_CODE.get(Code(code), UnknownError)
+
+
+def python_error(error: OpError) -> str | None:
+    """ "ValueError" or "TypeError" when ``error`` is also that Python error (so that a remote client can
+    raise the same class), else None."""
+    for name, kind in (("ValueError", ValueError), ("TypeError", TypeError)):
+        if isinstance(error, kind):
+            return name
+    return None

@@ -399,8 +399,11 @@ class NodeRecord:
 class StepTrace:
     """Per-step trace state: node records and the time each node became ready."""
 
-    def __init__(self, num_nodes: int, scheduler_label: str = "") -> None:
+    def __init__(self, num_nodes: int, scheduler_label: str = "", keep_values: bool = True) -> None:
         self.records: list[NodeRecord] = []
+        # False: a record describes its outputs (dtype, shape, bytes) without holding their buffers, for a
+        # step traced only to report its allocations (RunOptions.report_tensor_allocations_upon_oom)
+        self.keep_values = keep_values
         self.ready_ns = [0] * num_nodes
         self.start_ns = time.time_ns()
         self.thread_names: dict[int, str] = {}
@@ -415,7 +418,7 @@ class StepTrace:
                 pn = plan.nodes[rec.index]
                 rec.name, rec.label = pn.name, pn.label
             rec.name = f"{caller}/{rec.name}"
-            rec.label = f"{caller}/{rec.label}"
+            rec.label = _label_under(caller, rec.label)
             rec.index = -1
             self.records.append(rec)
         for tid, name in inner.thread_names.items():
@@ -428,6 +431,24 @@ class StepTrace:
             self.thread_names[rec.thread_id] = (
                 f"{name} ({self.scheduler_label})" if self.scheduler_label else name
             )
+
+
+def _label_under(caller: str, label: str) -> str:
+    """``"x = Op(a, b:1)"`` -> ``"caller/x = Op(caller/a, caller/b:1)"``: a function body's node and the
+    inputs it reads, named as the step_stats name them (so a timeline joins them)."""
+    name, sep, rest = label.partition(" = ")
+    op, paren, inputs = rest.partition("(")
+    if not sep or not paren or not inputs.endswith(")"):
+        return f"{caller}/{label}"
+    read = ", ".join(f"{caller}/{i}" for i in inputs[:-1].split(", ") if i)
+    return f"{caller}/{name} = {op}({read})"
+
+
+def _described(value: Any) -> Any:
+    """An array's dtype, shape and nbytes without its buffer (a zero-strided view of one element)."""
+    if isinstance(value, np.ndarray):
+        return np.broadcast_to(np.zeros((), value.dtype), value.shape)
+    return value
 
 
 _step_ids = itertools.count(1)
@@ -736,7 +757,8 @@ class Step:
                     self._fail(error)
                     return
             if trace is not None:
-                trace.record(NodeRecord(node.index, trace.ready_ns[node.index], start, end, outs, in_use))
+                kept = outs if trace.keep_values else [_described(o) for o in outs]
+                trace.record(NodeRecord(node.index, trace.ready_ns[node.index], start, end, kept, in_use))
             b = node.out_base
             for o in outs:
                 values[b] = o

@@ -48,8 +48,8 @@ def fill_step_stats(stats: step_stats_pb2.StepStats, plan: Plan, trace: StepTrac
         ns.thread_id = rec.thread_id & 0x7FFFFFFF
         total = 0
         for slot, value in enumerate(rec.outputs):
-            arr = value if isinstance(value, np.ndarray) else None
-            nbytes = int(arr.nbytes) if arr is not None else 0
+            # a kernel may give a 0-d result as a numpy scalar: its bytes count as an array's
+            nbytes = int(value.nbytes) if isinstance(value, (np.ndarray, np.generic)) else 0
             total += nbytes
             out = ns.output.add(slot=slot)
             td = out.tensor_description
@@ -128,9 +128,11 @@ def oom_report(step: Step) -> str:
     return "\n".join(lines)
 
 
+# TensorFlow 2.21's text, word for word (libtensorflow_framework.so.2)
 OOM_HINT = (
     "Hint: If you want to see a list of allocated tensors when OOM happens, add "
-    "report_tensor_allocations_upon_oom to RunOptions for current allocation info."
+    "report_tensor_allocations_upon_oom to RunOptions for current allocation info. "
+    "This isn't available when running in Eager mode."
 )
 
 
@@ -143,31 +145,59 @@ def _human(nbytes: float) -> str:
 
 
 def plan_graph_def(plan: Plan) -> graph_pb2.GraphDef:
-    """The GraphDef a plan runs: its executed nodes, with folded constants as Const nodes."""
+    """The GraphDef a plan runs, whole as TensorFlow's partition graphs are (``tf.import_graph_def`` takes
+    it): its executed nodes on the CPU device, folded constants as Const nodes, each fed tensor as a
+    Placeholder, and the graph's function library. TensorFlow feeds through ``_Arg`` nodes
+    (``_arg_x_0_0``); here a fed tensor keeps the name the step_stats labels give it. A tensor that is not
+    its node's only output, or whose node ran too, is a node of its own, ``<node>/_port<n>``, and its
+    readers read that."""
     from poolserve.runtime.builder import attr_value
+    from poolserve.runtime.node import parse_input
     from poolserve.runtime.tensor import from_ndarray
 
     out = graph_pb2.GraphDef()
     out.versions.CopyFrom(plan.graph.graph_def.versions)
+    out.library.CopyFrom(plan.graph.graph_def.library)  # as TensorFlow's: what If, While, calls run
     executed = {pn.name for pn in plan.nodes}
-    needed_consts: dict[str, None] = {}
+    feeds = set(plan.feeds)
+    held: dict[tuple[str, int], str] = {}  # a tensor no executed node gives -> the node that holds it
     for pn in plan.nodes:
-        for src, _ in pn.node.inputs:
-            if src not in executed and (src, 0) not in plan.feeds:
-                needed_consts[src] = None
-    for name in needed_consts:
-        node = plan.graph.nodes[name]
-        outputs = plan.graph.num_outputs[name]
-        for port in range(outputs):
-            slot = plan.slot_of.get((name, port))
-            if slot is None or plan.template[slot] is None:
+        for tensor in pn.node.inputs:
+            src, port = tensor
+            if tensor in held or (src in executed and tensor not in feeds):
                 continue
-            nd = out.node.add(name=name if outputs == 1 else f"{name}/_port{port}", op="Const")
-            value = np.asarray(plan.template[slot])
-            nd.attr["dtype"].CopyFrom(attr_value(value.dtype))
-            nd.attr["value"].tensor.CopyFrom(from_ndarray(value))
-            if node.op != "Const":
-                nd.experimental_debug_info.original_node_names.append(name)
+            alone = plan.graph.num_outputs[src] == 1 and src not in executed
+            name = src if alone else f"{src}/_port{port}"
+            if tensor in feeds:
+                nd = out.node.add(name=name, op="Placeholder", device=DEVICE)
+                feed_spec = plan.graph.feed_spec(tensor)
+                if feed_spec is not None:
+                    nd.attr["dtype"].type = feed_spec[0]  # type: ignore[assignment]
+                    if feed_spec[2] is not None:
+                        nd.attr["shape"].shape.CopyFrom(shape_to_proto(feed_spec[2]))
+            else:
+                slot = plan.slot_of.get(tensor)
+                if slot is None or plan.template[slot] is None:
+                    continue
+                nd = out.node.add(name=name, op="Const", device=DEVICE)
+                value = np.asarray(plan.template[slot])
+                nd.attr["dtype"].CopyFrom(attr_value(value.dtype))
+                nd.attr["value"].tensor.CopyFrom(from_ndarray(value))
+                if plan.graph.nodes[src].op != "Const":
+                    nd.experimental_debug_info.original_node_names.append(src)
+            held[tensor] = name
     for pn in plan.nodes:
-        out.node.add().CopyFrom(pn.node.node_def)
+        nd = out.node.add()
+        nd.CopyFrom(pn.node.node_def)
+        nd.device = DEVICE
+        inputs = []
+        for spec in nd.input:
+            src, port, control = parse_input(spec)
+            if control:
+                if src in executed:  # a control input on a node that did not run (folded) is gone
+                    inputs.append(spec)
+            else:
+                inputs.append(held.get((src, port), spec))
+        del nd.input[:]
+        nd.input.extend(inputs)
     return out

@@ -31,6 +31,7 @@ from poolserve.runtime.errors import (
     CancelledError,
     Code,
     InvalidArgumentError,
+    InvalidArgumentTypeError,
     OpError,
     UnavailableError,
     error_class,
@@ -38,7 +39,14 @@ from poolserve.runtime.errors import (
 from poolserve.runtime.fetches import FetchMapper, as_output, is_op_name
 from poolserve.runtime.graph import Graph
 from poolserve.runtime.http_client import Connections, ProtocolError
-from poolserve.runtime.session import CLOSED_MESSAGE, RunFuture, Session, StepRecord, callable_of
+from poolserve.runtime.session import (
+    CLOSED_MESSAGE,
+    RunFuture,
+    Session,
+    StepRecord,
+    callable_of,
+    takes_options,
+)
 from poolserve.runtime.targets import DeviceAttributes, register_session_factory, split_args
 from poolserve.runtime.tensor import as_array, fill_tensor_proto, to_ndarray
 from poolserve.runtime.types import Feeds, Fetches
@@ -205,7 +213,7 @@ class RemoteSession(Session):
             )
             for name, value in (feed_dict or {}).items():
                 if not isinstance(name, str):
-                    raise TypeError(f"feed_dict keys must be tensor names, got {name!r}")
+                    raise InvalidArgumentTypeError(f"feed_dict keys must be tensor names, got {name!r}")
                 _encode(request.feed.add(name=name).tensor, value)
             if options is not None:
                 request.options.CopyFrom(options)
@@ -222,7 +230,8 @@ class RemoteSession(Session):
             # as a local Session returns them: 0-d results as numpy scalars, a fed tensor as it was fed
             fed = {f"{n}:0" if is_op_name(n) else n for n in feed_dict or ()}
             values = [v if name in fed else as_output(v) for name, v in zip(fetch_names, values, strict=True)]
-            if run_metadata is not None:
+            # every fetch fed: no step ran, and a local session leaves the RunMetadata as it was
+            if run_metadata is not None and (targets or not fed.issuperset(fetch_names)):
                 run_metadata.CopyFrom(answer.metadata)
             return mapper.build([None if i is None else values[i] for i in picks])
         finally:
@@ -278,6 +287,17 @@ class RemoteSession(Session):
         self, fetches: Fetches, feed_list: Sequence[str] | None = None, accept_options: bool = False
     ) -> Callable[..., Any]:
         names = list(feed_list or ())
+        if self._graph_def.node:
+            # the graph is here: unknown names fail now, as in a local session, not at the first call
+            graph = self.graph
+            feed_ids = [graph.feed_tensor(n) for n in names]
+            if len(set(feed_ids)) != len(feed_ids):
+                raise InvalidArgumentError(f"A tensor is fed twice in feed_list {names}")
+            _, fetch_names, targets, _ = self._fetch_plan(fetches)
+            for name in fetch_names:
+                graph.fetch_tensor(name)
+            for name in targets:
+                graph.fetch_node(name)
 
         def call(
             values: Sequence[Any],
@@ -286,7 +306,7 @@ class RemoteSession(Session):
         ) -> Any:
             return self.run(fetches, dict(zip(names, values, strict=True)), options, run_metadata)
 
-        return callable_of(len(names), call, accept_options)
+        return callable_of(len(names), call, takes_options(feed_list, accept_options))
 
     def list_devices(self) -> list[DeviceAttributes]:
         self._enter()
@@ -464,6 +484,8 @@ def _error(status: int, data: bytes, target: str) -> OpError:
     """The OpError a server's error answer stands for (its JSON body names the canonical code)."""
     message = f"{target} answered HTTP {status}"
     code: Code = Code.UNKNOWN
+    kind: str | None = None
+    node: str | None = None
     try:
         body = json.loads(data)
     except ValueError:
@@ -474,7 +496,10 @@ def _error(status: int, data: bytes, target: str) -> OpError:
             code = Code[str(body.get("code", "UNKNOWN"))]
         except KeyError:
             code = Code.UNKNOWN
-    return error_class(code)(message)
+        kind = body.get("python_error") if isinstance(body.get("python_error"), str) else None
+        node = body.get("node_name") if isinstance(body.get("node_name"), str) else None
+    # an error that is also a ValueError or TypeError in process is one here too
+    return error_class(code, kind)(message, node)
 
 
 register_session_factory("http", RemoteSession)

@@ -24,7 +24,13 @@ from poolserve.proto import config_pb2, graph_pb2
 from poolserve.runtime import aio
 from poolserve.runtime.callables import SessionCallable
 from poolserve.runtime.calls import Calls, Signature
-from poolserve.runtime.deadline import Cancellable, Deadline, deadline_timer, watch_cancellation
+from poolserve.runtime.deadline import (
+    OPERATION_TIMEOUT,
+    Cancellable,
+    Deadline,
+    deadline_timer,
+    watch_cancellation,
+)
 from poolserve.runtime.debug import watch_summary
 from poolserve.runtime.errors import (
     InvalidArgumentError,
@@ -249,7 +255,7 @@ class Session:
         if options is not None and options.timeout_in_ms > 0:
             return Deadline(options.timeout_in_ms, start)
         if self._config.operation_timeout_in_ms > 0:
-            return Deadline(self._config.operation_timeout_in_ms, start)
+            return Deadline(self._config.operation_timeout_in_ms, start, OPERATION_TIMEOUT)
         return None
 
     def _check_open(self) -> None:
@@ -399,7 +405,15 @@ class Session:
             kernel = kernel_clock.seconds - k0
             pool.leave(plan, priority, cpu, kernel, slot_id)
         # the CPU time includes the answer: a traced step's metadata would count as the plan's cost
-        if measure and step.status is None and not (options.trace_level or options.output_partition_graphs):
+        if (
+            measure
+            and step.status is None
+            and not (
+                options.trace_level
+                or options.output_partition_graphs
+                or options.report_tensor_allocations_upon_oom
+            )
+        ):
             plan.learn_cpu(cpu, kernel)
         return step
 
@@ -453,11 +467,14 @@ class Session:
         elif short:
             inline = True
         trace_level = options.trace_level if options is not None else 0
-        trace: StepTrace | None = None
-        if trace_level > 0:
-            pool_id = handler.id if handler is not None else slot_id
-            trace = StepTrace(sig.plan.num_nodes, f"run handler {pool_id}" if pool_id is not None else "")
         report_oom = options is not None and options.report_tensor_allocations_upon_oom
+        trace: StepTrace | None = None
+        if trace_level > 0 or report_oom:
+            # as TensorFlow's DirectSession, a step that reports its allocations upon OOM collects its
+            # step_stats, and the run's RunMetadata gets them (without holding the outputs' buffers)
+            pool_id = handler.id if handler is not None else slot_id
+            label = f"run handler {pool_id}" if pool_id is not None else ""
+            trace = StepTrace(sig.plan.num_nodes, label, keep_values=trace_level > 0)
 
         def done(step: Step) -> None:
             if handler is not None:
@@ -514,11 +531,15 @@ class Session:
         options: config_pb2.RunOptions | None,
     ) -> None:
         """Fills the RunMetadata a run was given, replacing what it held (TensorFlow parses each run's
-        metadata into it): an untraced run leaves it empty."""
+        metadata into it): an untraced run leaves it empty. The cost graph comes with a trace_level. A run
+        whose fetches are all fed leaves it as it was: TensorFlow's client runs nothing for it."""
+        if not plan.nodes and all(slot < len(plan.feeds) for slot in plan.fetch_slots):
+            return
         run_metadata.Clear()
         if trace is not None:
             fill_step_stats(run_metadata.step_stats, plan, trace)
-            fill_cost_graph(run_metadata.cost_graph, plan, trace)
+            if options is not None and options.trace_level > 0:
+                fill_cost_graph(run_metadata.cost_graph, plan, trace)
         if options is not None and options.output_partition_graphs:
             run_metadata.partition_graphs.add().CopyFrom(plan_graph_def(plan))
 
@@ -580,8 +601,8 @@ class Session:
     ) -> Callable[..., Any]:
         """A function that runs ``fetches`` with the tensors of ``feed_list`` fed, in that order, as its
         arguments (TensorFlow's ``Session.make_callable``). The names are resolved and the plan compiled
-        once, here; a call only checks its values. With ``accept_options`` it also takes ``options=`` and
-        ``run_metadata=`` keywords."""
+        once, here; a call only checks its values. With ``accept_options``, or a ``feed_list`` (as in
+        TensorFlow), it also takes ``options=`` and ``run_metadata=`` keywords."""
         self._check_open()
         graph = self._graph
         feed_ids = [graph.feed_tensor(n) for n in feed_list or ()]
@@ -598,7 +619,7 @@ class Session:
             return entry
 
         run = SessionCallable(self, fetches, feed_ids, signature, SLOT_STEP_S)
-        return callable_of(len(feed_ids), run, accept_options)
+        return callable_of(len(feed_ids), run, takes_options(feed_list, accept_options))
 
     def list_devices(self) -> list[DeviceAttributes]:
         """The devices this session runs on: this machine's CPU (TensorFlow's ``Session.list_devices``)."""
@@ -846,6 +867,13 @@ class Session:
     def __del__(self) -> None:
         for pool in getattr(self, "_owned_pools", ()):
             pool.close()
+
+
+def takes_options(feed_list: Sequence[str] | None, accept_options: bool) -> bool:
+    """Whether a callable takes ``options=`` and ``run_metadata=``: with ``accept_options``, and, as in
+    TensorFlow (whose callable with a feed_list passes its keywords on to ``Session.run``), whenever a
+    feed_list is given, even an empty one."""
+    return accept_options or feed_list is not None
 
 
 def callable_of(

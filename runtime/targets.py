@@ -7,7 +7,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from poolserve.proto import config_pb2, graph_pb2
-from poolserve.runtime.errors import InvalidArgumentError
+from poolserve.runtime.errors import InvalidArgumentError, NotFoundError
 from poolserve.runtime.graph import Graph
 
 if TYPE_CHECKING:
@@ -56,7 +56,9 @@ def register_session_factory(scheme: str, factory: type[Session]) -> None:
 
 
 def session_factory(target: str) -> type[Session]:
-    """The class that serves ``target``; InvalidArgumentError naming the known ones if none does."""
+    """The class that serves ``target``; NotFoundError naming the known ones if none does (TensorFlow's
+    ``SessionFactory::GetFactory`` answers NOT_FOUND "No session factory registered for the given session
+    options")."""
     if not target:
         from poolserve.runtime.session import Session
 
@@ -68,7 +70,7 @@ def session_factory(target: str) -> type[Session]:
     if factory is None:
         schemes = sorted(set(_factories) | _BUILT_IN)
         known = ", ".join(["'' (in process)", *(f"'{k}://'" for k in schemes)])
-        raise InvalidArgumentError(
+        raise NotFoundError(
             f"No session factory registered for the target '{target}': known targets are {known}"
         )
     return factory

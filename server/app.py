@@ -216,14 +216,14 @@ def operations_router(service: InferenceService) -> APIRouter:
 
     @api.get("/v1/traces:merge")
     async def merge_traces(ids: str = "") -> Response:
-        wanted = [i for i in (p.strip() for p in ids.split(",")) if i]
+        wanted = [_trace_id(i) for i in (p.strip() for p in ids.split(",")) if i]
         if not wanted:
             raise InvalidArgumentError("Give the request ids to merge: /v1/traces:merge?ids=a,b")
         return _json(service.traces.merge(wanted))
 
     @api.get("/v1/traces/{request_id}")
     async def get_trace(request_id: str, format: str = "chrome") -> Response:
-        record = service.traces.get(request_id)
+        record = service.traces.get(_trace_id(request_id))
         if format == "chrome":
             return _json(record.chrome_trace())
         if format == "run_metadata":
@@ -233,6 +233,17 @@ def operations_router(service: InferenceService) -> APIRouter:
         raise InvalidArgumentError(f"Unknown trace format '{format}': use chrome or run_metadata")
 
     return api
+
+
+def _trace_id(request_id: str) -> str:
+    """A request id as the server takes them from X-Request-Id (1-128 printable characters); anything else
+    could never name a trace, so it is refused rather than looked up (and echoed back whole)."""
+    if 0 < len(request_id) <= admission.MAX_REQUEST_ID and request_id.isprintable():
+        return request_id
+    shown = repr(request_id[:32]) + ("..." if len(request_id) > 32 else "")
+    raise InvalidArgumentError(
+        f"{shown} is not a request id: request ids are 1 to {admission.MAX_REQUEST_ID} printable characters"
+    )
 
 
 # --- the app ---------------------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """The one mapping from runtime errors to HTTP answers (and gRPC statuses), and the app's exception handlers.
 
 Error bodies are ``{"error": message, "code": "INVALID_ARGUMENT"}`` (TF Serving and KServe clients read
-``error``). Status codes follow TF Serving's mapping of canonical codes. Anything unexpected is logged with
-its traceback and the request id, and answered 500 without details.
+``error``), with ``"node_name"`` for an error in a node, and ``"python_error": "ValueError"`` (or
+``"TypeError"``) for an error TensorFlow's client raises as that Python error too. Status codes follow
+TF Serving's mapping of canonical codes. Anything unexpected is logged with its traceback and the request
+id, and answered 500 without details.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from poolserve.runtime.errors import Code, OpError
+from poolserve.runtime.errors import Code, OpError, python_error
 from poolserve.server.routes import allowed_methods
 
 log = logging.getLogger("poolserve")
@@ -94,8 +96,18 @@ def raw_headers(headers: dict[str, str] | None) -> list[tuple[bytes, bytes]]:
 
 
 def error_response(exc: OpError, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The answer for a runtime error."""
-    return JSONResponse(error_body(exc.message, exc.code), status_code=http_status(exc.code), headers=headers)
+    """The answer for a runtime error, with the node it happened in (``node_name``), if any. One that
+    TensorFlow's client raises as a ValueError or TypeError too says so (``python_error``). A remote
+    session raises from these the error a local one raises."""
+    extra: dict[str, str] = {}
+    if exc.node_name:
+        extra["node_name"] = exc.node_name
+    kind = python_error(exc)
+    if kind is not None:
+        extra["python_error"] = kind
+    return JSONResponse(
+        error_body(exc.message, exc.code, **extra), status_code=http_status(exc.code), headers=headers
+    )
 
 
 def status_body(status: int, message: str) -> dict[str, Any]:

@@ -37,6 +37,10 @@ class Error(BaseModel):
     error: str
     code: str = Field(description="INVALID_ARGUMENT, NOT_FOUND, DEADLINE_EXCEEDED, UNAVAILABLE, ...")
     request_id: str | None = None
+    node_name: str | None = Field(None, description="The graph node the error happened in, if any.")
+    python_error: str | None = Field(
+        None, description="ValueError or TypeError: the Python error TensorFlow's client raises for it too."
+    )
 
 
 # --- native --------------------------------------------------------------------------------------------

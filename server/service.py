@@ -29,7 +29,7 @@ import numpy as np
 
 from poolserve.proto import config_pb2
 from poolserve.runtime import run_handler, threadpool
-from poolserve.runtime.deadline import Deadline
+from poolserve.runtime.deadline import SERVER_DEFAULT, TIMEOUT_IN_MS, Deadline
 from poolserve.runtime.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
@@ -423,7 +423,8 @@ class InferenceService:
         if self.draining and not self.ready:
             raise UnavailableError("The server is shutting down")
         timeout_ms = self.timeout_ms(given)
-        deadline = Deadline(timeout_ms, request.received_at) if timeout_ms > 0 else None
+        source = TIMEOUT_IN_MS if given is not None and given.timeout_in_ms > 0 else SERVER_DEFAULT
+        deadline = Deadline(timeout_ms, request.received_at, source) if timeout_ms > 0 else None
         entry = entry.for_signature(request.signature_name)
         feeds = entry.feeds(request.feeds)
         names = request.fetches or [s.name for s in entry.outputs]

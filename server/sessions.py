@@ -28,7 +28,7 @@ from fastapi import APIRouter, Request, Response
 from google.protobuf.message import DecodeError, Message
 
 from poolserve.proto import config_pb2, serving_pb2
-from poolserve.runtime.deadline import Deadline
+from poolserve.runtime.deadline import SERVER_DEFAULT, Deadline
 from poolserve.runtime.errors import (
     CancelledError,
     InvalidArgumentError,
@@ -239,9 +239,11 @@ async def _run_held(
     fetches = [*request.fetch, *request.target]
     options = request.options if request.HasField("options") else None
     service.guard_options(options)
-    # a run that sets no timeout gets the server's default, as every other request does
-    timeout_ms = service.timeout_ms(options)
-    deadline = Deadline(timeout_ms) if timeout_ms > 0 else None
+    # RunOptions.timeout_in_ms, else the session's ConfigProto.operation_timeout_in_ms, as in process; a run
+    # that sets neither gets the server's default, as every other request does
+    deadline = session.deadline(options)
+    if deadline is None and service.timeout_ms(None) > 0:
+        deadline = Deadline(service.timeout_ms(None), source=SERVER_DEFAULT)
     values = await session.arun(fetches, feeds, options, metadata, deadline=deadline)
     return values[: len(request.fetch)]
 
@@ -275,7 +277,8 @@ def run_route(service: InferenceService, store: SessionStore) -> Route:
             if not entry.closed:
                 raise  # the client went away: the middleware answers for it
             task.uncancel()
-            raise CancelledError("Run call was cancelled: the session was closed") from None
+            # the words of a local session (and TensorFlow's DirectSession) for a run its close() cut short
+            raise CancelledError("Run call was cancelled") from None
         finally:
             entry.runs.discard(task)
         for name, value in zip(step.fetch, values, strict=True):

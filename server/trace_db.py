@@ -203,6 +203,10 @@ class SqliteTraceStore:
         with self._lock:
             self._queued[record.request_id] = (record, time.monotonic())
             self._queued.move_to_end(record.request_id)
+            # the file keeps the bounds; what waits for it keeps the count bound too, so that a writer that
+            # cannot keep up or has stopped (the file cannot be opened) does not hold every trace since
+            while len(self._queued) > self.capacity:
+                self._queued.popitem(last=False)
         self._wake.set()
 
     def finish(self, request_id: str, status: int, end: float) -> None:

@@ -76,7 +76,8 @@ class TraceRecord:
         """Chrome trace JSON: the step's ops, then the server spans in a process of their own."""
         events: list[dict[str, Any]] = []
         if self.run_metadata is not None and self.run_metadata.HasField("step_stats"):
-            events = Timeline(self.run_metadata.step_stats).chrome_trace()["traceEvents"]
+            # each output's life and the allocators' counters too: a server's trace is read for memory
+            events = Timeline(self.run_metadata.step_stats).chrome_trace(show_memory=True)["traceEvents"]
         pid = max((e.get("pid", 0) for e in events), default=-1) + 1
         events.append(
             {

@@ -52,6 +52,23 @@ def test_serial_program_runs_nodes_after_their_inputs_and_control_inputs():
                 assert names.index(src) < i, (src, pn.name)
 
 
+def test_a_callable_with_a_feed_list_takes_options_as_tensorflows_does():
+    """TensorFlow 2.21's make_callable with a feed_list (even an empty one) passes its keywords on to
+    Session.run, so ``options=`` and ``run_metadata=`` work without ``accept_options``; without a
+    feed_list its callable takes none (a TypeError)."""
+    b, x, y, _ = small_graph()
+    feed = np.array([[1, -2, 3]], np.float32)
+    traced = options(trace_level=config_pb2.RunOptions.FULL_TRACE)
+    with Session(b.graph_def) as s:
+        metadata = config_pb2.RunMetadata()
+        s.make_callable(y, [x])(feed, options=traced, run_metadata=metadata)
+        assert "y" in {n.node_name for d in metadata.step_stats.dev_stats for n in d.node_stats}
+        constant = s.make_callable("w:0", [])  # an empty feed_list: options too
+        assert constant(options=traced, run_metadata=metadata).shape == (3, 3)
+        with pytest.raises(TypeError):
+            s.make_callable("w:0")(options=traced)
+
+
 def test_a_callable_answers_as_run_does_on_every_path():
     b, x, y, h = small_graph()
     feed = np.array([[1, -2, 3], [0.5, 0, -1]], np.float32)

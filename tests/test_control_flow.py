@@ -12,13 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from poolserve import RunOptions, Session, load_graph_def, load_saved_model
+from poolserve import RunMetadata, RunOptions, Session, load_graph_def, load_saved_model
 from poolserve.proto import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2, op_def_pb2, types_pb2
 from poolserve.runtime.errors import CancelledError, DeadlineExceededError, InvalidArgumentError
 from poolserve.runtime.functions import inline_functions
 from poolserve.runtime.graph import Graph
 from poolserve.runtime.kernels.functional_ops import truthy
 from poolserve.runtime.tensor import from_ndarray
+from poolserve.runtime.timeline import parse_label
 
 FIXTURES = Path(__file__).parent / "fixtures" / "control_flow"
 F, I32 = types_pb2.DT_FLOAT, types_pb2.DT_INT32
@@ -48,6 +49,37 @@ def test_graphs_match_tensorflow(name: str, case: str) -> None:
     for (tensor, want), value in zip(outs.items(), got, strict=True):
         assert value.dtype == want.dtype, tensor
         np.testing.assert_allclose(value, want, atol=1e-4, err_msg=f"{name}/{case} {tensor}")
+
+
+@pytest.mark.parametrize("name", ["cond", "while", "nested"])
+def test_partition_graphs_carry_the_function_library(name: str) -> None:
+    """TensorFlow's partition graphs hold the graph's function library (Graph::ToGraphDef), so an If or
+    While in them names functions the graph has; ours had none, and ran again they failed."""
+    ins, outs = next(iter(cases(name).values()))
+    md = RunMetadata()
+    with Session(load_graph_def(FIXTURES / f"{name}.pb")) as sess:
+        want = sess.run(list(outs), ins, options=RunOptions(output_partition_graphs=True), run_metadata=md)
+    (partition,) = md.partition_graphs
+    assert partition.library.function
+    with Session(partition) as again:
+        got = again.run(list(outs), ins)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_function_bodys_labels_name_its_inputs_as_step_stats_name_them() -> None:
+    """A node run in a While's body is named under its caller in step_stats
+    ("while/while_body_36/while/add_1"); the inputs in its label are now too, so that a timeline joins it
+    to the body nodes it reads (its label read "AddV2(while_body_36/while/mul, ...)", a name no node had)."""
+    ins, outs = cases("while")["many"]
+    md = RunMetadata()
+    with Session(load_graph_def(FIXTURES / "while.pb")) as sess:
+        sess.run(list(outs), ins, options=RunOptions(trace_level=RunOptions.FULL_TRACE), run_metadata=md)
+    nodes = [ns for d in md.step_stats.dev_stats for ns in d.node_stats]
+    names = {ns.node_name for ns in nodes}
+    (label,) = {ns.timeline_label for ns in nodes if ns.node_name.endswith("/while/add_1")}
+    _, op, inputs = parse_label(label)
+    assert op == "AddV2" and len(inputs) == 2 and all(i in names for i in inputs), label
 
 
 def test_fixtures_cover_both_branches_and_loop_counts() -> None:

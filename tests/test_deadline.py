@@ -10,9 +10,12 @@ import weakref
 
 import pytest
 
+from poolserve.proto import config_pb2
 from poolserve.runtime import deadline as deadline_module
-from poolserve.runtime.deadline import Deadline, DeadlineTimer
+from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.deadline import SERVER_DEFAULT, Deadline, DeadlineTimer
 from poolserve.runtime.errors import Code, DeadlineExceededError, OpError
+from poolserve.runtime.session import Session
 
 WAIT_S = 2.0  # the longest any test waits for the timer thread (a failing test, not a slow machine)
 
@@ -109,6 +112,22 @@ def test_step_error_names_timeout_in_ms() -> None:
     error = Deadline(250).step_error()
     assert isinstance(error, DeadlineExceededError) and error.code == Code.DEADLINE_EXCEEDED
     assert "deadline of 250 ms" in error.message and "RunOptions.timeout_in_ms" in error.message
+
+
+def test_errors_name_the_setting_the_deadline_came_from() -> None:
+    """A deadline from ConfigProto.operation_timeout_in_ms (or the server's default) said it came from
+    RunOptions.timeout_in_ms, which the caller had not set."""
+    config = config_pb2.ConfigProto(operation_timeout_in_ms=40)
+    with Session(GraphBuilder().graph_def, config) as sess:
+        deadline = sess.deadline(None)
+    assert deadline is not None
+    message = deadline.step_error().message
+    assert "ConfigProto.operation_timeout_in_ms" in message and "RunOptions" not in message
+    late = Deadline(10, start=time.monotonic() - 1, source=SERVER_DEFAULT)
+    with pytest.raises(
+        DeadlineExceededError, match=r"passed while waiting \(the server's default_timeout_ms\)"
+    ):
+        late.check("waiting")
 
 
 # --- DeadlineTimer --------------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ def test_codes_match_tensorflow():
         assert issubclass(cls, errors.OpError)
         assert cls.code == code
         assert errors.error_class(code) is cls
+        # tf.errors.OpError.error_code: the number, on every instance
+        assert cls("m").error_code == code and type(cls("m").error_code) is int
 
 
 def test_op_error_carries_node_and_pickles():

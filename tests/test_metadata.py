@@ -4,12 +4,13 @@ import numpy as np
 import pytest
 from support import sleep_op
 
-from poolserve.proto import cost_graph_pb2, step_stats_pb2, types_pb2
+from poolserve.proto import config_pb2, cost_graph_pb2, step_stats_pb2, types_pb2
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.executor import DEVICE, Plan, Step, StepTrace
 from poolserve.runtime.graph import Graph
 from poolserve.runtime.kernels.registry import ResourceContainer
 from poolserve.runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report
+from poolserve.runtime.session import Session
 from poolserve.runtime.threadpool import CallerThread
 
 X = np.array([3, 1, 3, 2], np.float32)
@@ -109,6 +110,26 @@ def test_step_stats_describe_each_output(traced):
     assert not by["done"].output and not by["done"].memory  # no outputs, no memory
 
 
+def test_a_0_d_output_counts_its_bytes():
+    """A reduction to a scalar (a numpy scalar, not an array, from its kernel) is 4 bytes, as TensorFlow 2.21
+    reports it ('s = Sum(big, Const)': output requested_bytes 4, memory total/peak/live 4), not 0."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None,))
+    axis = b.constant(np.int32(0), name="axis")
+    b.op("Sum", [x, axis], {"T": np.float32, "Tidx": np.int32, "keep_dims": False}, name="s")
+    md = config_pb2.RunMetadata()
+    with Session(b.graph_def) as sess:
+        options = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE)
+        sess.run("s:0", {"x:0": X}, options, md)
+    (ns,) = [ns for ns in md.step_stats.dev_stats[0].node_stats if ns.node_name == "s"]
+    alloc = ns.output[0].tensor_description.allocation_description
+    assert (alloc.requested_bytes, alloc.allocated_bytes) == (4, 4)
+    (mem,) = ns.memory
+    assert (mem.total_bytes, mem.peak_bytes, mem.live_bytes) == (4, 4, 4)
+    (cost,) = [n for n in md.cost_graph.node if n.name == "s"]
+    assert cost.output_info[0].size == 4
+
+
 def test_cost_graph_has_every_plan_node_with_its_edges_and_costs(traced):
     plan, stats, cost = traced
     nodes = {n.name: n for n in cost.node}
@@ -180,7 +201,9 @@ def test_oom_report_sizes_in_mib():
 
 
 def test_oom_hint_names_the_run_option():
+    """TensorFlow 2.21's hint, as its runtime library spells it."""
     assert OOM_HINT == (
         "Hint: If you want to see a list of allocated tensors when OOM happens, add "
-        "report_tensor_allocations_upon_oom to RunOptions for current allocation info."
+        "report_tensor_allocations_upon_oom to RunOptions for current allocation info. "
+        "This isn't available when running in Eager mode."
     )

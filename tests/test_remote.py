@@ -146,6 +146,22 @@ def test_run_metadata_and_options_cross_the_wire(server):
     assert len(remote_md.partition_graphs[0].node) == len(local_md.partition_graphs[0].node)
 
 
+def test_a_run_of_fed_fetches_only_leaves_the_run_metadata_alone_remotely(server):
+    """As in process (and in TensorFlow, whose client runs no step then): the RunMetadata keeps what it
+    held when every fetch is fed."""
+    graph = load_graph_def(FIXTURES / "mlp.pb")
+    feeds, expected = load_fixture_io(FIXTURES / "mlp.npz")
+    fetch = sorted(expected)[0]
+    options = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE)
+    with remote(server, graph) as far:
+        md = config_pb2.RunMetadata()
+        far.run(fetch, feeds, options, md)
+        before = md.SerializeToString()
+        assert md.step_stats.dev_stats
+        far.run(fetch, {fetch: expected[fetch]}, options, md)
+        assert md.SerializeToString() == before
+
+
 def test_a_deadline_stops_the_remote_step(server):
     b = GraphBuilder()
     out = sleep_op(b, None, 5.0, "remote_sleep")
@@ -155,6 +171,22 @@ def test_a_deadline_stops_the_remote_step(server):
         with pytest.raises(DeadlineExceededError):
             far.run(out, options=options)
         assert time.monotonic() - t0 < 3.0
+
+
+def test_the_sessions_operation_timeout_bounds_a_remote_run(server):
+    """ConfigProto.operation_timeout_in_ms bounds a run that sets no timeout_in_ms, remotely as in
+    process (the server applied its own default_timeout_ms, 30 s, instead)."""
+    b = GraphBuilder()
+    out = sleep_op(b, None, 5.0, "remote_operation_timeout")
+    config = config_pb2.ConfigProto(operation_timeout_in_ms=100)
+    with Session(b.graph_def, config) as local, remote(server, b.graph_def, config) as far:
+        with pytest.raises(DeadlineExceededError) as here:
+            local.run(out)
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExceededError) as there:
+            far.run(out)
+        assert time.monotonic() - t0 < 3.0
+        assert there.value.message == here.value.message
 
 
 def test_closing_the_session_cancels_its_run_in_flight(server):
@@ -179,6 +211,7 @@ def test_closing_the_session_cancels_its_run_in_flight(server):
     t.join(10)
     assert not t.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], CancelledError), errors
+    assert str(errors[0]) == "Run call was cancelled"  # as a local session (and TensorFlow) says it
     with pytest.raises(RuntimeError, match="closed Session"):
         far.run(out)
 
@@ -199,6 +232,68 @@ def test_a_bad_feed_raises_the_same_error_remotely(server):
         with pytest.raises(NotFoundError) as there:
             far.run("nope:0", feeds)
         assert there.value.message == here.value.message
+
+
+def test_make_callable_and_feed_keys_fail_as_in_process(server):
+    """make_callable refuses unknown or twice-fed names when it is made (the remote one waited for the
+    first call), and a feed_dict key that is not a name is InvalidArgumentTypeError, an OpError and a
+    TypeError (the remote one raised a bare TypeError)."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, 3])
+    out = b.identity(x, name="out")
+    bad_calls = [
+        lambda s: s.make_callable("nope:0"),
+        lambda s: s.make_callable("nope"),
+        lambda s: s.make_callable(out, ["q:0"]),
+        lambda s: s.make_callable(out, [x, x]),
+        lambda s: s.run(out, {3: np.zeros((1, 3), np.float32)}),
+    ]
+    with Session(b.graph_def) as local, remote(server, b.graph_def) as far:
+        for call in bad_calls:
+            with pytest.raises(Exception) as here:
+                call(local)
+            with pytest.raises(Exception) as there:
+                call(far)
+            assert type(there.value) is type(here.value) and str(there.value) == str(here.value)
+        assert far.make_callable(out, [x])(np.ones((1, 3), np.float32)).tolist() == [[1, 1, 1]]
+
+
+def test_a_kernel_error_names_its_node_remotely(server):
+    """OpError.node_name (TensorFlow's error names its node: e.node_def, e.op) crosses the wire."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, None])
+    y = b.matmul(x, b.constant(np.ones((3, 2), np.float32)), name="mm")
+    bad = {x: np.ones((2, 4), np.float32)}
+    with Session(b.graph_def) as local, remote(server, b.graph_def) as far:
+        with pytest.raises(InvalidArgumentError) as here:
+            local.run(y, bad)
+        with pytest.raises(InvalidArgumentError) as there:
+            far.run(y, bad)
+    assert here.value.node_name == there.value.node_name == "mm"
+    assert there.value.message == here.value.message
+
+
+def test_errors_that_are_also_value_or_type_errors_stay_so_remotely(server):
+    """TensorFlow's client raises a bad fetch or feed shape as ValueError and a feed it cannot convert or
+    find as TypeError; in process these are OpErrors that are also that Python error, and a remote session
+    raises the same classes (it raised the plain OpError, which ``except ValueError`` missed)."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, 3])
+    out = b.identity(x, name="out")
+    good = np.zeros((1, 3), np.float32)
+    calls = [
+        (out, {"x:0": np.zeros((1, 4), np.float32)}, ValueError),  # a feed of the wrong shape
+        (out, {"x:0": np.array([["a", "b", "c"]])}, ValueError),  # a value that does not convert
+        ("nope:0", {"x:0": good}, ValueError),  # a fetch the graph does not have
+        (out, {"x:0": good, "q:0": good}, TypeError),  # a feed the graph does not have
+    ]
+    with Session(b.graph_def) as local, remote(server, b.graph_def) as far:
+        for fetch, feeds, python in calls:
+            with pytest.raises(python) as here:
+                local.run(fetch, feeds)
+            with pytest.raises(python) as there:
+                far.run(fetch, feeds)
+            assert type(there.value) is type(here.value) and str(there.value) == str(here.value)
 
 
 def test_a_session_bound_to_a_served_model_ships_no_graph(server):
@@ -240,7 +335,7 @@ def test_extend_and_partial_runs_work_remotely(server):
 
 
 def test_bad_targets_are_clear_errors(server):
-    with pytest.raises(InvalidArgumentError, match="known targets are .*http://"):
+    with pytest.raises(NotFoundError, match="known targets are .*http://"):
         Session("ftp://example.com")
     with pytest.raises(InvalidArgumentError, match="/v1/models/NAME"):
         Session(f"{server.url}/somewhere")

@@ -602,6 +602,14 @@ async def test_traces_fetch_list_merge_and_formats(client: httpx.AsyncClient) ->
     assert "Unknown trace format" in error_of(r, 400)
     r = await client.get("/v1/traces/trace-2")
     assert "No trace for request 'trace-2'" in error_of(r, 404)
+    # what can never be a request id is refused, not looked up and echoed back whole
+    r = await client.get("/v1/traces/" + "x" * 129)
+    message = error_of(r, 400)
+    assert "is not a request id" in message and len(message) < 200
+    assert "is not a request id" in error_of(await client.get("/v1/traces/a%00b"), 400)
+    assert "is not a request id" in error_of(
+        await client.get("/v1/traces:merge", params={"ids": "a,\x01"}), 400
+    )
 
     listing = (await client.get("/v1/traces")).json()["traces"]
     assert [t["id"] for t in listing] == ["trace-1", "trace-0"]

@@ -12,6 +12,7 @@ import pytest
 
 from poolserve.proto import config_pb2
 from poolserve.runtime.errors import NotFoundError
+from poolserve.server import trace_db
 from poolserve.server.config import TraceSettings, load_config
 from poolserve.server.trace_db import SqliteTraceStore, TraceStoreError, open_trace_store, resolve_path
 from poolserve.server.traces import Span, TraceRecord, TraceStore
@@ -63,6 +64,32 @@ def test_trace_store_bounds_count_and_bytes(make_store: Callable[[int, int], Sto
     small.add(record("huge", spans=1000))  # larger than the whole store: not kept
     assert len(settled(small)) == 2
     assert len(settled(make_store(0, 1000))) == 0
+
+
+def test_sqlite_store_keeps_its_bound_when_its_writer_cannot_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer thread cannot open the file (it logs that traces stay in memory): the traces waiting
+    for it are still bounded by ``capacity``, the oldest out first (they used to pile up without end)."""
+    connect = trace_db._connect
+    calls: list[str] = []
+
+    def second_fails(path: str) -> Any:
+        calls.append(path)
+        if len(calls) > 1:  # the writer's own connection
+            raise trace_db.sqlite3.OperationalError("unable to open database file")
+        return connect(path)
+
+    monkeypatch.setattr(trace_db, "_connect", second_fails)
+    store = SqliteTraceStore(str(tmp_path / "t.sqlite3"), 3, 1 << 20)
+    try:
+        for i in range(50):
+            store.add(record(f"r{i}"))
+        assert [r.request_id for r in store.recent()] == ["r49", "r48", "r47"]
+        with pytest.raises(NotFoundError, match="'r46'"):
+            store.get("r46")
+    finally:
+        store._db.close()  # not close(): it would wait for a writer that has stopped
 
 
 def test_trace_finish_and_merge(make_store: Callable[[int, int], Store]) -> None:

@@ -18,6 +18,7 @@ from poolserve.runtime.errors import (
     NotFoundError,
     ResourceExhaustedError,
 )
+from poolserve.runtime.node import parse_input
 from poolserve.runtime.session import Session
 
 
@@ -566,12 +567,43 @@ def test_output_partition_graphs():
     ops = {n.name: n.op for n in g.node}
     assert ops["mm"] == "MatMul" and ops["y"] == "AddV2"
     assert ops["w2"] == "Const"  # folded
-    assert "x" not in ops  # fed
+    assert ops["x"] == "Placeholder"  # fed: the graph is whole, as TensorFlow's partition graphs are
+    assert {n.device for n in g.node} == {"/job:localhost/replica:0/task:0/device:CPU:0"}
     with Session(b.graph_def) as s:  # the graph optimizer on: the graph that ran is the rewritten one
         md = config_pb2.RunMetadata()
         s.run(y, {x: X}, options=options, run_metadata=md)
     ops = {n.name: n.op for n in md.partition_graphs[0].node}
-    assert ops == {"y": "_FusedMatMul", "w2": "Const", "bias": "Const"}
+    assert ops == {"x": "Placeholder", "y": "_FusedMatMul", "w2": "Const", "bias": "Const"}
+
+
+def test_partition_graphs_are_whole_graphs():
+    """Every input of a partition graph names one of its nodes, as in TensorFlow's (which
+    ``tf.import_graph_def`` takes): a fed tensor, a fed second output of a node that runs, folded outputs of
+    a two-output node and a control input on a folded node used to be left dangling. Run again, the graph
+    gives the same values."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, (None,))
+    u = b.op("Unique", [x], {"T": np.float32, "out_idx": np.int32}, name="u", num_outputs=2)
+    idx = b.identity(u[1], name="idx")
+    halves = {"T": np.float32, "num_split": 2}
+    axis, c = b.constant(np.int32(0), name="axis"), b.constant(np.arange(4, dtype=np.float32), name="c")
+    sp = b.op("Split", [axis, c], halves, name="sp", num_outputs=2)  # constant-only: folded
+    z = b.add(u[0], sp[1], name="z")
+    after = b.op("AddV2", [sp[0], u[0]], {"T": np.float32}, name="after", control_inputs=["sp"])
+    feeds = {x: np.array([3, 1, 3], np.float32), u[1]: np.array([5, 6, 7], np.int32)}
+    options = config_pb2.RunOptions(output_partition_graphs=True)
+    md = config_pb2.RunMetadata()
+    with Session(b.graph_def, PLAIN) as s:
+        want = s.run([z, idx, after], feeds, options=options, run_metadata=md)
+    (g,) = md.partition_graphs
+    names = {n.name for n in g.node}
+    assert all(parse_input(spec)[0] in names for n in g.node for spec in n.input)
+    ops = {n.name: n.op for n in g.node}
+    assert ops["x"] == ops["u/_port1"] == "Placeholder" and ops["sp/_port0"] == ops["sp/_port1"] == "Const"
+    with Session(g, PLAIN) as again:
+        got = again.run([z, idx, after], {x: feeds[x], "u/_port1:0": feeds[u[1]]})
+    for a, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, w)
 
 
 def test_partition_graphs_are_refused_where_the_config_disables_them():
@@ -606,6 +638,42 @@ def big_graph():
     a = b.op("Tile", [x, b.constant(np.array([1000], np.int32))], {"T": np.float32}, name="tile_big")
     c = b.add(a, a, name="sum_big")
     return b, x, c
+
+
+def test_a_run_of_fed_fetches_only_leaves_the_run_metadata_alone():
+    """TensorFlow 2.21's client runs no step when every fetch is fed (Session._run: no fetches, no
+    targets left), so the RunMetadata it was given keeps what it held; ours was cleared and given an empty
+    device."""
+    b, x, y = mlp_graph()
+    traced = config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE, output_partition_graphs=True)
+    md = config_pb2.RunMetadata()
+    with Session(b.graph_def, PLAIN) as s:
+        s.run(y, {x: X}, options=traced, run_metadata=md)
+        before = md.SerializeToString()
+        fed = np.ones((2, 2), np.float32)
+        np.testing.assert_array_equal(s.run(y, {y: fed}, options=traced, run_metadata=md), fed)
+        assert md.SerializeToString() == before
+        s.run([y, "mm:0"], {y: fed, x: X}, options=traced, run_metadata=md)  # mm runs: a step, as in TF
+        assert {ns.node_name for d in md.step_stats.dev_stats for ns in d.node_stats} == {"mm"}
+
+
+def test_reporting_allocations_upon_oom_fills_step_stats():
+    """TensorFlow 2.21's DirectSession collects a step's stats when it is to report its allocations upon
+    OOM, and a successful run's RunMetadata gets them, at NO_TRACE too (no cost graph: that comes with
+    build_cost_model in TensorFlow, with a trace_level here)."""
+    b, x, y = mlp_graph()
+    options = config_pb2.RunOptions(report_tensor_allocations_upon_oom=True)
+    md = config_pb2.RunMetadata()
+    with Session(b.graph_def, PLAIN) as s:
+        np.testing.assert_allclose(s.run(y, {x: X}, options=options, run_metadata=md), expected_y(X))
+    (dev,) = md.step_stats.dev_stats
+    outputs = {ns.node_name: ns.output[0].tensor_description for ns in dev.node_stats}
+    assert set(outputs) == {"mm", "y"}
+    rows = np.asarray(X).shape[0]
+    for desc in outputs.values():
+        assert [d.size for d in desc.shape.dim] == [rows, 2]
+        assert desc.allocation_description.requested_bytes == rows * 2 * 4
+    assert not md.cost_graph.node
 
 
 def test_oom_report_and_hint():
@@ -908,5 +976,5 @@ def test_reset_clears_and_closes_the_in_process_sessions():
         first.run("vb:0")
     with Session(_variables_graph()) as fresh, pytest.raises(FailedPreconditionError):
         fresh.run("vb:0")
-    with pytest.raises(InvalidArgumentError, match="known targets"):
+    with pytest.raises(NotFoundError, match="known targets"):
         Session.reset("nope://x")

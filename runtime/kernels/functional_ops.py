@@ -52,7 +52,7 @@ class FunctionBody:
 
         finished: list[Step] = []
         outer = ctx.trace
-        trace = StepTrace(self.plan.num_nodes) if outer is not None else None
+        trace = StepTrace(self.plan.num_nodes, keep_values=outer.keep_values) if outer is not None else None
         step = Step(
             self.plan, args, ctx.resources, _CALLER, finished.append, trace=trace, parent_memory=ctx.memory
         )
