@@ -163,6 +163,29 @@ _BY_CODE: dict[Code, type[OpError]] = {
 }
 
 
-def error_class(code: Code | int) -> type[OpError]:
-    """The exception class for a canonical code (``UnknownError`` for codes without one)."""
+_BY_PYTHON_ERROR: dict[tuple[Code, str], type[OpError]] = {
+    (Code.INVALID_ARGUMENT, "ValueError"): InvalidArgumentValueError,
+    (Code.INVALID_ARGUMENT, "TypeError"): InvalidArgumentTypeError,
+    (Code.NOT_FOUND, "ValueError"): NotFoundValueError,
+    (Code.NOT_FOUND, "TypeError"): NotFoundTypeError,
+}
+
+
+def python_error(error: OpError) -> str | None:
+    """ "ValueError" or "TypeError" when the error is also that Python error (above), else None: what a
+    server's answer says beside the code, so that a remote session raises the same class."""
+    return (
+        "ValueError"
+        if isinstance(error, ValueError)
+        else "TypeError"
+        if isinstance(error, TypeError)
+        else None
+    )
+
+
+def error_class(code: Code | int, python: str | None = None) -> type[OpError]:
+    """The exception class for a canonical code (``UnknownError`` for codes without one); ``python``, what
+    ``python_error`` gave, picks the class that is also that Python error."""
+    if python is not None and (cls := _BY_PYTHON_ERROR.get((Code(code), python))) is not None:
+        return cls
     return _BY_CODE.get(Code(code), UnknownError)

@@ -464,6 +464,7 @@ def _error(status: int, data: bytes, target: str) -> OpError:
     """The OpError a server's error answer stands for (its JSON body names the canonical code)."""
     message = f"{target} answered HTTP {status}"
     code: Code = Code.UNKNOWN
+    python = None
     try:
         body = json.loads(data)
     except ValueError:
@@ -474,7 +475,8 @@ def _error(status: int, data: bytes, target: str) -> OpError:
             code = Code[str(body.get("code", "UNKNOWN"))]
         except KeyError:
             code = Code.UNKNOWN
-    return error_class(code)(message)
+        python = body.get("python_error")  # ValueError or TypeError where TensorFlow's client raises them
+    return error_class(code, python if isinstance(python, str) else None)(message)
 
 
 register_session_factory("http", RemoteSession)

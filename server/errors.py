@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from poolserve.runtime.errors import Code, OpError
+from poolserve.runtime.errors import Code, OpError, python_error
 from poolserve.server.routes import allowed_methods
 
 log = logging.getLogger("poolserve")
@@ -94,8 +94,15 @@ def raw_headers(headers: dict[str, str] | None) -> list[tuple[bytes, bytes]]:
 
 
 def error_response(exc: OpError, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The answer for a runtime error."""
-    return JSONResponse(error_body(exc.message, exc.code), status_code=http_status(exc.code), headers=headers)
+    """The answer for a runtime error; ``python_error`` says when it is also ValueError or TypeError (where
+    TensorFlow's Python client raises those), so a remote session raises the same class."""
+    python = python_error(exc)
+    body = (
+        error_body(exc.message, exc.code)
+        if python is None
+        else error_body(exc.message, exc.code, python_error=python)
+    )
+    return JSONResponse(body, status_code=http_status(exc.code), headers=headers)
 
 
 def status_body(status: int, message: str) -> dict[str, Any]:

@@ -37,6 +37,10 @@ class Error(BaseModel):
     error: str
     code: str = Field(description="INVALID_ARGUMENT, NOT_FOUND, DEADLINE_EXCEEDED, UNAVAILABLE, ...")
     request_id: str | None = None
+    python_error: Literal["ValueError", "TypeError"] | None = Field(
+        None,
+        description="where TensorFlow's Python client raises ValueError or TypeError for the same mistake",
+    )
 
 
 # --- native --------------------------------------------------------------------------------------------

@@ -201,6 +201,28 @@ def test_a_bad_feed_raises_the_same_error_remotely(server):
         assert there.value.message == here.value.message
 
 
+@pytest.mark.parametrize(
+    "fetch, feeds, python",
+    [
+        ("nope:0", {"x:0": [[1.0]]}, ValueError),  # a fetch naming nothing
+        ("y:0", {"x:0": [[1.0, 2.0]]}, ValueError),  # a feed of the wrong shape
+        ("y:0", {"nope:0": [[1.0]]}, TypeError),  # a feed_dict key naming nothing
+    ],
+)
+def test_a_bad_argument_raises_tensorflows_python_error_remotely_too(server, fetch, feeds, python):
+    # TensorFlow's client raises ValueError or TypeError for these whatever the target; a remote session
+    # raised only the OpError, so ``except ValueError`` written for TensorFlow missed it
+    b = GraphBuilder()
+    b.identity(b.placeholder("x", np.float32, [None, 1]), name="y")
+    with Session(b.graph_def) as local, remote(server, b.graph_def) as far:
+        with pytest.raises(python) as here:
+            local.run(fetch, feeds)
+        with pytest.raises(python) as there:
+            far.run(fetch, feeds)
+    assert type(there.value) is type(here.value)
+    assert there.value.message == here.value.message
+
+
 def test_a_session_bound_to_a_served_model_ships_no_graph(server):
     with Session(f"{server.url}/v1/models/add") as far:  # no token: nothing is shipped
         out = far.run("out:0", {"x:0": np.asarray([[1, 2, 3]], np.float32)})
