@@ -147,12 +147,12 @@ def run_server(config: Config, args: argparse.Namespace, worker: Worker | None =
     from poolserve.server.protocol import protocol_factory
 
     signal.signal(signal.SIGTERM, _stop_starting)  # a worker's own, while its models load
-    own: list[socket.socket] = []  # a single server's listening socket, taken before its models load
+    own: list[socket.socket] = []  # a single server's listening sockets, taken before its models load
     if worker is None:
         taken = _take_ports(config)
         if taken is None:
             return 1
-        own.append(taken)
+        own = taken
     try:
         app = create_app(config)
     except Exception as e:  # a model that does not load: say which, without a traceback
@@ -207,20 +207,27 @@ def run_server(config: Config, args: argparse.Namespace, worker: Worker | None =
     return 0 if server.started or not server.should_exit else 1
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """A socket bound to the port, as uvicorn binds its own (SO_REUSEADDR, no SO_REUSEPORT: a port another
-    server listens on is refused)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to the port on every address of ``host``, as uvicorn's asyncio server binds them
+    (SO_REUSEADDR, IPv6 sockets IPv6 only; no SO_REUSEPORT: a port another server listens on is refused)."""
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    bound: list[socket.socket] = []
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            bound.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
     except OSError:
-        sock.close()
+        for sock in bound:
+            sock.close()
         raise
-    return sock
+    return bound
 
 
-def _take_ports(config: Config) -> socket.socket | None:
+def _take_ports(config: Config) -> list[socket.socket] | None:
     """The HTTP port bound, and the gRPC port found free, before the models load, as the supervisor takes
     them: a taken port is exit 1 saying so at once (it was uvicorn's exit 3, or grpc's "Failed to bind",
     once every model had loaded). None when one is taken, said on stderr."""
@@ -232,9 +239,11 @@ def _take_ports(config: Config) -> socket.socket | None:
         return None
     if config.server.grpc_port:
         try:
-            _bind(host, config.server.grpc_port).close()
+            for sock in _bind(host, config.server.grpc_port):
+                sock.close()
         except OSError as e:
-            http.close()
+            for sock in http:
+                sock.close()
             print(
                 f"poolserve: cannot listen for gRPC on {host}:{config.server.grpc_port}: {e.strerror}",
                 file=sys.stderr,
