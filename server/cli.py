@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from poolserve.server.workers import Worker
 
 log = logging.getLogger("poolserve")
+uvicorn_log = logging.getLogger("uvicorn.error")
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
@@ -75,8 +76,10 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)
         if self.started and sockets and self._on_started is None:
             # uvicorn says where it listens only on sockets it bound itself; a single server binds its own
-            # (run_server) and says it as uvicorn would
-            self._log_started_message(sockets)
+            # (run_server) and says it in uvicorn's words
+            host, port = self.config.host, self.config.port or sockets[0].getsockname()[1]
+            shown = f"[{host}]" if ":" in host else host
+            uvicorn_log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown, port)
         if self.started and self._on_started is not None:
             self._on_started()  # both ports listen and the lifespan has started
 

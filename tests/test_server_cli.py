@@ -4,11 +4,14 @@ hook."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 from support import free_port
 
@@ -95,3 +98,23 @@ def test_a_single_server_on_a_taken_port_exits_1_saying_so(taken: str, tmp_path:
     assert done.returncode == 1, done.stderr
     assert f"poolserve: cannot listen{grpc} on 127.0.0.1:{port}: Address already in use" in done.stderr
     assert "loading version" not in done.stderr  # refused before any model loaded
+
+
+def test_a_single_server_says_where_it_listens(tmp_path: Path) -> None:
+    # it binds its port before the models load and hands the socket to uvicorn, which then logs nothing
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
+    env["XDG_STATE_HOME"] = str(tmp_path)
+    command = [sys.executable, "-m", "poolserve.server.cli", "serve", "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--grpc-port", "0"]
+    with subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True) as server:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/health/live", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=60)
+    assert f"Uvicorn running on http://127.0.0.1:{port} (Press CTRL+C to quit)" in err, err
