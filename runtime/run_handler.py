@@ -1150,7 +1150,7 @@ class RunHandlerPool:
                 handler_held_seconds_total=self._held_total,
                 stretch=self.stretch,
                 policy="fair" if self.fair else "deadline",
-                kernel_threads=self._kernel_threads.current,
+                kernel_threads=self._kernel_threads.threads,
             )
 
 

@@ -175,6 +175,7 @@ class KernelThreads:
     """
 
     pinned = False  # the user set the BLAS threads: leave them alone
+    pinned_threads = 0  # to this many
 
     def __init__(self, cores: int = 0) -> None:
         self.cores = cores if cores > 0 else default_num_threads()
@@ -212,9 +213,16 @@ class KernelThreads:
                 set_threads(want)
             self.current = want
 
+    @property
+    def threads(self) -> int:
+        """BLAS threads per kernel now: the user's number once pinned (``current`` is then stale), else
+        what the pool set."""
+        return KernelThreads.pinned_threads if KernelThreads.pinned else self.current
+
     @classmethod
-    def pin(cls) -> None:
+    def pin(cls, n: int) -> None:
         cls.pinned = True
+        cls.pinned_threads = n
 
 
 class CallerThread:
@@ -261,6 +269,6 @@ def set_intra_op_threads(n: int) -> None:
     global _intra_op_limiter
     from threadpoolctl import threadpool_limits
 
-    KernelThreads.pin()  # the RunHandlerPool no longer sets them per load
+    KernelThreads.pin(n)  # the RunHandlerPool no longer sets them per load
     _intra_op_limiter = threadpool_limits(limits=n)
     os.environ.setdefault("OMP_NUM_THREADS", str(n))

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from poolserve.server.workers import Worker
 
 log = logging.getLogger("poolserve")
+uvicorn_log = logging.getLogger("uvicorn.error")
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
@@ -73,6 +74,12 @@ class _Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        if self.started and sockets and self._on_started is None:
+            # uvicorn says where it listens only on sockets it bound itself; a single server binds its own
+            # (run_server) and says it in uvicorn's words
+            host, port = self.config.host, self.config.port or sockets[0].getsockname()[1]
+            shown = f"[{host}]" if ":" in host else host
+            uvicorn_log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown, port)
         if self.started and self._on_started is not None:
             self._on_started()  # both ports listen and the lifespan has started
 
@@ -143,10 +150,18 @@ def run_server(config: Config, args: argparse.Namespace, worker: Worker | None =
     from poolserve.server.protocol import protocol_factory
 
     signal.signal(signal.SIGTERM, _stop_starting)  # a worker's own, while its models load
+    own: list[socket.socket] = []  # a single server's listening sockets, taken before its models load
+    if worker is None:
+        taken = _take_ports(config)
+        if taken is None:
+            return 1
+        own = taken
     try:
         app = create_app(config)
     except Exception as e:  # a model that does not load: say which, without a traceback
         print(f"poolserve: cannot start: {e}", file=sys.stderr)
+        for sock in own:
+            sock.close()
         return 1
     service = app.state.service
     if worker is not None:
@@ -189,10 +204,55 @@ def run_server(config: Config, args: argparse.Namespace, worker: Worker | None =
     gc.collect()
     gc.freeze()
     try:
-        server.run(sockets=worker.sockets() if worker is not None else None)
+        server.run(sockets=worker.sockets() if worker is not None else own)
     except KeyboardInterrupt:
         return 130
     return 0 if server.started or not server.should_exit else 1
+
+
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to the port on every address of ``host``, as uvicorn's asyncio server binds them
+    (SO_REUSEADDR, IPv6 sockets IPv6 only; no SO_REUSEPORT: a port another server listens on is refused)."""
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    bound: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            bound.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except OSError:
+        for sock in bound:
+            sock.close()
+        raise
+    return bound
+
+
+def _take_ports(config: Config) -> list[socket.socket] | None:
+    """The HTTP port bound, and the gRPC port found free, before the models load, as the supervisor takes
+    them: a taken port is exit 1 saying so at once (it was uvicorn's exit 3, or grpc's "Failed to bind",
+    once every model had loaded). None when one is taken, said on stderr."""
+    host = config.server.host
+    try:
+        http = _bind(host, config.server.port)
+    except OSError as e:
+        print(f"poolserve: cannot listen on {host}:{config.server.port}: {e.strerror}", file=sys.stderr)
+        return None
+    if config.server.grpc_port:
+        try:
+            for sock in _bind(host, config.server.grpc_port):
+                sock.close()
+        except OSError as e:
+            for sock in http:
+                sock.close()
+            print(
+                f"poolserve: cannot listen for gRPC on {host}:{config.server.grpc_port}: {e.strerror}",
+                file=sys.stderr,
+            )
+            return None
+    return http
 
 
 def _workers_arg(value: str) -> int | Literal["auto"]:

@@ -248,6 +248,18 @@ def test_kernel_threads_follow_the_number_running():
         kt.running(0)
 
 
+def test_the_pools_stats_report_the_blas_threads_the_user_pinned(monkeypatch):
+    # GET /v1/runtime/run_handler_pool said the pool's last setting (every core) while [runtime]
+    # intra_op_threads = 1 held BLAS at one thread
+    from poolserve.runtime.threadpool import KernelThreads
+
+    pool = RunHandlerPool(num_threads=1)
+    pinned = pool._kernel_threads.current + 3
+    monkeypatch.setattr(KernelThreads, "pinned", True)
+    monkeypatch.setattr(KernelThreads, "pinned_threads", pinned)
+    assert pool.stats().kernel_threads == pinned
+
+
 def test_a_running_step_yields_to_a_more_urgent_request():
     """Between expensive nodes, a step gives its thread to a request ahead of it that waits for one."""
     b = GraphBuilder()

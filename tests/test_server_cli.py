@@ -1,11 +1,19 @@
-"""server/cli.py: the command line's help, its exit status on a bad config, and the loadtest hook."""
+"""server/cli.py: the command line's help, its exit status on a bad config or a taken port, and the loadtest
+hook."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
+from support import free_port
 
 from poolserve.server import cli
 
@@ -70,3 +78,43 @@ def test_cli_ray_without_the_extra_says_what_to_install(
         cli.main(["serve", "--ray"])
     assert info.value.code == 2
     assert "pip install 'poolserve[ray]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("taken", ["--port", "--grpc-port"])
+def test_a_single_server_on_a_taken_port_exits_1_saying_so(taken: str, tmp_path: Path) -> None:
+    # as the supervisor of --workers does; one process exited 3 (uvicorn's bind error) or said grpc's
+    # "Failed to bind", each after loading every model
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        ports = {"--port": free_port(), "--grpc-port": free_port(), taken: port}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
+        env["XDG_STATE_HOME"] = str(tmp_path)
+        command = [sys.executable, "-m", "poolserve.server.cli", "serve", "--host", "127.0.0.1"]
+        command += [str(a) for flag, value in ports.items() for a in (flag, value)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    grpc = " for gRPC" if taken == "--grpc-port" else ""
+    assert done.returncode == 1, done.stderr
+    assert f"poolserve: cannot listen{grpc} on 127.0.0.1:{port}: Address already in use" in done.stderr
+    assert "loading version" not in done.stderr  # refused before any model loaded
+
+
+def test_a_single_server_says_where_it_listens(tmp_path: Path) -> None:
+    # it binds its port before the models load and hands the socket to uvicorn, which then logs nothing
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
+    env["XDG_STATE_HOME"] = str(tmp_path)
+    command = [sys.executable, "-m", "poolserve.server.cli", "serve", "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--grpc-port", "0"]
+    with subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True) as server:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/health/live", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=60)
+    assert f"Uvicorn running on http://127.0.0.1:{port} (Press CTRL+C to quit)" in err, err
