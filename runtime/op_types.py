@@ -162,6 +162,7 @@ _BY_SPEC = {
     "Tsplits=DT_INT64,DT_INT32": "UnicodeDecode",
     "Tsplits=DT_INT64,DT_INT32,DT_INT64": "UnicodeDecodeWithOffsets",
     "Tsplits=DT_INT64,T=DT_INT32": "RaggedRange",
+    "[OUT_TYPE]": "DecodeCSV",
     "[dtypes]": "RestoreV2",
     "[output_types]": "OptionalGetValue",
     "dtype,DT_INT64": "TensorArrayConcatV3",

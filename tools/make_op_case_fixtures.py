@@ -9,7 +9,8 @@ the inputs). Placeholders have unknown shapes, so inputs TensorFlow's shape func
 kernel. Strings are stored as numpy bytes arrays (``S``). Groups: ``cross`` (SparseCross, SparseCrossHashed,
 SparseCrossV2, Fingerprint), ``sparse`` (sparse reductions, SparseAdd, SparseConcat, SparseSlice,
 SparseSoftmax), ``ragged`` (RaggedRange, RaggedGather, RaggedTensorToSparse), ``sets`` (set operations,
-UnravelIndex, AdjustHue, AdjustSaturation). Tests: tests/test_kernels_<group>_cases.py.
+UnravelIndex, AdjustHue, AdjustSaturation), ``csv``
+(DecodeCSV). Tests: tests/test_kernels_<group>_cases.py.
 """
 
 from __future__ import annotations
@@ -761,11 +762,70 @@ def sets(g: Group) -> None:
     g.case("hue_delta_vector", "AdjustHue", {"images": img, "delta": np.array([0.3], F32)})
 
 
+# --- csv ---------------------------------------------------------------------------------------------------
+
+
+def csv(g: Group) -> None:
+    num = [np.array([0], I32), np.array([1.5], F32), np.array([-1], I64), np.array([0.25], F64), S("dflt")]
+    rows = S("1,2.5,3,4e-2,abc", ' -7 ,+1e3,9223372036854775807,inf,"q,""x"""', ",,,,", "5,nan,16,-0,")
+    g.case("types", "DecodeCSV", {"records": rows, "record_defaults": num})
+    g.case("matrix", "DecodeCSV", {"records": rows.reshape(2, 2), "record_defaults": num})
+    g.case(
+        "scalar",
+        "DecodeCSV",
+        {"records": np.array(b"3;x", object), "record_defaults": [num[0], num[4]]},
+        field_delim=";",
+    )
+    g.case(
+        "no_quotes",
+        "DecodeCSV",
+        {"records": S('"a"|b"', 'x|"'), "record_defaults": [num[4], num[4]]},
+        field_delim="|",
+        use_quote_delim=False,
+    )
+    g.case(
+        "na_value",
+        "DecodeCSV",
+        {"records": S("NA,1", "2,NA", "3,"), "record_defaults": [num[0], num[1]]},
+        na_value="NA",
+    )
+    g.case(
+        "select_cols",
+        "DecodeCSV",
+        {"records": S("a,1,b,2,c", '"x",,"y",4,'), "record_defaults": [num[4], num[2]]},
+        select_cols=[2, 3],
+    )
+    g.case(
+        "select_last",
+        "DecodeCSV",
+        {"records": S("a,1,", "b,2,z"), "record_defaults": [num[2], num[4]]},
+        select_cols=[1, 2],
+    )
+    g.case("empty_batch", "DecodeCSV", {"records": np.zeros(0, object), "record_defaults": num[:2]})
+    # refused
+    g.case(
+        "required", "DecodeCSV", {"records": S("1,2", ",3"), "record_defaults": [np.zeros(0, I32), num[0]]}
+    )
+    g.case("too_few", "DecodeCSV", {"records": S("1,2", "3"), "record_defaults": [num[0], num[0]]})
+    g.case("too_many", "DecodeCSV", {"records": S("1,2,3"), "record_defaults": [num[0], num[0]]})
+    g.case("empty_record", "DecodeCSV", {"records": S(""), "record_defaults": [num[0]]})
+    g.case("bad_int", "DecodeCSV", {"records": S("1.5"), "record_defaults": [num[0]]})
+    g.case("int32_overflow", "DecodeCSV", {"records": S("3000000000"), "record_defaults": [num[0]]})
+    g.case("bad_float", "DecodeCSV", {"records": S("x1"), "record_defaults": [num[1]]})
+    g.case("bad_double", "DecodeCSV", {"records": S("1e"), "record_defaults": [num[3]]})
+    g.case("bad_int64", "DecodeCSV", {"records": S("9223372036854775808"), "record_defaults": [num[2]]})
+    g.case("quote_inside", "DecodeCSV", {"records": S('a"b'), "record_defaults": [num[4]]})
+    g.case("quote_unclosed", "DecodeCSV", {"records": S('"ab'), "record_defaults": [num[4]]})
+    g.case("quote_then_text", "DecodeCSV", {"records": S('"a"b,c'), "record_defaults": [num[4], num[4]]})
+    g.case("two_defaults", "DecodeCSV", {"records": S("1"), "record_defaults": [np.array([1, 2], I32)]})
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "cross": cross,
     "sparse": sparse,
     "ragged": ragged,
     "sets": sets,
+    "csv": csv,
 }
 
 

@@ -564,17 +564,13 @@ _SIGNED = re.compile(rb"[+-]?\d+")
 _UNSIGNED = re.compile(rb"\+?\d+")
 
 
-@kernel("StringToNumber")
-def string_to_number(node: Node) -> Compute:
-    dtype = node.attr_dtype("out_type", types_pb2.DT_FLOAT)
-    if dtype.kind not in "fiu" or dtype == np.float16:
-        raise _bad_attr(
-            node, "out_type", f"must be float, double, int32, int64, uint32 or uint64, got {dtype}"
-        )
+def number_parser(dtype: np.dtype[Any]) -> Callable[[bytes], int | float | None]:
+    """TensorFlow's ``SafeStringToNumeric`` for ``dtype`` (also DecodeCSV's): surrounding whitespace
+    ignored, an integer in range or a decimal or hex float; None for anything else."""
     info = np.iinfo(dtype) if dtype.kind != "f" else None
     integer = _UNSIGNED if dtype.kind == "u" else _SIGNED
 
-    def parse(s: bytes) -> Any:
+    def parse(s: bytes) -> int | float | None:
         text = s.strip(_SPACE)
         if info is not None:
             if integer.fullmatch(text) and info.min <= int(text) <= info.max:
@@ -583,9 +579,29 @@ def string_to_number(node: Node) -> Compute:
             return float(text)
         elif _HEX.fullmatch(text):
             return float.fromhex(text.decode())
-        raise InvalidArgumentError(
-            f"StringToNumberOp could not correctly convert string: {s.decode('utf-8', 'backslashreplace')}"
+        return None
+
+    return parse
+
+
+@kernel("StringToNumber")
+def string_to_number(node: Node) -> Compute:
+    dtype = node.attr_dtype("out_type", types_pb2.DT_FLOAT)
+    if dtype.kind not in "fiu" or dtype == np.float16:
+        raise _bad_attr(
+            node, "out_type", f"must be float, double, int32, int64, uint32 or uint64, got {dtype}"
         )
+    info = np.iinfo(dtype) if dtype.kind != "f" else None
+    number = number_parser(dtype)
+
+    def parse(s: bytes) -> Any:
+        value = number(s)
+        if value is None:
+            raise InvalidArgumentError(
+                "StringToNumberOp could not correctly convert string: "
+                + s.decode("utf-8", "backslashreplace")
+            )
+        return value
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         (x,) = inputs
