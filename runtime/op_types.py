@@ -52,16 +52,16 @@ _BY_SPEC = {
         "IsVariableInitialized Less LessEqual LogicalAnd LogicalNot LogicalOr LoopCond NotEqual "
         "OptionalHasValue RegexFullMatch StaticRegexFullMatch VarIsInitializedOp"
     ),
+    "DT_STRING": (
+        "AsString DecodeBase64 EncodeBase64 EncodePng EncodeWav ReduceJoin RegexReplace "
+        "StaticRegexReplace StringFormat StringJoin StringLower StringStrip StringUpper Substr "
+        "UnicodeEncode UnsortedSegmentJoin"
+    ),
     "dtype": (
         "Const Empty ImageProjectiveTransformV2 ImageProjectiveTransformV3 Placeholder "
         "PlaceholderWithDefault RandomStandardNormal RandomUniform ReadVariableOp ResourceGather "
         "StatelessRandomUniformInt StatelessRandomUniformIntV2 TensorArrayGatherV3 TensorArrayReadV3 "
         "TruncatedNormal VariableV2"
-    ),
-    "DT_STRING": (
-        "AsString DecodeBase64 EncodeBase64 EncodePng EncodeWav ReduceJoin RegexReplace "
-        "StaticRegexReplace StringFormat StringJoin StringLower StringStrip StringUpper Substr "
-        "UnicodeEncode"
     ),
     "": (
         "Assert AssignAddVariableOp AssignSubVariableOp AssignVariableOp ControlTrigger "
@@ -118,6 +118,7 @@ _BY_SPEC = {
     "T*num_split": "Split SplitV",
     "T,out_idx=DT_INT32,out_idx=DT_INT32": "UniqueWithCounts UniqueWithCountsV2",
     "Tidx=DT_INT32": "Range UnravelIndex",
+    "dtype=DT_UINT64": "StatelessRandomUniformFullInt StatelessRandomUniformFullIntV2",
     "element_dtype,DT_INT64": "TensorListConcat TensorListConcatV2",
     "output_dtype=DT_INT64": "Multinomial StatelessMultinomial",
     "output_type=DT_INT64": "ArgMax ArgMin",

@@ -9,8 +9,8 @@ the inputs). Placeholders have unknown shapes, so inputs TensorFlow's shape func
 kernel. Strings are stored as numpy bytes arrays (``S``). Groups: ``cross`` (SparseCross, SparseCrossHashed,
 SparseCrossV2, Fingerprint), ``sparse`` (sparse reductions, SparseAdd, SparseConcat, SparseSlice,
 SparseSoftmax), ``ragged`` (RaggedRange, RaggedGather, RaggedTensorToSparse), ``sets`` (set operations,
-UnravelIndex, AdjustHue, AdjustSaturation), ``csv``
-(DecodeCSV). Tests: tests/test_kernels_<group>_cases.py.
+UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`` (UnsortedSegmentJoin),
+``full_int`` (StatelessRandomUniformFullInt and V2). Tests: tests/test_kernels_<group>_cases.py.
 """
 
 from __future__ import annotations
@@ -820,12 +820,94 @@ def csv(g: Group) -> None:
     g.case("two_defaults", "DecodeCSV", {"records": S("1"), "record_defaults": [np.array([1, 2], I32)]})
 
 
+# --- segment_join / full_int --------------------------------------------------------------------------------
+
+
+def segment_join(g: Group) -> None:
+    words = S("a", "bb", "", "c", "dd", "e")
+    for name, ids, num in (
+        ("vector", np.array([0, 2, 0, 1, 2, 0], I32), 3),
+        ("unused_segments", np.array([3, 3, 1, 1, 3, 0], I64), np.array(6, I64)),
+        ("one_segment", np.zeros(6, I32), 1),
+        ("negative", np.array([0, -1, 0, 1, 2, 0], I32), 3),
+        ("too_big", np.array([0, 3, 0, 1, 2, 0], I32), 3),
+        ("wrong_shape", np.array([0, 1], I32), 3),
+    ):
+        for sep in ("", "|", " - "):
+            g.case(
+                f"{name}_{len(sep)}",
+                "UnsortedSegmentJoin",
+                {"inputs": words, "segment_ids": ids, "num_segments": np.asarray(num)},
+                separator=sep,
+            )
+    g.case(
+        "matrix_rows",
+        "UnsortedSegmentJoin",
+        {
+            "inputs": words.reshape(3, 2),
+            "segment_ids": np.array([1, 0, 1], I32),
+            "num_segments": np.array(2, I32),
+        },
+        separator=",",
+    )
+    g.case(
+        "matrix_ids",
+        "UnsortedSegmentJoin",
+        {
+            "inputs": words.reshape(3, 2),
+            "segment_ids": np.array([[1, 0], [0, 0], [2, 1]], I32),
+            "num_segments": np.array(4, I32),
+        },
+        separator=",",
+    )
+    g.case(
+        "empty",
+        "UnsortedSegmentJoin",
+        {
+            "inputs": np.zeros((0, 2), object),
+            "segment_ids": np.zeros(0, I32),
+            "num_segments": np.array(2, I32),
+        },
+    )
+
+
+def full_int(g: Group) -> None:
+    for dtype in (tf.int32, tf.int64, tf.uint32, tf.uint64):
+        for shape in ([5], [2, 3], [0]):
+            name = f"{dtype.name}_{'x'.join(map(str, shape))}"
+            g.case(
+                f"v1_{name}",
+                "StatelessRandomUniformFullInt",
+                {"shape": np.array(shape, I32), "seed": np.array([7, -3], I64)},
+                dtype=dtype,
+            )
+            g.case(
+                f"v2_{name}",
+                "StatelessRandomUniformFullIntV2",
+                {
+                    "shape": np.array(shape, I64),
+                    "key": np.array([12345], np.uint64),
+                    "counter": np.array([2**40 + 3, 9], np.uint64),
+                    "alg": np.array(1, I32),
+                },
+                dtype=dtype,
+            )
+    g.case(
+        "bad_seed",
+        "StatelessRandomUniformFullInt",
+        {"shape": np.array([2], I32), "seed": np.array([1], I64)},
+        dtype=tf.int32,
+    )
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "cross": cross,
     "sparse": sparse,
     "ragged": ragged,
     "sets": sets,
     "csv": csv,
+    "segment_join": segment_join,
+    "full_int": full_int,
 }
 
 
