@@ -401,27 +401,38 @@ def _cases(tf: Any) -> dict[str, tuple[Callable[..., Any], list[Any], list[np.nd
         )
 
     # --- stateless random ---
-    @add("stateless_random", [S([2], tf.int32)], [np.array([7, 11], np.int32)])
+    draws = {
+        "uniform": lambda seed: tf.random.stateless_uniform([3, 4], seed),
+        "normal": lambda seed: tf.random.stateless_normal([5], seed, mean=1.0, stddev=2.0),
+        "truncated": lambda seed: tf.random.stateless_truncated_normal([5], seed),
+        "int32": lambda seed: tf.random.stateless_uniform([6], seed, minval=0, maxval=10, dtype=tf.int32),
+        "int64": lambda seed: tf.random.stateless_uniform([6], seed, minval=0, maxval=10, dtype=tf.int64),
+        "categorical": lambda seed: tf.random.stateless_categorical(tf.math.log([[0.1, 0.5, 0.4]]), 6, seed),
+        "binomial": lambda seed: tf.random.stateless_binomial([4], seed, counts=10.0, probs=0.3),
+        "poisson": lambda seed: tf.random.stateless_poisson([4], seed, lam=3.0),
+        "gamma": lambda seed: tf.random.stateless_gamma([4], seed, alpha=2.0),
+        "float64": lambda seed: tf.random.stateless_uniform([3], seed, dtype=tf.float64),
+        "float16": lambda seed: tf.random.stateless_normal([3], seed, dtype=tf.float16),
+        "param_truncated": lambda seed: tf.random.stateless_parameterized_truncated_normal(
+            [4], seed, 0.0, 1.0, -1.0, 1.0
+        ),
+        "split": lambda seed: tf.random.experimental.stateless_split(seed, 3),
+        "fold_in": lambda seed: tf.random.experimental.stateless_fold_in(seed, 5),
+        "flip": lambda seed: tf.image.stateless_random_flip_left_right(
+            tf.reshape(tf.range(12.0), [1, 2, 2, 3]), seed
+        ),
+        "brightness": lambda seed: tf.image.stateless_random_brightness(tf.ones([2, 2, 3]), 0.2, seed),
+        "crop": lambda seed: tf.image.stateless_random_crop(
+            tf.reshape(tf.range(48.0), [4, 4, 3]), [2, 3, 3], seed
+        ),
+        "dropout": lambda seed: tf.nn.experimental.stateless_dropout(tf.ones([8]), 0.5, seed),
+    }
+    for kind, draw in draws.items():
+        add(f"stateless_{kind}", [S([2], tf.int32)], [np.array([7, 11], np.int32)])(draw)
+
+    @add("stateless_shuffle", [S([2], tf.int32)], [np.array([7, 11], np.int32)])
     def _(seed):
-        return (
-            tf.random.stateless_uniform([3, 4], seed),
-            tf.random.stateless_normal([5], seed, mean=1.0, stddev=2.0),
-            tf.random.stateless_truncated_normal([5], seed),
-            tf.random.stateless_uniform([6], seed, minval=0, maxval=10, dtype=tf.int32),
-            tf.random.stateless_uniform([6], seed, minval=0, maxval=10, dtype=tf.int64),
-            tf.random.stateless_categorical(tf.math.log([[0.1, 0.5, 0.4]]), 6, seed),
-            tf.random.stateless_binomial([4], seed, counts=10.0, probs=0.3),
-            tf.random.stateless_poisson([4], seed, lam=3.0),
-            tf.random.stateless_gamma([4], seed, alpha=2.0),
-            tf.random.stateless_uniform([3], seed, dtype=tf.float64),
-            tf.random.stateless_normal([3], seed, dtype=tf.float16),
-            tf.random.stateless_parameterized_truncated_normal([4], seed, 0.0, 1.0, -1.0, 1.0),
-            tf.random.experimental.stateless_shuffle(tf.range(8), seed),
-            tf.random.experimental.stateless_split(seed, 3),
-            tf.random.experimental.stateless_fold_in(seed, 5),
-            tf.image.stateless_random_flip_left_right(tf.reshape(tf.range(12.0), [1, 2, 2, 3]), seed),
-            tf.image.stateless_random_brightness(tf.ones([2, 2, 3]), 0.2, seed),
-        )
+        return tf.random.experimental.stateless_shuffle(tf.range(8), seed)
 
     # --- sort / unique / bincount ---
     @add(

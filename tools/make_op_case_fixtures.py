@@ -10,7 +10,8 @@ kernel. Strings are stored as numpy bytes arrays (``S``). Groups: ``cross`` (Spa
 SparseCrossV2, Fingerprint), ``sparse`` (sparse reductions, SparseAdd, SparseConcat, SparseSlice,
 SparseSoftmax), ``ragged`` (RaggedRange, RaggedGather, RaggedTensorToSparse), ``sets`` (set operations,
 UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`` (UnsortedSegmentJoin),
-``full_int`` (StatelessRandomUniformFullInt and V2). Tests: tests/test_kernels_<group>_cases.py.
+``full_int`` (StatelessRandomUniformFullInt and V2), ``sequence_features`` (ParseExampleV2 with
+FixedLenSequenceFeatures). Tests: tests/test_kernels_<group>_cases.py.
 """
 
 from __future__ import annotations
@@ -900,6 +901,73 @@ def full_int(g: Group) -> None:
     )
 
 
+# --- sequence_features --------------------------------------------------------------------------------------
+
+
+def sequence_features(g: Group) -> None:
+    """ParseExampleV2 with FixedLenSequenceFeatures (a leading -1 in dense_shapes), beside a fixed one."""
+    f = tf.train.Feature
+
+    def ex(**feats: Any) -> bytes:
+        def one(v: Any) -> Any:
+            if isinstance(v[0], bytes):
+                return f(bytes_list=tf.train.BytesList(value=v))
+            if isinstance(v[0], int):
+                return f(int64_list=tf.train.Int64List(value=v))
+            return f(float_list=tf.train.FloatList(value=v))
+
+        return tf.train.Example(
+            features=tf.train.Features(feature={k: one(v) for k, v in feats.items()})
+        ).SerializeToString()
+
+    batch = S(
+        ex(ids=[1, 2, 3], xy=[0.5, 1.5, 2.5, 3.5], w=[b"a"], age=[30]),
+        ex(ids=[4], w=[b"b", b"c", b"d"], age=[31]),
+        ex(age=[32]),
+    )
+
+    def parse(name: str, serialized: Any, keys: list[str], defaults: list[Any], shapes: list[Any]) -> None:
+        g.case(
+            name,
+            "ParseExampleV2",
+            {
+                "serialized": serialized,
+                "names": np.zeros(0, object),
+                "sparse_keys": np.zeros(0, object),
+                "dense_keys": S(*keys),
+                "ragged_keys": np.zeros(0, object),
+                "dense_defaults": defaults,
+            },
+            num_sparse=0,
+            sparse_types=[],
+            ragged_value_types=[],
+            ragged_split_types=[],
+            dense_shapes=shapes,
+        )
+
+    parse(
+        "mixed",
+        batch,
+        ["ids", "xy", "w", "age"],
+        [np.array(-1, I64), np.array(0.0, F32), np.array(b"pad", object), np.array([0], I64)],
+        [[None], [None, 2], [None], [1]],
+    )
+    both = [[None], [None, 2]]
+    parse("scalar_input", batch[0], ["ids", "xy"], [np.array(7, I64), np.array(9.0, F32)], both)
+    parse("none_present", batch[2:], ["ids"], [np.array(5, I64)], [[None]])
+    parse(
+        "empty_batch",
+        np.zeros(0, object),
+        ["ids", "xy"],
+        [np.array(5, I64), np.array(1.0, F32)],
+        [[None], [None, 2]],
+    )
+    parse("rank3", batch, ["xy"], [np.array(-2.0, F32)], [[None, 2, 1]])
+    # refused
+    parse("not_multiple", batch, ["ids"], [np.array(0, I64)], [[None, 2]])
+    parse("wrong_type", batch, ["w"], [np.array(0, I64)], [[None]])
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "cross": cross,
     "sparse": sparse,
@@ -908,6 +976,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "csv": csv,
     "segment_join": segment_join,
     "full_int": full_int,
+    "sequence_features": sequence_features,
 }
 
 

@@ -5,7 +5,8 @@ same way.
 
 - Dense features (``tf.io.FixedLenFeature`` of a fully defined shape): a missing feature takes its default
   or is an error when it has none; a feature of the wrong size is an error naming the key and the example.
-  Variable-shape dense features (``FixedLenSequenceFeature``) are UNIMPLEMENTED.
+  Dense features of variable length (``FixedLenSequenceFeature``, a leading -1 in ``dense_shapes``) are
+  padded with their default to the longest example.
 - Sparse features (``tf.io.VarLenFeature``): a SparseTensor's three parts, as TensorFlow makes them: the
   indices ``[n, rank + 1]`` (example, then position), the values in example order, and the dense shape
   (the batch, then the longest feature's length). A missing feature has no values.
@@ -53,10 +54,10 @@ def _dense_shapes(node: Node) -> list[tuple[int, ...]]:
     shapes = []
     for proto in node.attrs["dense_shapes"].list.shape:
         shape = shape_from_proto(proto)
-        if shape is None or any(d < 0 for d in shape):
+        if shape is None or any(d < 0 for d in shape[1:]):
             raise UnimplementedError(
-                f"Node '{node.name}' (ParseExampleV2): dense features of variable shape "
-                "(FixedLenSequenceFeature) are not supported",
+                f"Node '{node.name}' (ParseExampleV2): dense features of unknown shape, or of variable "
+                "length in other than their first dimension, are not supported",
                 node.name,
             )
         shapes.append(shape)
@@ -96,6 +97,44 @@ def _varying(node: Node, examples: list[Any], key: str, code: int) -> list[np.nd
 
 def _concat(rows: list[np.ndarray], code: int) -> np.ndarray:
     return np.concatenate(rows) if rows else np.zeros(0, dtype=dtypes.as_numpy_dtype(code))
+
+
+def _sequence(
+    node: Node, examples: list[Any], key: str, code: int, block: tuple[int, ...], default: Any, batch: Any
+) -> np.ndarray:
+    """A ``FixedLenSequenceFeature``: each example's values in blocks of ``block``, padded with the default
+    to the most blocks any example has; a missing feature has none."""
+    stride = math.prod(block)
+    kind = _KIND[code]
+    np_dtype = dtypes.as_numpy_dtype(code)
+    rows = []
+    for i, example in enumerate(examples):
+        feature = example.features.feature.get(key)
+        given = feature.WhichOneof("kind") if feature is not None else None
+        if given is None:
+            rows.append([])
+            continue
+        if given != kind:
+            raise InvalidArgumentError(
+                f"Name: <unknown>, Key: {key}, Index: {i}.  Data types don't match. Data type: "
+                f"{_KIND_NAME[given]} but expected type: {_KIND_NAME[kind]}",
+                node.name,
+            )
+        row = list(getattr(feature, kind).value)
+        if stride == 0 or len(row) % stride:
+            raise InvalidArgumentError(
+                f"Name: <unknown>, Key: {key}, Index: {i}.  Number of {_KIND_NAME[kind]} values is not a "
+                f"multiple of stride length. Saw {len(row)} values but output shape is: "
+                f"[{','.join(['?', *map(str, block)])}]",
+                node.name,
+            )
+        rows.append(row)
+    longest = max((len(r) // stride for r in rows), default=0) if stride else 0
+    fill = default.astype(np_dtype).ravel()[0] if default.size else np.zeros((), np_dtype)[()]
+    values = np.full((len(rows), longest * stride), fill, dtype=np_dtype)
+    for i, row in enumerate(rows):
+        values[i, : len(row)] = row
+    return values.reshape(*batch, longest, *block)
 
 
 Parse = Any  # (serialized, sparse keys, dense keys, ragged keys, dense defaults) -> outputs
@@ -161,6 +200,9 @@ def _parser(node: Node, num_sparse: int, ragged: bool) -> Parse:
                 ) from None
         out = []
         for key, code, shape, default in zip(dense_keys, types, shapes, defaults, strict=True):
+            if shape and shape[0] < 0:
+                out.append(_sequence(node, examples, key, code, shape[1:], default, serialized.shape))
+                continue
             count = math.prod(shape)
             kind = _KIND[code]
             np_dtype = dtypes.as_numpy_dtype(code)
