@@ -107,7 +107,7 @@ def _sequence(
     stride = math.prod(block)
     kind = _KIND[code]
     np_dtype = dtypes.as_numpy_dtype(code)
-    rows = []
+    rows: list[list[Any]] = []
     for i, example in enumerate(examples):
         feature = example.features.feature.get(key)
         given = feature.WhichOneof("kind") if feature is not None else None
