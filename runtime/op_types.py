@@ -53,7 +53,7 @@ _BY_SPEC = {
         "OptionalHasValue RegexFullMatch StaticRegexFullMatch VarIsInitializedOp"
     ),
     "DT_STRING": (
-        "AsString DecodeBase64 EncodeBase64 EncodePng EncodeWav ReduceJoin RegexReplace "
+        "AsString DecodeBase64 EncodeBase64 EncodePng EncodeWav ReduceJoin RegexReplace SerializeTensor "
         "StaticRegexReplace StringFormat StringJoin StringLower StringStrip StringUpper Substr "
         "UnicodeEncode UnsortedSegmentJoin"
     ),
@@ -120,6 +120,7 @@ _BY_SPEC = {
     "Tidx=DT_INT32": "Range UnravelIndex",
     "dtype=DT_UINT64": "StatelessRandomUniformFullInt StatelessRandomUniformFullIntV2",
     "element_dtype,DT_INT64": "TensorListConcat TensorListConcatV2",
+    "out_type": "DecodeRaw ParseTensor",
     "output_dtype=DT_INT64": "Multinomial StatelessMultinomial",
     "output_type=DT_INT64": "ArgMax ArgMin",
     "DT_FLOAT,DT_FLOAT,DT_FLOAT,DT_INT32": "CombinedNonMaxSuppression",
@@ -168,7 +169,6 @@ _BY_SPEC = {
     "[output_types]": "OptionalGetValue",
     "dtype,DT_INT64": "TensorArrayConcatV3",
     "dtype=DT_INT32": "HistogramFixedWidth",
-    "out_type": "DecodeRaw",
     "out_type=DT_FLOAT": "StringToNumber",
     "out_type=DT_INT32*N": "ShapeN",
     "shape_type": "TensorListElementShape",

@@ -27,6 +27,9 @@ from typing import Any
 import numpy as np
 
 TOL = 1e-5
+_weights: Any = None
+_bias: Any = None
+_counts: Any = None
 HERE = Path(__file__).resolve().parent
 
 
@@ -36,6 +39,10 @@ def _cases(tf: Any) -> dict[str, tuple[Callable[..., Any], list[Any], list[np.nd
     rng = np.random.default_rng(5)
     f32 = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     C: dict[str, tuple[Callable[..., Any], list[Any], list[np.ndarray]]] = {}
+    global _weights, _bias, _counts
+    _weights = tf.Variable(rng.standard_normal((3, 2)).astype(np.float32))
+    _bias = tf.Variable(np.float32([0.5, -1.0]))
+    _counts = tf.Variable(np.int64([3, 4]))
 
     def add(name: str, specs: list[Any], inputs: list[Any]) -> Callable[..., Any]:
         def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -702,6 +709,207 @@ def _cases(tf: Any) -> dict[str, tuple[Callable[..., Any], list[Any], list[np.nd
             tf.cast(i, tf.int32),
         )
 
+    # --- second batch: more ops users reach for ---
+    @add("while_nested_while_v2", [S([], tf.int32)], [np.int32(4)])
+    def _(n):
+        def outer(i, s):
+            t = tf.while_loop(lambda j, t: j < i, lambda j, t: (j + 1, t + j * i), [0, 0])[1]
+            return i + 1, s + t
+
+        return tf.while_loop(lambda i, s: i < n, outer, [0, 0], maximum_iterations=10)[1]
+
+    @add(
+        "while_max_iter_tensorarray_strings", [S([None], tf.string)], [np.array([b"a", b"bc", b"d"], object)]
+    )
+    def _(s):
+        ta = tf.TensorArray(tf.string, size=0, dynamic_size=True)
+        i = tf.constant(0)
+        for j in tf.range(tf.size(s)):
+            ta = ta.write(j, tf.strings.join([s[j], tf.strings.as_string(j)]))
+            i += 1
+        return ta.stack(), i
+
+    @add("ragged_ops", [S([None], tf.string)], [np.array([b"a b c", b"", b"d e"], object)])
+    def _(s):
+        w = tf.strings.split(s)
+        lens = tf.strings.length(w)
+        return (
+            w.to_tensor(default_value="<pad>"),
+            tf.reduce_sum(lens, axis=1),
+            tf.reduce_max(lens, axis=1),
+            tf.ragged.map_flat_values(tf.strings.upper, w).flat_values,
+            w.nrows(),
+            tf.ragged.boolean_mask(w, lens > 0).row_lengths(),
+            w[:, :2].to_tensor(),
+            tf.concat([w, w], axis=1).row_lengths(),
+            w.bounding_shape(),
+            tf.strings.bytes_split(s).flat_values,
+            tf.reduce_mean(tf.cast(lens, tf.float32), axis=1),
+        )
+
+    @add("sparse_inputs", [S([None, 4], tf.float32)], [f32(3, 4)])
+    def _(x):
+        sp = tf.sparse.from_dense(tf.where(x > 0, x, 0.0))
+        w = tf.constant(np.arange(8, dtype=np.float32).reshape(4, 2))
+        return (
+            tf.sparse.sparse_dense_matmul(sp, w),
+            tf.sparse.to_dense(tf.sparse.reorder(sp)),
+            tf.sparse.reduce_sum(sp, axis=1),
+            tf.sparse.to_dense(tf.sparse.reset_shape(sp, [5, 4])),
+            tf.sparse.to_indicator(
+                tf.sparse.SparseTensor(sp.indices, tf.cast(sp.indices[:, 1], tf.int64), sp.dense_shape), 4
+            ),
+            tf.sparse.to_dense(tf.sparse.fill_empty_rows(sp, -1.0)[0]),
+        )
+
+    @add("misc_math", [S([6], tf.float32)], [np.abs(f32(6)) + 0.1])
+    def _(x):
+        return (
+            tf.searchsorted(tf.sort(x), [0.2, 1.0], side="left"),
+            tf.searchsorted(tf.sort(x), [0.2, 1.0], side="right"),
+            tf.histogram_fixed_width(x, [0.0, 2.0], nbins=4),
+            tf.math.reduce_logsumexp(x),
+            tf.math.polyval([1.0, 2.0, 3.0], x),
+            tf.roll(x, 2, 0),
+            tf.linspace(0.0, 1.0, 5),
+            tf.meshgrid(x[:2], x[:3])[0],
+            tf.nn.moments(x, axes=[0])[1],
+            tf.clip_by_global_norm([x, x * 2], 1.0)[0][1],
+            tf.math.lgamma(x),
+            tf.math.digamma(x),
+            tf.math.igamma(x, x + 1),
+            tf.math.betainc(x / 10, x / 5, tf.fill([6], 0.3)),
+            tf.math.bessel_i0e(x),
+            tf.math.bessel_i1e(x),
+            tf.math.zeta(x + 1.5, x + 1),
+            tf.math.xlogy(x, x),
+            tf.math.log1p(x),
+            tf.math.softplus(x),
+            tf.nn.in_top_k([0, 2], tf.reshape(x, [2, 3]), 1),
+            tf.math.top_k(x, 3).values,
+            tf.math.reduce_std(x),
+            tf.math.erfinv(x / 3),
+            tf.math.ndtri(x / 3),
+            tf.math.is_finite(x / (x - x[0])),
+            tf.math.special.dawsn(x),
+            tf.math.special.expint(x),
+            tf.math.special.fresnel_cos(x),
+            tf.math.special.spence(x),
+            tf.math.special.bessel_j0(x),
+        )
+
+    @add("nn_misc", [S([2, 8, 3], tf.float32)], [f32(2, 8, 3)])
+    def _(x):
+        return (
+            tf.nn.conv1d_transpose(x, tf.ones([3, 2, 3]), [2, 16, 2], 2),
+            tf.nn.avg_pool1d(x, 3, 2, "SAME"),
+            tf.nn.local_response_normalization(tf.reshape(x, [2, 8, 3, 1]), 2),
+            tf.nn.embedding_lookup(tf.reshape(x, [16, 3]), [[1, 5], [15, 0]], max_norm=1.0),
+            tf.nn.normalize_moments(
+                tf.constant(4.0), tf.reduce_sum(x, [0, 1]), tf.reduce_sum(x * x, [0, 1]), None
+            )[1],
+            tf.nn.weighted_moments(x, [1], tf.ones([2, 8, 1]))[0],
+            tf.nn.log_poisson_loss(tf.abs(x), x),
+            tf.nn.sigmoid_cross_entropy_with_logits(tf.sigmoid(x), x),
+            tf.nn.softmax_cross_entropy_with_logits(tf.nn.softmax(x), x),
+            tf.nn.sparse_softmax_cross_entropy_with_logits(tf.zeros([2, 8], tf.int32), x),
+            tf.nn.depth_to_space(tf.reshape(x, [2, 2, 3, 4]), 2),
+            tf.nn.space_to_depth(tf.reshape(x, [2, 4, 2, 3]), 2),
+            tf.nn.dilation2d(
+                tf.reshape(x, [2, 4, 6, 1]), tf.ones([2, 2, 1]), [1, 1, 1, 1], "SAME", "NHWC", [1, 1, 1, 1]
+            ),
+            tf.nn.erosion2d(
+                tf.reshape(x, [2, 4, 6, 1]), tf.ones([2, 2, 1]), [1, 1, 1, 1], "SAME", "NHWC", [1, 1, 1, 1]
+            ),
+            tf.nn.pool(x, [2], "MAX", strides=[2], padding="VALID"),
+            tf.nn.atrous_conv2d(tf.reshape(x, [2, 4, 6, 1]), tf.ones([2, 2, 1, 2]), 2, "SAME"),
+            tf.nn.ctc_greedy_decoder(tf.transpose(x, [1, 0, 2]), tf.fill([2], 8))[0][0].values,
+            tf.nn.collapse_repeated(tf.constant([[1, 1, 2, 2, 3], [4, 4, 4, 5, 5]]), [5, 3])[0],
+            tf.nn.crelu(x),
+            tf.nn.selu(x),
+            tf.nn.silu(x),
+            tf.nn.leaky_relu(x, 0.3),
+            tf.nn.relu6(x * 4),
+        )
+
+    @add(
+        "strings_more",
+        [S([None], tf.string)],
+        [np.array([b"Hello, World", b"  x  y ", "naïve café".encode()], object)],
+    )
+    def _(s):
+        return (
+            tf.strings.regex_full_match(s, ".*o.*"),
+            tf.strings.split(s, maxsplit=1).to_tensor(),
+            tf.strings.to_hash_bucket_strong(s, 7, [1, 2]),
+            tf.strings.to_hash_bucket(s, 9),
+            tf.strings.unicode_script(tf.strings.unicode_decode(s, "UTF-8").flat_values),
+            tf.strings.substr(s, -3, 2),
+            tf.strings.substr(s, 1, 3, unit="UTF8_CHAR"),
+            tf.strings.lower(s, encoding="utf-8"),
+            tf.strings.unsorted_segment_join(s, [1, 0, 1], 2, separator="+"),
+            tf.strings.reduce_join(s, separator=" "),
+            tf.strings.regex_replace(s, r"(\w+)", r"<\1>", replace_global=False),
+            tf.strings.unicode_split(s, "UTF-8").row_lengths(),
+            tf.strings.as_string(tf.constant([1.5, 2.25]), precision=3, width=8, fill="0"),
+            tf.strings.as_string(tf.constant([3, -4]), width=5),
+            tf.strings.as_string(tf.constant([True, False])),
+            tf.strings.as_string(tf.constant([1e-7, 123456789.0]), scientific=True),
+            tf.strings.as_string(tf.constant([1e-7, 123456789.0]), shortest=True),
+        )
+
+    @add("linalg_more", [S([3, 3], tf.float32)], [spd[:3, :3]])
+    def _(a):
+        lu, p = tf.linalg.lu(a)
+        return (
+            lu,
+            p,
+            tf.linalg.lu_solve(lu, p, tf.ones([3, 1])),
+            tf.linalg.sqrtm(a),
+            tf.linalg.matrix_transpose(tf.linalg.adjoint(a)),
+            tf.linalg.tridiagonal_solve(tf.stack([a[0], a[1], a[2]]), tf.ones([3])),
+            tf.linalg.tensor_diag(a[0]),
+            tf.linalg.eye(3, 2),
+            tf.linalg.global_norm([a]),
+            tf.linalg.normalize(a)[0],
+            tf.linalg.diag(a, k=(-1, 1)),
+            tf.linalg.matvec(a, a[0]),
+        )
+
+    @add("io_misc", [S([None], tf.string)], [np.array([b"abc", b"hello world"], object)])
+    def _(s):
+        z = tf.io.encode_base64(s)
+        return (
+            tf.io.decode_raw(s[:1], tf.uint8),
+            tf.raw_ops.DecodePaddedRaw(input_bytes=s, fixed_length=6, out_type=tf.uint8),
+            tf.strings.unicode_decode_with_offsets(s, "UTF-8")[1].flat_values,
+            z,
+            tf.io.decode_base64(z),
+        )
+
+    @add("serialize_tensor", [S([None], tf.string)], [np.array([b"a", b"bc"], object)])
+    def _(s):
+        return tf.io.serialize_tensor(tf.strings.length(s)), tf.io.parse_tensor(
+            tf.io.serialize_tensor(s), tf.string
+        )
+
+    @add("sparse_maximum", [S([None, 4], tf.float32)], [f32(3, 4)])
+    def _(x):
+        sp = tf.sparse.from_dense(tf.where(x > 0, x, 0.0))
+        return tf.sparse.to_dense(tf.sparse.maximum(sp, tf.sparse.from_dense(x * 0.5)))
+
+    @add("cond_structures", [S([], tf.bool), S([2], tf.float32)], [np.bool_(False), f32(2)])
+    def _(p, x):
+        a, b = tf.cond(p, lambda: (x, tf.constant(1)), lambda: (x * 2, tf.constant(2)))
+        c = tf.cond(p, lambda: {"u": x[0]}, lambda: {"u": x[1]})["u"]
+        d = tf.case([(p, lambda: x + 1)], default=lambda: x - 1)
+        e = tf.cond(tf.logical_not(p), lambda: tf.strings.as_string(x), lambda: tf.fill([2], "no"))
+        return a, b, c, d, e
+
+    @add("variables_module", [S([None, 3], tf.float32)], [f32(4, 3)])
+    def _(x):
+        return tf.matmul(x, _weights) + _bias, tf.reduce_sum(_counts)
+
     return C
 
 
@@ -919,6 +1127,7 @@ def build(only: set[str] | None, out: Path) -> list[str]:
         (out / f"{name}.tferror").unlink(missing_ok=True)
         try:
             mod = tf.Module()
+            mod.v = [_weights, _bias, _counts]
             mod.f = tf.function(_serving(fn), input_signature=specs)
             tf.saved_model.save(mod, str(out / name), signatures={"serving_default": mod.f})
             loaded = tf.saved_model.load(str(out / name))

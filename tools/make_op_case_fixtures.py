@@ -11,7 +11,8 @@ SparseCrossV2, Fingerprint), ``sparse`` (sparse reductions, SparseAdd, SparseCon
 SparseSoftmax), ``ragged`` (RaggedRange, RaggedGather, RaggedTensorToSparse), ``sets`` (set operations,
 UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`` (UnsortedSegmentJoin),
 ``full_int`` (StatelessRandomUniformFullInt and V2), ``sequence_features`` (ParseExampleV2 with
-FixedLenSequenceFeatures). Tests: tests/test_kernels_<group>_cases.py.
+FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor). Tests:
+tests/test_kernels_<group>_cases.py.
 """
 
 from __future__ import annotations
@@ -103,8 +104,9 @@ class Group:
 
 def store(arr: np.ndarray) -> np.ndarray:
     if arr.dtype == object:
-        out = np.array([bytes(x) for x in arr.ravel().tolist()], dtype="S")
-        assert all(not x.endswith(b"\0") for x in out.tolist()), "numpy S arrays drop trailing NULs"
+        items = [bytes(x) for x in arr.ravel().tolist()]
+        assert all(not x.endswith(b"\0") for x in items), "numpy S arrays drop trailing NULs"
+        out = np.array(items, dtype="S")
         return out.reshape(arr.shape) if arr.size else np.zeros(arr.shape, "S1")
     return arr
 
@@ -968,6 +970,40 @@ def sequence_features(g: Group) -> None:
     parse("wrong_type", batch, ["w"], [np.array(0, I64)], [[None]])
 
 
+# --- serialized_tensors -------------------------------------------------------------------------------------
+
+
+def serialized_tensors(g: Group) -> None:
+    values = {
+        "float": np.arange(6, dtype=F32).reshape(2, 3) - 2.5,
+        "scalar": np.array(-7, I64),  # its last byte not 0: the fixture's bytes arrays drop trailing NULs
+        "int8": np.array([-3, 0, 127], np.int8),
+        "uint16": np.array([[1], [65535]], np.uint16),
+        "double": np.array([1e300, -0.0]),
+        "bool": np.array([True, False, True]),
+        "half": np.array([1.5, -2.0], np.float16),
+        "complex": np.array([1 + 2j, -3j], np.complex64),
+        "empty": np.zeros((0, 3), F32),
+        "strings": S("a", "", "日本"),
+        "string_scalar": np.array(b"xyz", object),
+        "strings_2d": S("p", "q", "r", "s").reshape(2, 2),
+    }
+    for name, value in values.items():
+        g.case(f"serialize_{name}", "SerializeTensor", {"tensor": value})
+    protos = {name: tf.make_tensor_proto(value).SerializeToString() for name, value in values.items()}
+    for name, value in values.items():
+        dtype = tf.string if value.dtype == object else tf.as_dtype(value.dtype)
+        g.case(f"parse_{name}", "ParseTensor", {"serialized": np.array(protos[name], object)}, out_type=dtype)
+    g.case(
+        "parse_wrong_type",
+        "ParseTensor",
+        {"serialized": np.array(protos["float"], object)},
+        out_type=tf.int32,
+    )
+    g.case("parse_garbage", "ParseTensor", {"serialized": np.array(b"\xff\xff", object)}, out_type=tf.float32)
+    g.case("parse_vector", "ParseTensor", {"serialized": S(protos["float"])}, out_type=tf.float32)
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "cross": cross,
     "sparse": sparse,
@@ -977,6 +1013,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "segment_join": segment_join,
     "full_int": full_int,
     "sequence_features": sequence_features,
+    "serialized_tensors": serialized_tensors,
 }
 
 

@@ -19,6 +19,7 @@ is one serialized Example (a scalar) or a vector of them.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import math
 from typing import Any
@@ -26,13 +27,14 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from poolserve.proto import example_pb2, types_pb2
+from poolserve.proto import example_pb2, tensor_pb2, types_pb2
 from poolserve.runtime import dtypes
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.kernels._common import _shape_str as _shape_text
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.kernels.string_ops import number_parser
 from poolserve.runtime.node import Node
-from poolserve.runtime.tensor import shape_from_proto
+from poolserve.runtime.tensor import from_ndarray, shape_from_proto, to_ndarray
 
 # the Feature field each dense dtype reads
 _KIND: dict[int, str] = {
@@ -505,5 +507,58 @@ def decode_csv(node: Node) -> Compute:
                     col = np.array(values, np.float64 if dtype.kind == "f" else dtype).astype(dtype)
             outs.append(col.reshape(records.shape))
         return tuple(outs)
+
+    return compute
+
+
+# --- serialized tensors --------------------------------------------------------------------------------
+
+
+@kernel("SerializeTensor")
+def serialize_tensor(node: Node) -> Compute:
+    """``tf.io.serialize_tensor``: a TensorProto as TensorFlow writes it (``AsProtoTensorContent``: numbers in
+    ``tensor_content``, strings in ``string_val``), serialized."""
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        out = np.empty((), object)
+        out[()] = from_ndarray(inputs[0]).SerializeToString()
+        return (out,)
+
+    return compute
+
+
+def _tf_type_name(code: int) -> str:
+    """TensorFlow's DataTypeString: ``float``, ``double``, ``int32``, ``string``."""
+    try:
+        return types_pb2.DataType.Name(code)[3:].lower()
+    except ValueError:
+        return f"unknown dtype enum ({code})"
+
+
+@kernel("ParseTensor")
+def parse_tensor(node: Node) -> Compute:
+    """``tf.io.parse_tensor``: a serialized TensorProto (a scalar string) back to a tensor of ``out_type``."""
+    code = node.attr_type("out_type")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        (serialized,) = inputs
+        if serialized.ndim:
+            raise InvalidArgumentError(
+                f"Expected `serialized` to be a scalar, got shape: {_shape_text(serialized.shape)}"
+            )
+        proto = tensor_pb2.TensorProto()
+        try:
+            proto.ParseFromString(serialized[()])
+        except DecodeError:
+            raise InvalidArgumentError(
+                "Could not parse `serialized` as TensorProto, base64: "
+                + base64.b64encode(serialized[()]).decode()
+            ) from None
+        if proto.dtype != code:
+            raise InvalidArgumentError(
+                f"Type mismatch between parsed tensor ({_tf_type_name(proto.dtype)}) and dtype "
+                f"({_tf_type_name(code)})"
+            )
+        return (to_ndarray(proto),)
 
     return compute
