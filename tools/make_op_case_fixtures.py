@@ -11,7 +11,7 @@ SparseCrossV2, Fingerprint), ``sparse`` (sparse reductions, SparseAdd, SparseCon
 SparseSoftmax), ``ragged`` (RaggedRange, RaggedGather, RaggedTensorToSparse), ``sets`` (set operations,
 UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`` (UnsortedSegmentJoin),
 ``full_int`` (StatelessRandomUniformFullInt and V2), ``sequence_features`` (ParseExampleV2 with
-FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor). Tests:
+FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``. Tests:
 tests/test_kernels_<group>_cases.py.
 """
 
@@ -1004,6 +1004,18 @@ def serialized_tensors(g: Group) -> None:
     g.case("parse_vector", "ParseTensor", {"serialized": S(protos["float"])}, out_type=tf.float32)
 
 
+# --- half_sigmoid -------------------------------------------------------------------------------------------
+
+
+def half_sigmoid(g: Group) -> None:
+    """float16 Sigmoid: Eigen's vectorized path (long inputs) and its scalar one (short ones and tails)."""
+    rng = np.random.default_rng(16)
+    edges = np.array([0, -0.0, 1e-4, -1e-4, 11.0, 12.0, -17.0, -18.0, 65504, -65504, np.inf, -np.inf, np.nan])
+    g.case("edges", "Sigmoid", {"x": edges.astype(np.float16)})
+    g.case("short", "Sigmoid", {"x": (rng.standard_normal(7) * 3).astype(np.float16)})
+    g.case("long", "Sigmoid", {"x": (rng.standard_normal((40, 53)) * 4).astype(np.float16)})
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "cross": cross,
     "sparse": sparse,
@@ -1014,6 +1026,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "full_int": full_int,
     "sequence_features": sequence_features,
     "serialized_tensors": serialized_tensors,
+    "half_sigmoid": half_sigmoid,
 }
 
 
