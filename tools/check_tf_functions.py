@@ -1101,6 +1101,62 @@ def _v1_cases(tf: Any) -> dict[str, tuple[Callable[[], tuple[list[Any], list[Any
         _, h, ta = v1.while_loop(lambda t, *_: t < tf.shape(xt)[0], body, [0, tf.zeros_like(xt[0]), ta])
         return [x], [h, ta.stack()]
 
+    @add("v1_graph_idioms", [np.float32([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0]]), np.array([True, False])])
+    def _():
+        x = v1.placeholder(tf.float32, [None, 3], "x")
+        c = v1.placeholder(tf.bool, [None], "c")
+        keep = v1.placeholder_with_default(1.0, [], "keep_prob")
+        d = v1.nn.dropout(x, keep_prob=keep, seed=5)
+        checked = v1.check_numerics(x, "x has nan")
+        with tf.control_dependencies([v1.assert_greater(tf.shape(x)[0], 0), v1.Print(x, [x], "x=")]):
+            y = tf.identity(x)
+        return [x, c], [
+            v1.where(c, x, -x),
+            v1.batch_gather(x, [[0, 2], [1, 1]]),
+            v1.reduce_sum(x, 1, keep_dims=True),
+            v1.argmax(x, dimension=1),
+            v1.to_float(v1.to_int32(x)),
+            v1.sparse_to_dense([[0, 1], [1, 2]], [2, 3], [7.0, 8.0], default_value=-1.0),
+            v1.nn.softmax(x, dim=0),
+            v1.nn.top_k(x, 2).indices,
+            d,
+            checked,
+            y,
+            v1.nn.fused_batch_norm(
+                tf.reshape(x, [1, 2, 3, 1]), [2.0], [0.5], mean=[0.1], variance=[4.0], is_training=False
+            )[0],
+            v1.space_to_batch_nd(tf.reshape(x, [1, 2, 3, 1]), [1, 2], [[0, 0], [0, 1]]),
+            v1.nn.batch_normalization(x, 0.5, 2.0, 0.1, 1.5, 1e-3),
+            v1.image.resize_images(tf.reshape(x, [1, 2, 3, 1]), [4, 5]),
+            v1.image.crop_to_bounding_box(tf.reshape(x, [2, 3, 1]), 0, 1, 2, 2),
+            v1.sparse_tensor_dense_matmul(
+                tf.SparseTensor([[0, 0], [1, 2]], [1.0, 2.0], [2, 3]), tf.transpose(x)
+            ),
+            v1.unsorted_segment_sum(x, [1, 0], 3),
+            v1.sparse.segment_sum(x, [0, 1], [0, 0], num_segments=2),
+            v1.string_to_number(v1.as_string(x)),
+            v1.count_nonzero(x, axis=1),
+            v1.nn.l2_loss(x),
+        ]
+
+    @add("v1_map_fn_scan", [np.float32([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])])
+    def _():
+        x = v1.placeholder(tf.float32, [None, 2], "x")
+        m = v1.map_fn(lambda r: r * tf.reduce_sum(r), x)
+        sc = v1.scan(lambda a, r: a + r, x)
+        fl = v1.foldr(lambda a, r: a * 0.5 + r, x)
+        return [x], [m, sc, fl]
+
+    @add("v1_static_rnn", [x_seq])
+    def _():
+        x = v1.placeholder(tf.float32, [None, 5, 4], "x")
+        steps = tf.unstack(x, axis=1)
+        outs, st = v1.nn.static_rnn(Cell("lstm", 3, 8), steps, dtype=tf.float32)
+        both, fw, bw = v1.nn.static_bidirectional_rnn(
+            Cell("gru", 2, 9), Cell("rnn", 2, 10), steps, dtype=tf.float32
+        )
+        return [x], [tf.stack(outs, 1), st.c, tf.stack(both, 1), fw, bw]
+
     return C
 
 
@@ -1140,6 +1196,24 @@ def build(only: set[str] | None, out: Path) -> list[str]:
             )
         except Exception:
             (out / f"{name}.tferror").write_text(traceback.format_exc())
+        # the same function frozen, its control flow lowered to v1 (Switch/Merge/Enter/Exit), as users freeze
+        frozen_name = f"{name}__frozen"
+        names.append(frozen_name)
+        (out / f"{frozen_name}.tferror").unlink(missing_ok=True)
+        try:
+            from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+            frozen = convert_variables_to_constants_v2(mod.f.get_concrete_function())
+            vals = frozen(*[tf.constant(v) for v in inputs])
+            vals = vals if isinstance(vals, list | tuple) else [vals]
+            (out / f"{frozen_name}.pb").write_bytes(frozen.graph.as_graph_def().SerializeToString())
+            np.savez(
+                out / f"{frozen_name}.npz",
+                **{f"in:{t.name}": v for t, v in zip(frozen.inputs, inputs, strict=False)},
+                **{f"out:{t.name}": v.numpy() for t, v in zip(frozen.outputs, vals, strict=True)},
+            )
+        except Exception:
+            (out / f"{frozen_name}.tferror").write_text(traceback.format_exc())
     for name, (builder, feeds) in _v1_cases(tf).items():
         if only and name not in only:
             continue
