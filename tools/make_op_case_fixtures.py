@@ -11,7 +11,8 @@ SparseCrossV2, Fingerprint), ``sparse`` (sparse reductions, SparseAdd, SparseCon
 SparseSoftmax), ``ragged`` (RaggedRange, RaggedGather, RaggedTensorToSparse), ``sets`` (set operations,
 UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`` (UnsortedSegmentJoin),
 ``full_int`` (StatelessRandomUniformFullInt and V2), ``sequence_features`` (ParseExampleV2 with
-FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``. Tests:
+FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``, ``half``
+(float16 Softmax, LogSoftmax, Sum). Tests:
 tests/test_kernels_<group>_cases.py.
 """
 
@@ -1016,6 +1017,32 @@ def half_sigmoid(g: Group) -> None:
     g.case("long", "Sigmoid", {"x": (rng.standard_normal((40, 53)) * 4).astype(np.float16)})
 
 
+# --- half ---------------------------------------------------------------------------------------------------
+
+
+def half(g: Group) -> None:
+    """float16 Softmax, LogSoftmax and Sum over innermost axes, which Eigen adds in half step by step:
+    rows of 1 to 2049 values (leaf sums, packet tails, the split of rows past 1600 values at packet
+    boundaries of the flat tensor, which odd row lengths move)."""
+    rng = np.random.default_rng(17)
+    for n, rows in ((1, 3), (3, 4), (10, 6), (33, 3), (100, 2), (1601, 2), (2049, 1)):
+        x = (rng.standard_normal((rows, n)) * 3).astype(np.float16)
+        g.case(f"softmax_{n}", "Softmax", {"logits": x})
+        if n < 1000:  # (the fixture small)
+            g.case(f"log_softmax_{n}", "LogSoftmax", {"logits": x})
+        g.case(f"sum_{n}", "Sum", {"input": x, "axis": np.array([1], I32)})
+    x = (rng.standard_normal((2, 3, 4, 5)) * 3).astype(np.float16)
+    g.case("softmax_rank4", "Softmax", {"logits": x})
+    g.case("sum_two_axes", "Sum", {"input": x, "axis": np.array([2, 3], I32)}, keep_dims=True)
+    g.case("sum_all", "Sum", {"input": x, "axis": np.array([0, 1, 2, 3], I32)})
+    g.case("sum_negative_axis", "Sum", {"input": x, "axis": np.array([-1], I32)})
+    g.case(
+        "softmax_edges",
+        "Softmax",
+        {"logits": np.array([[0, 0], [60000, -60000], [np.inf, 1], [np.nan, 1]], np.float16)},
+    )
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "cross": cross,
     "sparse": sparse,
@@ -1027,6 +1054,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "sequence_features": sequence_features,
     "serialized_tensors": serialized_tensors,
     "half_sigmoid": half_sigmoid,
+    "half": half,
 }
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from poolserve.runtime import dtypes
 from poolserve.runtime.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
+from poolserve.runtime.kernels import _half
 from poolserve.runtime.kernels._common import _ones_column
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
@@ -674,6 +675,17 @@ def _tree_sum(y: Any) -> Any:
     return _sum(z[:, :k], axis=1)
 
 
+def _half_sum(x: Any, axes: tuple[int, ...], keep: bool) -> Any:
+    """float16 Sum over the innermost axes as TensorFlow's Eigen reducer adds them, each step in half
+    (``_half.row_sums``); over other axes, ``_float_sum``."""
+    rank, shape = x.ndim, x.shape
+    if not axes or not x.size or sorted(axes) != list(range(rank - len(axes), rank)):
+        return _float_sum(x, axes, keep)
+    kept = shape[: rank - len(axes)]
+    sums = _half.row_sums(np.ascontiguousarray(x).reshape(math.prod(kept), -1))
+    return sums.reshape([1 if a in axes else d for a, d in enumerate(shape)] if keep else kept)
+
+
 def _mean(dtype: np.dtype[Any]) -> Reducer:
     if dtype.kind in "iu":
         # TF sums integers in 64 bits, then divides truncating toward zero; an empty mean is 0.
@@ -712,6 +724,8 @@ def _reducer(op: str, dtype: np.dtype[Any]) -> Reducer:
         return _mean(dtype)
     if op == "EuclideanNorm":
         return _euclidean_norm(dtype)
+    if op == "Sum" and dtype == np.float16:
+        return _half_sum
     if op == "Sum" and dtype.kind == "f":
         return _float_sum
     extra: dict[str, Any] = {}

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from poolserve.runtime.errors import InvalidArgumentError
+from poolserve.runtime.kernels import _half
 from poolserve.runtime.kernels._common import (
     _F16,
     _F32,
@@ -436,6 +437,8 @@ def softmax(node: Node) -> Compute:
             raise InvalidArgumentError(f"logits must have >= 1 dimension, got {_dims(x.shape)}")
         if x.size == 0:
             return (np.empty_like(x),)
+        if x.dtype == _F16:
+            return (_half.softmax(x, log),)
         half, (xs,) = _widen(x)
         y = xs - xs.max(axis=-1, keepdims=True)
         if log:
