@@ -651,6 +651,37 @@ def _cases(tf: Any) -> dict[str, tuple[Callable[..., Any], list[Any], list[np.nd
             tf.nn.max_pool2d(tf.reshape(h, [1, 2, 3, 1]), 2, 1, "SAME"),
         )
 
+    @add("half_unary", [S([None], tf.float16)], [(rng.standard_normal(4007) * 2).astype(np.float16)])
+    def _(x):
+        pos = tf.abs(x) + 0.01
+        return (
+            tf.tanh(x),
+            tf.exp(x),
+            tf.math.log(pos),
+            tf.sqrt(pos),
+            tf.math.rsqrt(pos),
+            tf.math.reciprocal(pos),
+            tf.math.log1p(pos),
+            tf.math.expm1(x),
+            tf.nn.softplus(x),
+            tf.nn.elu(x),
+            tf.nn.selu(x),
+            tf.nn.silu(x),
+            tf.nn.gelu(x),
+            tf.nn.gelu(x, approximate=True),
+            tf.math.erf(x),
+            tf.nn.softsign(x),
+            tf.nn.leaky_relu(x),
+            tf.sigmoid(x),
+            tf.math.sin(x),
+            tf.math.pow(pos, 1.5),
+            x * x + x / pos - x,
+            tf.math.reduce_mean(tf.reshape(x[:4000], [40, 100]), axis=1),
+            tf.math.reduce_max(x),
+            tf.math.l2_normalize(tf.reshape(x[:4000], [40, 100]), axis=1),
+            tf.math.reduce_variance(tf.reshape(x[:4000], [40, 100]), axis=1),
+        )
+
     @add(
         "dtype_bool_string",
         [S([4], tf.bool), S([4], tf.string)],

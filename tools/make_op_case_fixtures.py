@@ -12,7 +12,7 @@ SparseSoftmax), ``ragged`` (RaggedRange, RaggedGather, RaggedTensorToSparse), ``
 UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`` (UnsortedSegmentJoin),
 ``full_int`` (StatelessRandomUniformFullInt and V2), ``sequence_features`` (ParseExampleV2 with
 FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``, ``half``
-(float16 Softmax, LogSoftmax, Sum). Tests:
+(float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu). Tests:
 tests/test_kernels_<group>_cases.py.
 """
 
@@ -1021,7 +1021,8 @@ def half_sigmoid(g: Group) -> None:
 
 
 def half(g: Group) -> None:
-    """float16 Softmax, LogSoftmax and Sum over innermost axes, which Eigen adds in half step by step:
+    """float16 Softmax, LogSoftmax, Sum and Mean over innermost axes, which Eigen adds in half step by step,
+    and Rsqrt, Elu, Selu, which it computes in half steps:
     rows of 1 to 2049 values (leaf sums, packet tails, the split of rows past 1600 values at packet
     boundaries of the flat tensor, which odd row lengths move)."""
     rng = np.random.default_rng(17)
@@ -1036,6 +1037,16 @@ def half(g: Group) -> None:
     g.case("sum_two_axes", "Sum", {"input": x, "axis": np.array([2, 3], I32)}, keep_dims=True)
     g.case("sum_all", "Sum", {"input": x, "axis": np.array([0, 1, 2, 3], I32)})
     g.case("sum_negative_axis", "Sum", {"input": x, "axis": np.array([-1], I32)})
+    for n in (7, 21, 64):  # Rsqrt rounds twice on the tail past the last whole 8-lane packet
+        y = (np.abs(rng.standard_normal(n)) * 5 + 0.01).astype(np.float16)
+        g.case(f"rsqrt_{n}", "Rsqrt", {"x": y})
+    z = (rng.standard_normal(300) * 3).astype(np.float16)
+    z[:4] = [0, -0.0, -12, 12]
+    g.case("elu", "Elu", {"features": z})
+    g.case("selu", "Selu", {"features": z})
+    m = (rng.standard_normal((4, 5, 37)) * 3).astype(np.float16)
+    g.case("mean_last", "Mean", {"input": m, "axis": np.array([2], I32)})
+    g.case("mean_two_axes", "Mean", {"input": m, "axis": np.array([1, 2], I32)}, keep_dims=True)
     g.case(
         "softmax_edges",
         "Softmax",

@@ -86,3 +86,44 @@ def softmax(x: Any, log: bool) -> Any:
     else:
         y = e.astype(_F) * (np.float32(1) / total).astype(_H).astype(_F)
     return y.astype(_H).reshape(x.shape)
+
+
+def _round(x: Any) -> Any:
+    return np.asarray(x, _F).astype(_H)
+
+
+def elu(x: Any) -> Any:
+    """TensorFlow's Elu functor in half steps: x < 0 ? exp(x) - 1 : x."""
+    with np.errstate(over="ignore"):
+        em1 = _round(_round(np.exp(x.astype(_F))).astype(_F) - 1)
+    return np.where(x < 0, em1, x)
+
+
+_SELU_SCALE = _H(1.0507009873554804934193349852946)
+_SELU_SCALE_ALPHA = _H(1.7580993408473768599402175208123)
+
+
+def selu(x: Any) -> Any:
+    """TensorFlow's Selu functor in half steps, its two constants rounded to half."""
+    with np.errstate(over="ignore"):
+        em1 = _round(_round(np.exp(x.astype(_F))).astype(_F) - 1)
+    neg = _round(_F(_SELU_SCALE_ALPHA) * em1.astype(_F))
+    return np.where(x < 0, neg, _round(_F(_SELU_SCALE) * x.astype(_F)))
+
+
+def rsqrt(x: Any) -> Any:
+    """Eigen's half rsqrt: 1 / sqrt in float rounded once on whole 8-lane packets, but in two roundings
+    (sqrt to half, then its reciprocal) on the scalar tail, the last size % 8 values of the flat tensor."""
+    f = np.asarray(x, _F)
+    root = np.sqrt(f)
+    out = (1 / root).astype(_H)
+    flat = out.reshape(-1)
+    tail = flat.size - flat.size % _LANES
+    if tail < flat.size:
+        flat[tail:] = (1 / root.reshape(-1)[tail:].astype(_H).astype(_F)).astype(_H)
+    return out
+
+
+def mean_rows(x: Any) -> Any:
+    """TensorFlow's half Mean over the innermost axis: the half row sum (``row_sums``) divided in float."""
+    return (row_sums(x).astype(_F) / _F(x.shape[1])).astype(_H)

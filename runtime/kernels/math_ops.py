@@ -312,7 +312,7 @@ def _rsqrt(x: Any) -> Any:
 @kernel("Rsqrt")
 def rsqrt(node: Node) -> Compute:
     dtype = _float_dtype(node)
-    return _unary(_in_float32(_rsqrt) if dtype == np.float16 else _rsqrt)
+    return _unary(_half.rsqrt if dtype == np.float16 else _rsqrt)
 
 
 def _sigmoid(x: Any) -> Any:
@@ -700,6 +700,11 @@ def _mean(dtype: np.dtype[Any]) -> Reducer:
     empty = 1 if dtype.kind == "c" else 0  # TF: an empty complex mean is 0, a float one NaN
 
     def mean(x: Any, axes: tuple[int, ...], keep: bool) -> Any:
+        rank = x.ndim
+        if dtype == np.float16 and axes and x.size and sorted(axes) == list(range(rank - len(axes), rank)):
+            kept = x.shape[: rank - len(axes)]
+            means = _half.mean_rows(np.ascontiguousarray(x).reshape(math.prod(kept), -1))
+            return means.reshape([1 if a in axes else d for a, d in enumerate(x.shape)] if keep else kept)
         total = (
             _float_sum(x, axes, keep) if dtype.kind == "f" else _sum(x, axis=axes, dtype=dtype, keepdims=keep)
         )

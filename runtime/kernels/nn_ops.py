@@ -376,6 +376,8 @@ def _relu6(x: Any, out: Any = None) -> Any:
 
 
 def _elu(x: Any) -> Any:
+    if x.dtype == _F16:
+        return _half.elu(x)
     return np.where(x > 0, x, np.expm1(x))
 
 
@@ -384,6 +386,8 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 
 
 def _selu(x: Any) -> Any:
+    if x.dtype == _F16:
+        return _half.selu(x)
     return np.where(x > 0, x * _SELU_SCALE, np.expm1(x) * (_SELU_SCALE * _SELU_ALPHA))
 
 
