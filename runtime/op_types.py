@@ -26,7 +26,7 @@ _BY_SPEC = {
         "BiasAdd BiasAddV1 Bincount BitwiseAnd BitwiseOr BitwiseXor BroadcastTo Ceil CheckNumerics "
         "CheckNumericsV2 Cholesky ClipByValue Concat ConcatV2 Conv2D Conv2DBackpropInput Conv3D "
         "Conv3DBackpropInput Conv3DBackpropInputV2 Cos Cosh Cross Cumprod Cumsum CumulativeLogsumexp "
-        "DenseBincount DepthToSpace DepthwiseConv2dNative Diag DiagPart Digamma Div DivNoNan "
+        "DenseBincount DepthToSpace DepthwiseConv2dNative Diag DiagPart Digamma Dilation2D Div DivNoNan "
         "DynamicStitch Einsum Elu EnsureShape Enter Erf Erfc Erfinv EuclideanNorm Exit Exp ExpandDims "
         "Expm1 ExtractImagePatches Fill Floor FloorDiv FloorMod Identity Inv Invert L2Loss LeftShift "
         "Lgamma LinSpace Log Log1p LogSoftmax MatMul MatrixBandPart MatrixDeterminant MatrixDiag "

@@ -12,7 +12,8 @@ SparseSoftmax), ``ragged`` (RaggedRange, RaggedGather, RaggedTensorToSparse), ``
 UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`` (UnsortedSegmentJoin),
 ``full_int`` (StatelessRandomUniformFullInt and V2), ``sequence_features`` (ParseExampleV2 with
 FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``, ``half``
-(float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu). Tests:
+(float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation``
+(Dilation2D). Tests:
 tests/test_kernels_<group>_cases.py.
 """
 
@@ -1054,6 +1055,66 @@ def half(g: Group) -> None:
     )
 
 
+# --- dilation ----------------------------------------------------------------------------------------------
+
+
+def dilation(g: Group) -> None:
+    rng = np.random.default_rng(18)
+    x = rng.standard_normal((2, 7, 6, 3)).astype(F32)
+    f = rng.standard_normal((3, 2, 3)).astype(F32)
+    for padding in ("SAME", "VALID"):
+        for strides, rates in (
+            ([1, 1, 1, 1], [1, 1, 1, 1]),
+            ([1, 2, 3, 1], [1, 1, 1, 1]),
+            ([1, 1, 2, 1], [1, 2, 2, 1]),
+        ):
+            name = f"{padding.lower()}_s{strides[1]}{strides[2]}_r{rates[1]}{rates[2]}"
+            g.case(
+                name, "Dilation2D", {"input": x, "filter": f}, strides=strides, rates=rates, padding=padding
+            )
+    odd = x.copy()
+    odd[0, 1, 1, 0] = np.nan
+    odd[1, 2, 3, 1] = -np.inf
+    g.case(
+        "nan_inf", "Dilation2D", {"input": odd, "filter": f}, strides=[1] * 4, rates=[1] * 4, padding="SAME"
+    )
+    g.case(
+        "big_rate",
+        "Dilation2D",
+        {"input": x[:, :3, :3], "filter": f},
+        strides=[1, 1, 1, 1],
+        rates=[1, 4, 4, 1],
+        padding="SAME",
+    )
+    g.case(
+        "int32",
+        "Dilation2D",
+        {
+            "input": rng.integers(-50, 50, (1, 5, 5, 2)).astype(I32),
+            "filter": rng.integers(-5, 5, (2, 2, 2)).astype(I32),
+        },
+        strides=[1] * 4,
+        rates=[1] * 4,
+        padding="VALID",
+    )
+    g.case(
+        "double",
+        "Dilation2D",
+        {"input": x.astype(F64), "filter": f.astype(F64)},
+        strides=[1, 2, 2, 1],
+        rates=[1] * 4,
+        padding="SAME",
+    )
+    g.case(
+        "depth_mismatch",
+        "Dilation2D",
+        {"input": x, "filter": f[:, :, :2]},
+        strides=[1] * 4,
+        rates=[1] * 4,
+        padding="SAME",
+    )
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "cross": cross,
     "sparse": sparse,
@@ -1066,6 +1127,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "serialized_tensors": serialized_tensors,
     "half_sigmoid": half_sigmoid,
     "half": half,
+    "dilation": dilation,
 }
 
 
