@@ -651,6 +651,50 @@ def _cases(tf: Any) -> dict[str, tuple[Callable[..., Any], list[Any], list[np.nd
             tf.nn.max_pool2d(tf.reshape(h, [1, 2, 3, 1]), 2, 1, "SAME"),
         )
 
+    @add(
+        "array_misc", [S([4, 5], tf.float32), S([4], tf.int32)], [f32(4, 5), np.array([2, 0, 1, 2], np.int32)]
+    )
+    def _(x, k):
+        parts = tf.dynamic_partition(x, k % 2, 2)
+        boxes = tf.abs(tf.reshape(x[:, :4], [4, 4]))
+        boxes = tf.concat([boxes[:, :2], boxes[:, :2] + boxes[:, 2:] + 0.1], 1)
+        return (
+            tf.one_hot(k, 3, on_value=5.0, off_value=-1.0, axis=0),
+            tf.where(x > 0, x, tf.zeros([1, 5])),
+            tf.clip_by_norm(x, 1.0, axes=[1]),
+            tf.math.reduce_euclidean_norm(x, 1),
+            tf.boolean_mask(x, k > 0, axis=0),
+            parts[0],
+            tf.dynamic_stitch([tf.range(2), tf.range(2, 4)], [x[:2], x[2:]]),
+            tf.unravel_index(k + 3, [3, 3]),
+            tf.math.confusion_matrix(k, [2, 1, 1, 0], num_classes=3),
+            tf.reverse_sequence(x, [1, 2, 3, 4], seq_axis=1, batch_axis=0),
+            tf.linalg.band_part(tf.ones([4, 4]), -1, 0) * x[:, :4],
+            tf.image.non_max_suppression(boxes, x[:, 4], 3, iou_threshold=0.3),
+            tf.image.non_max_suppression_padded(
+                boxes, x[:, 4], 3, iou_threshold=0.3, pad_to_max_output_size=True
+            )[0],
+            tf.image.non_max_suppression_with_scores(boxes, tf.abs(x[:, 4]), 3, soft_nms_sigma=0.5)[1],
+            tf.tensor_scatter_nd_update(tf.fill([3], "a"), [[1]], ["z"]),
+            tf.math.unsorted_segment_max(tf.cast(x * 10, tf.int64), k, 3),
+            tf.math.segment_min(x, tf.constant([0, 0, 1, 1], tf.int64)),
+            tf.math.argmax(x, axis=0, output_type=tf.int32),
+            tf.math.in_top_k(tf.cast(k % 5, tf.int32), x, 2),
+            tf.nn.softmax(x, axis=0),
+            tf.math.reduce_prod(x, 0),
+            tf.math.segment_sum(tf.ones([4]), [0, 0, 2, 2]),
+            tf.image.resize(tf.reshape(x, [1, 4, 5, 1]), [8, 10], method="nearest"),
+            tf.image.pad_to_bounding_box(tf.reshape(x, [4, 5, 1]), 1, 2, 6, 8),
+            tf.image.image_gradients(tf.reshape(x, [1, 4, 5, 1]))[0],
+            tf.image.psnr(tf.reshape(x, [4, 5, 1]), tf.reshape(x * 0.9, [4, 5, 1]), 3.0),
+            tf.image.ssim(
+                tf.abs(tf.reshape(tf.tile(x, [3, 3]), [12, 15, 1])),
+                tf.abs(tf.reshape(tf.tile(x * 0.9, [3, 3]), [12, 15, 1])),
+                3.0,
+                filter_size=3,
+            ),
+        )
+
     @add("half_unary", [S([None], tf.float16)], [(rng.standard_normal(4007) * 2).astype(np.float16)])
     def _(x):
         pos = tf.abs(x) + 0.01
