@@ -26,7 +26,7 @@ _BY_SPEC = {
         "BiasAdd BiasAddV1 Bincount BitwiseAnd BitwiseOr BitwiseXor BroadcastTo Ceil CheckNumerics "
         "CheckNumericsV2 Cholesky ClipByValue Concat ConcatV2 Conv2D Conv2DBackpropInput Conv3D "
         "Conv3DBackpropInput Conv3DBackpropInputV2 Cos Cosh Cross Cumprod Cumsum CumulativeLogsumexp "
-        "DenseBincount DepthToSpace DepthwiseConv2dNative Diag DiagPart Digamma Div DivNoNan "
+        "DenseBincount DepthToSpace DepthwiseConv2dNative Diag DiagPart Digamma Dilation2D Div DivNoNan "
         "DynamicStitch Einsum Elu EnsureShape Enter Erf Erfc Erfinv EuclideanNorm Exit Exp ExpandDims "
         "Expm1 ExtractImagePatches Fill Floor FloorDiv FloorMod Identity Inv Invert L2Loss LeftShift "
         "Lgamma LinSpace Log Log1p LogSoftmax MatMul MatrixBandPart MatrixDeterminant MatrixDiag "
@@ -52,16 +52,16 @@ _BY_SPEC = {
         "IsVariableInitialized Less LessEqual LogicalAnd LogicalNot LogicalOr LoopCond NotEqual "
         "OptionalHasValue RegexFullMatch StaticRegexFullMatch VarIsInitializedOp"
     ),
+    "DT_STRING": (
+        "AsString DecodeBase64 EncodeBase64 EncodePng EncodeWav ReduceJoin RegexReplace SerializeTensor "
+        "StaticRegexReplace StringFormat StringJoin StringLower StringStrip StringUpper Substr "
+        "UnicodeEncode UnsortedSegmentJoin"
+    ),
     "dtype": (
         "Const Empty ImageProjectiveTransformV2 ImageProjectiveTransformV3 Placeholder "
         "PlaceholderWithDefault RandomStandardNormal RandomUniform ReadVariableOp ResourceGather "
         "StatelessRandomUniformInt StatelessRandomUniformIntV2 TensorArrayGatherV3 TensorArrayReadV3 "
         "TruncatedNormal VariableV2"
-    ),
-    "DT_STRING": (
-        "AsString DecodeBase64 EncodeBase64 EncodePng EncodeWav ReduceJoin RegexReplace "
-        "StaticRegexReplace StringFormat StringJoin StringLower StringStrip StringUpper Substr "
-        "UnicodeEncode"
     ),
     "": (
         "Assert AssignAddVariableOp AssignSubVariableOp AssignVariableOp ControlTrigger "
@@ -118,7 +118,9 @@ _BY_SPEC = {
     "T*num_split": "Split SplitV",
     "T,out_idx=DT_INT32,out_idx=DT_INT32": "UniqueWithCounts UniqueWithCountsV2",
     "Tidx=DT_INT32": "Range UnravelIndex",
+    "dtype=DT_UINT64": "StatelessRandomUniformFullInt StatelessRandomUniformFullIntV2",
     "element_dtype,DT_INT64": "TensorListConcat TensorListConcatV2",
+    "out_type": "DecodeRaw ParseTensor",
     "output_dtype=DT_INT64": "Multinomial StatelessMultinomial",
     "output_type=DT_INT64": "ArgMax ArgMin",
     "DT_FLOAT,DT_FLOAT,DT_FLOAT,DT_INT32": "CombinedNonMaxSuppression",
@@ -162,11 +164,11 @@ _BY_SPEC = {
     "Tsplits=DT_INT64,DT_INT32": "UnicodeDecode",
     "Tsplits=DT_INT64,DT_INT32,DT_INT64": "UnicodeDecodeWithOffsets",
     "Tsplits=DT_INT64,T=DT_INT32": "RaggedRange",
+    "[OUT_TYPE]": "DecodeCSV",
     "[dtypes]": "RestoreV2",
     "[output_types]": "OptionalGetValue",
     "dtype,DT_INT64": "TensorArrayConcatV3",
     "dtype=DT_INT32": "HistogramFixedWidth",
-    "out_type": "DecodeRaw",
     "out_type=DT_FLOAT": "StringToNumber",
     "out_type=DT_INT32*N": "ShapeN",
     "shape_type": "TensorListElementShape",

@@ -305,7 +305,9 @@ def test_sigmoid_is_stable():
     assert np.isnan(op("Sigmoid", arr([np.nan], f32))[0])
 
 
-@pytest.mark.parametrize("dtype, rtol", [(f16, 1e-3), (f32, 4e-7), (f64, 1e-14)])
+# float16 as TensorFlow rounds it, each step to half: 1.007e-3 from the exact value at x = -1.14 (0.2422,
+# not 0.2424), as TensorFlow's own (tests/test_kernels_half_sigmoid_cases.py holds its values bit for bit)
+@pytest.mark.parametrize("dtype, rtol", [(f16, 1.1e-3), (f32, 4e-7), (f64, 1e-14)])
 def test_sigmoid_accuracy(dtype, rtol):
     x = np.linspace(-60, 60, 2001).astype(dtype)
     assert_close(op("Sigmoid", x), _sigmoid_ref(x).astype(dtype), rtol=rtol, atol=0)

@@ -9,7 +9,12 @@ the inputs). Placeholders have unknown shapes, so inputs TensorFlow's shape func
 kernel. Strings are stored as numpy bytes arrays (``S``). Groups: ``cross`` (SparseCross, SparseCrossHashed,
 SparseCrossV2, Fingerprint), ``sparse`` (sparse reductions, SparseAdd, SparseConcat, SparseSlice,
 SparseSoftmax), ``ragged`` (RaggedRange, RaggedGather, RaggedTensorToSparse), ``sets`` (set operations,
-UnravelIndex, AdjustHue, AdjustSaturation). Tests: tests/test_kernels_<group>_cases.py.
+UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`` (UnsortedSegmentJoin),
+``full_int`` (StatelessRandomUniformFullInt and V2), ``sequence_features`` (ParseExampleV2 with
+FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``, ``half``
+(float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation``
+(Dilation2D). Tests:
+tests/test_kernels_<group>_cases.py.
 """
 
 from __future__ import annotations
@@ -101,8 +106,9 @@ class Group:
 
 def store(arr: np.ndarray) -> np.ndarray:
     if arr.dtype == object:
-        out = np.array([bytes(x) for x in arr.ravel().tolist()], dtype="S")
-        assert all(not x.endswith(b"\0") for x in out.tolist()), "numpy S arrays drop trailing NULs"
+        items = [bytes(x) for x in arr.ravel().tolist()]
+        assert all(not x.endswith(b"\0") for x in items), "numpy S arrays drop trailing NULs"
+        out = np.array(items, dtype="S")
         return out.reshape(arr.shape) if arr.size else np.zeros(arr.shape, "S1")
     return arr
 
@@ -761,11 +767,367 @@ def sets(g: Group) -> None:
     g.case("hue_delta_vector", "AdjustHue", {"images": img, "delta": np.array([0.3], F32)})
 
 
+# --- csv ---------------------------------------------------------------------------------------------------
+
+
+def csv(g: Group) -> None:
+    num = [np.array([0], I32), np.array([1.5], F32), np.array([-1], I64), np.array([0.25], F64), S("dflt")]
+    rows = S("1,2.5,3,4e-2,abc", ' -7 ,+1e3,9223372036854775807,inf,"q,""x"""', ",,,,", "5,nan,16,-0,")
+    g.case("types", "DecodeCSV", {"records": rows, "record_defaults": num})
+    g.case("matrix", "DecodeCSV", {"records": rows.reshape(2, 2), "record_defaults": num})
+    g.case(
+        "scalar",
+        "DecodeCSV",
+        {"records": np.array(b"3;x", object), "record_defaults": [num[0], num[4]]},
+        field_delim=";",
+    )
+    g.case(
+        "no_quotes",
+        "DecodeCSV",
+        {"records": S('"a"|b"', 'x|"'), "record_defaults": [num[4], num[4]]},
+        field_delim="|",
+        use_quote_delim=False,
+    )
+    g.case(
+        "na_value",
+        "DecodeCSV",
+        {"records": S("NA,1", "2,NA", "3,"), "record_defaults": [num[0], num[1]]},
+        na_value="NA",
+    )
+    g.case(
+        "select_cols",
+        "DecodeCSV",
+        {"records": S("a,1,b,2,c", '"x",,"y",4,'), "record_defaults": [num[4], num[2]]},
+        select_cols=[2, 3],
+    )
+    g.case(
+        "select_last",
+        "DecodeCSV",
+        {"records": S("a,1,", "b,2,z"), "record_defaults": [num[2], num[4]]},
+        select_cols=[1, 2],
+    )
+    g.case("empty_batch", "DecodeCSV", {"records": np.zeros(0, object), "record_defaults": num[:2]})
+    # refused
+    g.case(
+        "required", "DecodeCSV", {"records": S("1,2", ",3"), "record_defaults": [np.zeros(0, I32), num[0]]}
+    )
+    g.case("too_few", "DecodeCSV", {"records": S("1,2", "3"), "record_defaults": [num[0], num[0]]})
+    g.case("too_many", "DecodeCSV", {"records": S("1,2,3"), "record_defaults": [num[0], num[0]]})
+    g.case("empty_record", "DecodeCSV", {"records": S(""), "record_defaults": [num[0]]})
+    g.case("bad_int", "DecodeCSV", {"records": S("1.5"), "record_defaults": [num[0]]})
+    g.case("int32_overflow", "DecodeCSV", {"records": S("3000000000"), "record_defaults": [num[0]]})
+    g.case("bad_float", "DecodeCSV", {"records": S("x1"), "record_defaults": [num[1]]})
+    g.case("bad_double", "DecodeCSV", {"records": S("1e"), "record_defaults": [num[3]]})
+    g.case("bad_int64", "DecodeCSV", {"records": S("9223372036854775808"), "record_defaults": [num[2]]})
+    g.case("quote_inside", "DecodeCSV", {"records": S('a"b'), "record_defaults": [num[4]]})
+    g.case("quote_unclosed", "DecodeCSV", {"records": S('"ab'), "record_defaults": [num[4]]})
+    g.case("quote_then_text", "DecodeCSV", {"records": S('"a"b,c'), "record_defaults": [num[4], num[4]]})
+    g.case("two_defaults", "DecodeCSV", {"records": S("1"), "record_defaults": [np.array([1, 2], I32)]})
+
+
+# --- segment_join / full_int --------------------------------------------------------------------------------
+
+
+def segment_join(g: Group) -> None:
+    words = S("a", "bb", "", "c", "dd", "e")
+    for name, ids, num in (
+        ("vector", np.array([0, 2, 0, 1, 2, 0], I32), 3),
+        ("unused_segments", np.array([3, 3, 1, 1, 3, 0], I64), np.array(6, I64)),
+        ("one_segment", np.zeros(6, I32), 1),
+        ("negative", np.array([0, -1, 0, 1, 2, 0], I32), 3),
+        ("too_big", np.array([0, 3, 0, 1, 2, 0], I32), 3),
+        ("wrong_shape", np.array([0, 1], I32), 3),
+    ):
+        for sep in ("", "|", " - "):
+            g.case(
+                f"{name}_{len(sep)}",
+                "UnsortedSegmentJoin",
+                {"inputs": words, "segment_ids": ids, "num_segments": np.asarray(num)},
+                separator=sep,
+            )
+    g.case(
+        "matrix_rows",
+        "UnsortedSegmentJoin",
+        {
+            "inputs": words.reshape(3, 2),
+            "segment_ids": np.array([1, 0, 1], I32),
+            "num_segments": np.array(2, I32),
+        },
+        separator=",",
+    )
+    g.case(
+        "matrix_ids",
+        "UnsortedSegmentJoin",
+        {
+            "inputs": words.reshape(3, 2),
+            "segment_ids": np.array([[1, 0], [0, 0], [2, 1]], I32),
+            "num_segments": np.array(4, I32),
+        },
+        separator=",",
+    )
+    g.case(
+        "empty",
+        "UnsortedSegmentJoin",
+        {
+            "inputs": np.zeros((0, 2), object),
+            "segment_ids": np.zeros(0, I32),
+            "num_segments": np.array(2, I32),
+        },
+    )
+
+
+def full_int(g: Group) -> None:
+    for dtype in (tf.int32, tf.int64, tf.uint32, tf.uint64):
+        for shape in ([5], [2, 3], [0]):
+            name = f"{dtype.name}_{'x'.join(map(str, shape))}"
+            g.case(
+                f"v1_{name}",
+                "StatelessRandomUniformFullInt",
+                {"shape": np.array(shape, I32), "seed": np.array([7, -3], I64)},
+                dtype=dtype,
+            )
+            g.case(
+                f"v2_{name}",
+                "StatelessRandomUniformFullIntV2",
+                {
+                    "shape": np.array(shape, I64),
+                    "key": np.array([12345], np.uint64),
+                    "counter": np.array([2**40 + 3, 9], np.uint64),
+                    "alg": np.array(1, I32),
+                },
+                dtype=dtype,
+            )
+    g.case(
+        "bad_seed",
+        "StatelessRandomUniformFullInt",
+        {"shape": np.array([2], I32), "seed": np.array([1], I64)},
+        dtype=tf.int32,
+    )
+
+
+# --- sequence_features --------------------------------------------------------------------------------------
+
+
+def sequence_features(g: Group) -> None:
+    """ParseExampleV2 with FixedLenSequenceFeatures (a leading -1 in dense_shapes), beside a fixed one."""
+    f = tf.train.Feature
+
+    def ex(**feats: Any) -> bytes:
+        def one(v: Any) -> Any:
+            if isinstance(v[0], bytes):
+                return f(bytes_list=tf.train.BytesList(value=v))
+            if isinstance(v[0], int):
+                return f(int64_list=tf.train.Int64List(value=v))
+            return f(float_list=tf.train.FloatList(value=v))
+
+        return tf.train.Example(
+            features=tf.train.Features(feature={k: one(v) for k, v in feats.items()})
+        ).SerializeToString()
+
+    batch = S(
+        ex(ids=[1, 2, 3], xy=[0.5, 1.5, 2.5, 3.5], w=[b"a"], age=[30]),
+        ex(ids=[4], w=[b"b", b"c", b"d"], age=[31]),
+        ex(age=[32]),
+    )
+
+    def parse(name: str, serialized: Any, keys: list[str], defaults: list[Any], shapes: list[Any]) -> None:
+        g.case(
+            name,
+            "ParseExampleV2",
+            {
+                "serialized": serialized,
+                "names": np.zeros(0, object),
+                "sparse_keys": np.zeros(0, object),
+                "dense_keys": S(*keys),
+                "ragged_keys": np.zeros(0, object),
+                "dense_defaults": defaults,
+            },
+            num_sparse=0,
+            sparse_types=[],
+            ragged_value_types=[],
+            ragged_split_types=[],
+            dense_shapes=shapes,
+        )
+
+    parse(
+        "mixed",
+        batch,
+        ["ids", "xy", "w", "age"],
+        [np.array(-1, I64), np.array(0.0, F32), np.array(b"pad", object), np.array([0], I64)],
+        [[None], [None, 2], [None], [1]],
+    )
+    both = [[None], [None, 2]]
+    parse("scalar_input", batch[0], ["ids", "xy"], [np.array(7, I64), np.array(9.0, F32)], both)
+    parse("none_present", batch[2:], ["ids"], [np.array(5, I64)], [[None]])
+    parse(
+        "empty_batch",
+        np.zeros(0, object),
+        ["ids", "xy"],
+        [np.array(5, I64), np.array(1.0, F32)],
+        [[None], [None, 2]],
+    )
+    parse("rank3", batch, ["xy"], [np.array(-2.0, F32)], [[None, 2, 1]])
+    # refused
+    parse("not_multiple", batch, ["ids"], [np.array(0, I64)], [[None, 2]])
+    parse("wrong_type", batch, ["w"], [np.array(0, I64)], [[None]])
+
+
+# --- serialized_tensors -------------------------------------------------------------------------------------
+
+
+def serialized_tensors(g: Group) -> None:
+    values = {
+        "float": np.arange(6, dtype=F32).reshape(2, 3) - 2.5,
+        "scalar": np.array(-7, I64),  # its last byte not 0: the fixture's bytes arrays drop trailing NULs
+        "int8": np.array([-3, 0, 127], np.int8),
+        "uint16": np.array([[1], [65535]], np.uint16),
+        "double": np.array([1e300, -0.0]),
+        "bool": np.array([True, False, True]),
+        "half": np.array([1.5, -2.0], np.float16),
+        "complex": np.array([1 + 2j, -3j], np.complex64),
+        "empty": np.zeros((0, 3), F32),
+        "strings": S("a", "", "日本"),
+        "string_scalar": np.array(b"xyz", object),
+        "strings_2d": S("p", "q", "r", "s").reshape(2, 2),
+    }
+    for name, value in values.items():
+        g.case(f"serialize_{name}", "SerializeTensor", {"tensor": value})
+    protos = {name: tf.make_tensor_proto(value).SerializeToString() for name, value in values.items()}
+    for name, value in values.items():
+        dtype = tf.string if value.dtype == object else tf.as_dtype(value.dtype)
+        g.case(f"parse_{name}", "ParseTensor", {"serialized": np.array(protos[name], object)}, out_type=dtype)
+    g.case(
+        "parse_wrong_type",
+        "ParseTensor",
+        {"serialized": np.array(protos["float"], object)},
+        out_type=tf.int32,
+    )
+    g.case("parse_garbage", "ParseTensor", {"serialized": np.array(b"\xff\xff", object)}, out_type=tf.float32)
+    g.case("parse_vector", "ParseTensor", {"serialized": S(protos["float"])}, out_type=tf.float32)
+
+
+# --- half_sigmoid -------------------------------------------------------------------------------------------
+
+
+def half_sigmoid(g: Group) -> None:
+    """float16 Sigmoid: Eigen's vectorized path (long inputs) and its scalar one (short ones and tails)."""
+    rng = np.random.default_rng(16)
+    edges = np.array([0, -0.0, 1e-4, -1e-4, 11.0, 12.0, -17.0, -18.0, 65504, -65504, np.inf, -np.inf, np.nan])
+    g.case("edges", "Sigmoid", {"x": edges.astype(np.float16)})
+    g.case("short", "Sigmoid", {"x": (rng.standard_normal(7) * 3).astype(np.float16)})
+    g.case("long", "Sigmoid", {"x": (rng.standard_normal((40, 53)) * 4).astype(np.float16)})
+
+
+# --- half ---------------------------------------------------------------------------------------------------
+
+
+def half(g: Group) -> None:
+    """float16 Softmax, LogSoftmax, Sum and Mean over innermost axes, which Eigen adds in half step by step,
+    and Rsqrt, Elu, Selu, which it computes in half steps:
+    rows of 1 to 2049 values (leaf sums, packet tails, the split of rows past 1600 values at packet
+    boundaries of the flat tensor, which odd row lengths move)."""
+    rng = np.random.default_rng(17)
+    for n, rows in ((1, 3), (3, 4), (10, 6), (33, 3), (100, 2), (1601, 2), (2049, 1)):
+        x = (rng.standard_normal((rows, n)) * 3).astype(np.float16)
+        g.case(f"softmax_{n}", "Softmax", {"logits": x})
+        if n < 1000:  # (the fixture small)
+            g.case(f"log_softmax_{n}", "LogSoftmax", {"logits": x})
+        g.case(f"sum_{n}", "Sum", {"input": x, "axis": np.array([1], I32)})
+    x = (rng.standard_normal((2, 3, 4, 5)) * 3).astype(np.float16)
+    g.case("softmax_rank4", "Softmax", {"logits": x})
+    g.case("sum_two_axes", "Sum", {"input": x, "axis": np.array([2, 3], I32)}, keep_dims=True)
+    g.case("sum_all", "Sum", {"input": x, "axis": np.array([0, 1, 2, 3], I32)})
+    g.case("sum_negative_axis", "Sum", {"input": x, "axis": np.array([-1], I32)})
+    for n in (7, 21, 64):  # Rsqrt rounds twice on the tail past the last whole 8-lane packet
+        y = (np.abs(rng.standard_normal(n)) * 5 + 0.01).astype(np.float16)
+        g.case(f"rsqrt_{n}", "Rsqrt", {"x": y})
+    z = (rng.standard_normal(300) * 3).astype(np.float16)
+    z[:4] = [0, -0.0, -12, 12]
+    g.case("elu", "Elu", {"features": z})
+    g.case("selu", "Selu", {"features": z})
+    m = (rng.standard_normal((4, 5, 37)) * 3).astype(np.float16)
+    g.case("mean_last", "Mean", {"input": m, "axis": np.array([2], I32)})
+    g.case("mean_two_axes", "Mean", {"input": m, "axis": np.array([1, 2], I32)}, keep_dims=True)
+    g.case(
+        "softmax_edges",
+        "Softmax",
+        {"logits": np.array([[0, 0], [60000, -60000], [np.inf, 1], [np.nan, 1]], np.float16)},
+    )
+
+
+# --- dilation ----------------------------------------------------------------------------------------------
+
+
+def dilation(g: Group) -> None:
+    rng = np.random.default_rng(18)
+    x = rng.standard_normal((2, 7, 6, 3)).astype(F32)
+    f = rng.standard_normal((3, 2, 3)).astype(F32)
+    for padding in ("SAME", "VALID"):
+        for strides, rates in (
+            ([1, 1, 1, 1], [1, 1, 1, 1]),
+            ([1, 2, 3, 1], [1, 1, 1, 1]),
+            ([1, 1, 2, 1], [1, 2, 2, 1]),
+        ):
+            name = f"{padding.lower()}_s{strides[1]}{strides[2]}_r{rates[1]}{rates[2]}"
+            g.case(
+                name, "Dilation2D", {"input": x, "filter": f}, strides=strides, rates=rates, padding=padding
+            )
+    odd = x.copy()
+    odd[0, 1, 1, 0] = np.nan
+    odd[1, 2, 3, 1] = -np.inf
+    g.case(
+        "nan_inf", "Dilation2D", {"input": odd, "filter": f}, strides=[1] * 4, rates=[1] * 4, padding="SAME"
+    )
+    g.case(
+        "big_rate",
+        "Dilation2D",
+        {"input": x[:, :3, :3], "filter": f},
+        strides=[1, 1, 1, 1],
+        rates=[1, 4, 4, 1],
+        padding="SAME",
+    )
+    g.case(
+        "int32",
+        "Dilation2D",
+        {
+            "input": rng.integers(-50, 50, (1, 5, 5, 2)).astype(I32),
+            "filter": rng.integers(-5, 5, (2, 2, 2)).astype(I32),
+        },
+        strides=[1] * 4,
+        rates=[1] * 4,
+        padding="VALID",
+    )
+    g.case(
+        "double",
+        "Dilation2D",
+        {"input": x.astype(F64), "filter": f.astype(F64)},
+        strides=[1, 2, 2, 1],
+        rates=[1] * 4,
+        padding="SAME",
+    )
+    g.case(
+        "depth_mismatch",
+        "Dilation2D",
+        {"input": x, "filter": f[:, :, :2]},
+        strides=[1] * 4,
+        rates=[1] * 4,
+        padding="SAME",
+    )
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "cross": cross,
     "sparse": sparse,
     "ragged": ragged,
     "sets": sets,
+    "csv": csv,
+    "segment_join": segment_join,
+    "full_int": full_int,
+    "sequence_features": sequence_features,
+    "serialized_tensors": serialized_tensors,
+    "half_sigmoid": half_sigmoid,
+    "half": half,
+    "dilation": dilation,
 }
 
 

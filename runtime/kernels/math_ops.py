@@ -16,6 +16,7 @@ import numpy as np
 
 from poolserve.runtime import dtypes
 from poolserve.runtime.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
+from poolserve.runtime.kernels import _half
 from poolserve.runtime.kernels._common import _ones_column
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
@@ -311,7 +312,7 @@ def _rsqrt(x: Any) -> Any:
 @kernel("Rsqrt")
 def rsqrt(node: Node) -> Compute:
     dtype = _float_dtype(node)
-    return _unary(_in_float32(_rsqrt) if dtype == np.float16 else _rsqrt)
+    return _unary(_half.rsqrt if dtype == np.float16 else _rsqrt)
 
 
 def _sigmoid(x: Any) -> Any:
@@ -336,12 +337,23 @@ def _complex_sigmoid(x: Any) -> Any:
     return np.reciprocal(np.add(np.exp(np.negative(x)), 1))
 
 
+def _half_sigmoid(x: Any) -> Any:
+    """Eigen's logistic for half, each step rounded to half: e = exp(x), e / (1 + e), 1 where e is inf.
+    Rounding once from float32 differs from TensorFlow in the last bit for 1 value in 4."""
+    with np.errstate(over="ignore"):
+        e = np.exp(np.asarray(x, np.float32)).astype(np.float16)
+    ef = e.astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        r = (ef / (ef + np.float32(1)).astype(np.float16).astype(np.float32)).astype(np.float16)
+    return np.where(np.isposinf(e), np.float16(1), r)
+
+
 @kernel("Sigmoid")
 def sigmoid(node: Node) -> Compute:
     dtype = _float_dtype(node)
     if dtype.kind == "c":
         return _unary(_complex_sigmoid)
-    return _unary(_in_float32(_sigmoid) if dtype == np.float16 else _sigmoid)
+    return _unary(_half_sigmoid if dtype == np.float16 else _sigmoid)
 
 
 # --- cast ---------------------------------------------------------------------------------------------------
@@ -663,6 +675,17 @@ def _tree_sum(y: Any) -> Any:
     return _sum(z[:, :k], axis=1)
 
 
+def _half_sum(x: Any, axes: tuple[int, ...], keep: bool) -> Any:
+    """float16 Sum over the innermost axes as TensorFlow's Eigen reducer adds them, each step in half
+    (``_half.row_sums``); over other axes, ``_float_sum``."""
+    rank, shape = x.ndim, x.shape
+    if not axes or not x.size or sorted(axes) != list(range(rank - len(axes), rank)):
+        return _float_sum(x, axes, keep)
+    kept = shape[: rank - len(axes)]
+    sums = _half.row_sums(np.ascontiguousarray(x).reshape(math.prod(kept), -1))
+    return sums.reshape([1 if a in axes else d for a, d in enumerate(shape)] if keep else kept)
+
+
 def _mean(dtype: np.dtype[Any]) -> Reducer:
     if dtype.kind in "iu":
         # TF sums integers in 64 bits, then divides truncating toward zero; an empty mean is 0.
@@ -677,6 +700,11 @@ def _mean(dtype: np.dtype[Any]) -> Reducer:
     empty = 1 if dtype.kind == "c" else 0  # TF: an empty complex mean is 0, a float one NaN
 
     def mean(x: Any, axes: tuple[int, ...], keep: bool) -> Any:
+        rank = x.ndim
+        if dtype == np.float16 and axes and x.size and sorted(axes) == list(range(rank - len(axes), rank)):
+            kept = x.shape[: rank - len(axes)]
+            means = _half.mean_rows(np.ascontiguousarray(x).reshape(math.prod(kept), -1))
+            return means.reshape([1 if a in axes else d for a, d in enumerate(x.shape)] if keep else kept)
         total = (
             _float_sum(x, axes, keep) if dtype.kind == "f" else _sum(x, axis=axes, dtype=dtype, keepdims=keep)
         )
@@ -701,6 +729,8 @@ def _reducer(op: str, dtype: np.dtype[Any]) -> Reducer:
         return _mean(dtype)
     if op == "EuclideanNorm":
         return _euclidean_norm(dtype)
+    if op == "Sum" and dtype == np.float16:
+        return _half_sum
     if op == "Sum" and dtype.kind == "f":
         return _float_sum
     extra: dict[str, Any] = {}

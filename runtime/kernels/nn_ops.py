@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from poolserve.runtime.errors import InvalidArgumentError
+from poolserve.runtime.kernels import _half
 from poolserve.runtime.kernels._common import (
     _F16,
     _F32,
@@ -375,6 +376,8 @@ def _relu6(x: Any, out: Any = None) -> Any:
 
 
 def _elu(x: Any) -> Any:
+    if x.dtype == _F16:
+        return _half.elu(x)
     return np.where(x > 0, x, np.expm1(x))
 
 
@@ -383,6 +386,8 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 
 
 def _selu(x: Any) -> Any:
+    if x.dtype == _F16:
+        return _half.selu(x)
     return np.where(x > 0, x * _SELU_SCALE, np.expm1(x) * (_SELU_SCALE * _SELU_ALPHA))
 
 
@@ -436,6 +441,8 @@ def softmax(node: Node) -> Compute:
             raise InvalidArgumentError(f"logits must have >= 1 dimension, got {_dims(x.shape)}")
         if x.size == 0:
             return (np.empty_like(x),)
+        if x.dtype == _F16:
+            return (_half.softmax(x, log),)
         half, (xs,) = _widen(x)
         y = xs - xs.max(axis=-1, keepdims=True)
         if log:

@@ -5,7 +5,8 @@ same way.
 
 - Dense features (``tf.io.FixedLenFeature`` of a fully defined shape): a missing feature takes its default
   or is an error when it has none; a feature of the wrong size is an error naming the key and the example.
-  Variable-shape dense features (``FixedLenSequenceFeature``) are UNIMPLEMENTED.
+  Dense features of variable length (``FixedLenSequenceFeature``, a leading -1 in ``dense_shapes``) are
+  padded with their default to the longest example.
 - Sparse features (``tf.io.VarLenFeature``): a SparseTensor's three parts, as TensorFlow makes them: the
   indices ``[n, rank + 1]`` (example, then position), the values in example order, and the dense shape
   (the batch, then the longest feature's length). A missing feature has no values.
@@ -18,18 +19,22 @@ is one serialized Example (a scalar) or a vector of them.
 
 from __future__ import annotations
 
+import base64
+import itertools
 import math
 from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from poolserve.proto import example_pb2, types_pb2
+from poolserve.proto import example_pb2, tensor_pb2, types_pb2
 from poolserve.runtime import dtypes
 from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.kernels._common import _shape_str as _shape_text
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
+from poolserve.runtime.kernels.string_ops import number_parser
 from poolserve.runtime.node import Node
-from poolserve.runtime.tensor import shape_from_proto
+from poolserve.runtime.tensor import from_ndarray, shape_from_proto, to_ndarray
 
 # the Feature field each dense dtype reads
 _KIND: dict[int, str] = {
@@ -51,10 +56,10 @@ def _dense_shapes(node: Node) -> list[tuple[int, ...]]:
     shapes = []
     for proto in node.attrs["dense_shapes"].list.shape:
         shape = shape_from_proto(proto)
-        if shape is None or any(d < 0 for d in shape):
+        if shape is None or any(d < 0 for d in shape[1:]):
             raise UnimplementedError(
-                f"Node '{node.name}' (ParseExampleV2): dense features of variable shape "
-                "(FixedLenSequenceFeature) are not supported",
+                f"Node '{node.name}' (ParseExampleV2): dense features of unknown shape, or of variable "
+                "length in other than their first dimension, are not supported",
                 node.name,
             )
         shapes.append(shape)
@@ -94,6 +99,44 @@ def _varying(node: Node, examples: list[Any], key: str, code: int) -> list[np.nd
 
 def _concat(rows: list[np.ndarray], code: int) -> np.ndarray:
     return np.concatenate(rows) if rows else np.zeros(0, dtype=dtypes.as_numpy_dtype(code))
+
+
+def _sequence(
+    node: Node, examples: list[Any], key: str, code: int, block: tuple[int, ...], default: Any, batch: Any
+) -> np.ndarray:
+    """A ``FixedLenSequenceFeature``: each example's values in blocks of ``block``, padded with the default
+    to the most blocks any example has; a missing feature has none."""
+    stride = math.prod(block)
+    kind = _KIND[code]
+    np_dtype = dtypes.as_numpy_dtype(code)
+    rows: list[list[Any]] = []
+    for i, example in enumerate(examples):
+        feature = example.features.feature.get(key)
+        given = feature.WhichOneof("kind") if feature is not None else None
+        if given is None:
+            rows.append([])
+            continue
+        if given != kind:
+            raise InvalidArgumentError(
+                f"Name: <unknown>, Key: {key}, Index: {i}.  Data types don't match. Data type: "
+                f"{_KIND_NAME[given]} but expected type: {_KIND_NAME[kind]}",
+                node.name,
+            )
+        row = list(getattr(feature, kind).value)
+        if stride == 0 or len(row) % stride:
+            raise InvalidArgumentError(
+                f"Name: <unknown>, Key: {key}, Index: {i}.  Number of {_KIND_NAME[kind]} values is not a "
+                f"multiple of stride length. Saw {len(row)} values but output shape is: "
+                f"[{','.join(['?', *map(str, block)])}]",
+                node.name,
+            )
+        rows.append(row)
+    longest = max((len(r) // stride for r in rows), default=0) if stride else 0
+    fill = default.astype(np_dtype).ravel()[0] if default.size else np.zeros((), np_dtype)[()]
+    values = np.full((len(rows), longest * stride), fill, dtype=np_dtype)
+    for i, row in enumerate(rows):
+        values[i, : len(row)] = row
+    return values.reshape(*batch, longest, *block)
 
 
 Parse = Any  # (serialized, sparse keys, dense keys, ragged keys, dense defaults) -> outputs
@@ -159,6 +202,9 @@ def _parser(node: Node, num_sparse: int, ragged: bool) -> Parse:
                 ) from None
         out = []
         for key, code, shape, default in zip(dense_keys, types, shapes, defaults, strict=True):
+            if shape and shape[0] < 0:
+                out.append(_sequence(node, examples, key, code, shape[1:], default, serialized.shape))
+                continue
             count = math.prod(shape)
             kind = _KIND[code]
             np_dtype = dtypes.as_numpy_dtype(code)
@@ -327,5 +373,192 @@ def decode_raw(node: Node) -> Compute:
         elif out_type.kind == "c":  # the native floats, paired
             raw = raw.astype(wire.newbyteorder("=")).view(out_type)
         return (raw.astype(out_type).reshape(*strings.shape, -1),)
+
+    return compute
+
+
+# --- CSV ---------------------------------------------------------------------------------------------
+
+_CSV_TYPES = (
+    types_pb2.DT_FLOAT,
+    types_pb2.DT_DOUBLE,
+    types_pb2.DT_INT32,
+    types_pb2.DT_INT64,
+    types_pb2.DT_STRING,
+)
+_CSV_TYPE_NAMES: dict[int, str] = {
+    types_pb2.DT_FLOAT: "float",
+    types_pb2.DT_DOUBLE: "double",
+    types_pb2.DT_INT32: "int32",
+}
+
+
+def _csv_fields(record: bytes, delim: int, quotes: bool, select: list[int]) -> list[bytes]:
+    """TensorFlow's DecodeCSVOp::ExtractFields: a record's fields (only those in ``select`` when given);
+    a quoted field may hold delimiters and doubled quotes; a trailing delimiter ends in an empty field."""
+    fields: list[bytes] = []
+    i, n, parsed, chosen = 0, len(record), 0, 0
+    while i < n:
+        include = not select or (chosen < len(select) and select[chosen] == parsed)
+        chosen += bool(select) and include
+        if not quotes or record[i] != 0x22:
+            end = record.find(bytes([delim]), i)
+            end = n if end < 0 else end
+            field = record[i:end]
+            if (quotes and b'"' in field) or b"\n" in field or b"\r" in field:
+                raise InvalidArgumentError("Unquoted fields cannot have quotes/CRLFs inside")
+            i = end + 1
+        else:
+            i += 1
+            parts = []
+            while i < n:
+                if record[i] == 0x22:
+                    if i + 1 == n or record[i + 1] == delim:
+                        break
+                    if record[i + 1] != 0x22:
+                        raise InvalidArgumentError("Quote inside a string has to be escaped by another quote")
+                    parts.append(b'"')
+                    i += 2
+                    continue
+                parts.append(record[i : i + 1])
+                i += 1
+            if not (i < n and record[i] == 0x22 and (i == n - 1 or record[i + 1] == delim)):
+                raise InvalidArgumentError("Quoted field has to end with quote followed by delim or end")
+            field = b"".join(parts)
+            i += 2
+        if include:
+            fields.append(field)
+        parsed += 1
+        if select and chosen == len(select):
+            break
+    if n and record[-1] == delim and (not select or (chosen < len(select) and select[chosen] == parsed)):
+        fields.append(b"")
+    return fields
+
+
+def _csv_outputs(node: Node) -> int:
+    return len(node.attr_types("OUT_TYPE"))
+
+
+@kernel("DecodeCSV", outputs=_csv_outputs, expensive=True)
+def decode_csv(node: Node) -> Compute:
+    """``tf.io.decode_csv``: one output per column, each in the records' shape; an empty field (or one equal
+    to ``na_value``) takes its column's default, and is an error when the default is empty (required)."""
+    types = node.attr_types("OUT_TYPE")
+    for t in types:
+        if t not in _CSV_TYPES:
+            raise InvalidArgumentError(
+                f"Node '{node.name}' (op 'DecodeCSV'): attr 'OUT_TYPE' cannot hold {dtypes.name(t)}",
+                node.name,
+            )
+    delim_text = node.attr_str("field_delim", ",").encode()
+    if len(delim_text) != 1:
+        raise InvalidArgumentError(f"Node '{node.name}' (op 'DecodeCSV'): field_delim should be only 1 char")
+    delim = delim_text[0]
+    quotes = node.attr_bool("use_quote_delim", True)
+    na_value = node.attr_str("na_value", "").encode()
+    select = node.attr_ints("select_cols", [])
+    if any(b <= a for a, b in itertools.pairwise(select)) or any(c < 0 for c in select):
+        raise InvalidArgumentError(
+            f"Node '{node.name}' (op 'DecodeCSV'): select_cols is not strictly increasing."
+        )
+    if select and len(select) != len(types):
+        raise InvalidArgumentError(
+            f"Node '{node.name}' (op 'DecodeCSV'): select_cols should match output size"
+        )
+    out_dtypes = [dtypes.as_numpy_dtype(t) for t in types]
+    parsers = [
+        None if t == types_pb2.DT_STRING else number_parser(d) for t, d in zip(types, out_dtypes, strict=True)
+    ]
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        records, defaults = inputs[0], inputs[1:]
+        for f, d in enumerate(defaults):
+            if d.size > 1:
+                raise InvalidArgumentError(
+                    f"There should only be 1 default per field but field {f} has {d.size}"
+                )
+        columns: list[list[Any]] = [[] for _ in types]
+        for r, record in enumerate(records.ravel().tolist()):
+            fields = _csv_fields(record, delim, quotes, select)
+            if len(fields) != len(types):
+                raise InvalidArgumentError(f"Expect {len(types)} fields but have {len(fields)} in record {r}")
+            for f, (field, parse) in enumerate(zip(fields, parsers, strict=True)):
+                if not field or field == na_value:
+                    if defaults[f].size != 1:
+                        raise InvalidArgumentError(f"Field {f} is required but missing in record {r}!")
+                    columns[f].append(defaults[f].ravel()[0])
+                elif parse is None:
+                    columns[f].append(field)
+                else:
+                    value = parse(field)
+                    if value is None:
+                        name = _CSV_TYPE_NAMES.get(types[f], "int64")
+                        text = field.decode("utf-8", "backslashreplace")
+                        raise InvalidArgumentError(f"Field {f} in record {r} is not a valid {name}: {text}")
+                    columns[f].append(value)
+        outs = []
+        for values, dtype in zip(columns, out_dtypes, strict=True):
+            if dtype.kind == "O":
+                col = np.empty(len(values), object)
+                col[:] = values
+            else:
+                with np.errstate(over="ignore"):
+                    col = np.array(values, np.float64 if dtype.kind == "f" else dtype).astype(dtype)
+            outs.append(col.reshape(records.shape))
+        return tuple(outs)
+
+    return compute
+
+
+# --- serialized tensors --------------------------------------------------------------------------------
+
+
+@kernel("SerializeTensor")
+def serialize_tensor(node: Node) -> Compute:
+    """``tf.io.serialize_tensor``: a TensorProto as TensorFlow writes it (``AsProtoTensorContent``: numbers in
+    ``tensor_content``, strings in ``string_val``), serialized."""
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        out = np.empty((), object)
+        out[()] = from_ndarray(inputs[0]).SerializeToString()
+        return (out,)
+
+    return compute
+
+
+def _tf_type_name(code: int) -> str:
+    """TensorFlow's DataTypeString: ``float``, ``double``, ``int32``, ``string``."""
+    try:
+        return types_pb2.DataType.Name(code)[3:].lower()
+    except ValueError:
+        return f"unknown dtype enum ({code})"
+
+
+@kernel("ParseTensor")
+def parse_tensor(node: Node) -> Compute:
+    """``tf.io.parse_tensor``: a serialized TensorProto (a scalar string) back to a tensor of ``out_type``."""
+    code = node.attr_type("out_type")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        (serialized,) = inputs
+        if serialized.ndim:
+            raise InvalidArgumentError(
+                f"Expected `serialized` to be a scalar, got shape: {_shape_text(serialized.shape)}"
+            )
+        proto = tensor_pb2.TensorProto()
+        try:
+            proto.ParseFromString(serialized[()])
+        except DecodeError:
+            raise InvalidArgumentError(
+                "Could not parse `serialized` as TensorProto, base64: "
+                + base64.b64encode(serialized[()]).decode()
+            ) from None
+        if proto.dtype != code:
+            raise InvalidArgumentError(
+                f"Type mismatch between parsed tensor ({_tf_type_name(proto.dtype)}) and dtype "
+                f"({_tf_type_name(code)})"
+            )
+        return (to_ndarray(proto),)
 
     return compute

@@ -2,9 +2,10 @@
 TensorFlow's numbers.
 
 - Stateless ops (``tf.random.stateless_*``, Keras 3's seeded ``keras.random``): StatelessRandomUniform,
-  StatelessRandomNormal, StatelessRandomUniformInt, their V2 forms on a key and counter, and
-  StatelessRandomGetKeyCounter. The seed is scrambled into a key and counter by one Philox round, as
-  TensorFlow's ``GenerateKey`` does.
+  StatelessRandomNormal, StatelessRandomUniformInt, StatelessRandomUniformFullInt (``stateless_split``,
+  ``stateless_fold_in``, an int ``stateless_uniform`` without bounds), their V2 forms on a key and
+  counter, and StatelessRandomGetKeyCounter. The seed is scrambled into a key and counter by one Philox
+  round, as TensorFlow's ``GenerateKey`` does.
 - Stateful ops with a seed (``tf.compat.v1.random_*(seed=...)``): RandomUniform, RandomStandardNormal,
   RandomUniformInt. Each node keeps its generator in the session, as TensorFlow's kernel does: the first
   run draws TensorFlow's first numbers, later runs continue from where it reserved up to (multiples of 256
@@ -111,6 +112,15 @@ def _uniform_int(bits: np.ndarray, dtype: np.dtype[Any], low: int, high: int) ->
     return (np.uint32(low & 0xFFFFFFFF) + bits.ravel() % np.uint32(span)).view(np.int32)
 
 
+def _full_int(bits: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """TensorFlow's UniformFullIntDistribution: the words themselves; for 64 bits a pair, the first word
+    the low half (as the bounded draw)."""
+    if dtype.itemsize == 8:
+        pairs = bits.reshape(-1, 2).astype(np.uint64)
+        return (pairs[:, 0] | (pairs[:, 1] << np.uint64(32))).view(dtype)
+    return bits.ravel().view(dtype)
+
+
 def _add_counter(counter: Any, calls: int) -> tuple[int, int, int, int]:
     low = (counter[0] | counter[1] << 32) + calls
     high = ((counter[2] | counter[3] << 32) + (low >> 64)) & 0xFFFFFFFFFFFFFFFF
@@ -150,6 +160,8 @@ def _draw(
         values = _uniform_float(bits, dtype)
     elif kind == "normal":
         values = _normal(bits, dtype)
+    elif kind == "full_int":
+        values = _full_int(bits, dtype)
     else:
         values = _uniform_int(bits, dtype, *bounds)
     return values[:count].astype(dtype, copy=False).reshape(shape)
@@ -220,6 +232,8 @@ kernel("StatelessRandomUniformInt")(_stateless("int", v2=False))
 kernel("StatelessRandomUniformV2")(_stateless("uniform", v2=True))
 kernel("StatelessRandomNormalV2")(_stateless("normal", v2=True))
 kernel("StatelessRandomUniformIntV2")(_stateless("int", v2=True))
+kernel("StatelessRandomUniformFullInt")(_stateless("full_int", v2=False))
+kernel("StatelessRandomUniformFullIntV2")(_stateless("full_int", v2=True))
 kernel("StatelessTruncatedNormal")(_stateless("truncated", v2=False))
 kernel("StatelessTruncatedNormalV2")(_stateless("truncated", v2=True))
 

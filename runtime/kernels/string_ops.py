@@ -11,7 +11,8 @@ pyfarmhash, which computes the same fingerprint. Regexes are in ``regex_ops.py``
 Splits: StringSplitV2 (``tf.strings.split``), the v1 StringSplit (``tf.compat.v1.string_split``) and
 StringNGrams (``tf.strings.ngrams``, TextVectorization's ``ngrams``) over a ragged tensor's flat tokens.
 
-Also here: base64 (web-safe), Substr, ReduceJoin, StringFormat (``tf.print``'s summaries), StringToNumber,
+Also here: base64 (web-safe), Substr, ReduceJoin, UnsortedSegmentJoin, StringFormat (``tf.print``'s
+summaries), StringToNumber,
 and the other hash buckets: StringToHashBucketStrong is SipHash-2-4 under the node's key, and the legacy
 StringToHashBucket TensorFlow's own Hash64 (a MurmurHash64A), both computed here in numpy over all strings
 at once.
@@ -30,7 +31,7 @@ import numpy as np
 
 from poolserve.proto import types_pb2
 from poolserve.runtime.errors import InvalidArgumentError, OutOfRangeError, UnimplementedError
-from poolserve.runtime.kernels._common import _bad_attr, _dims, _each, _strings
+from poolserve.runtime.kernels._common import _bad_attr, _dims, _each, _shape_str, _strings
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
@@ -455,6 +456,43 @@ def reduce_join(node: Node) -> Compute:
     return compute
 
 
+@kernel("UnsortedSegmentJoin")
+def unsorted_segment_join(node: Node) -> Compute:
+    """``tf.strings.unsorted_segment_join`` (and ``reduce_join`` over a ragged tensor's rows): the strings of
+    each segment joined in input order, a separator only after what is not empty so far; a segment no id
+    names is the empty string."""
+    separator = node.attr_str("separator", "").encode()
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        x, ids, num_t = inputs
+        for d in range(ids.ndim):
+            if d >= x.ndim or ids.shape[d] != x.shape[d]:
+                raise InvalidArgumentError(
+                    f"Segment dimension is {ids.shape[d]} while input dimension is {x.ndim} in rank {d}"
+                )
+        if num_t.ndim:
+            raise InvalidArgumentError(
+                f"Number of segments cannot be a tensor, got shape {_shape_str(num_t.shape)}"
+            )
+        num = int(num_t)
+        inner = x.shape[ids.ndim :]
+        rows = x.reshape(ids.size, -1) if x.size else np.empty((ids.size, int(np.prod(inner))), object)
+        width = int(np.prod(inner))
+        out: list[bytes] = [b""] * (num * width)
+        for seg, row in zip(ids.ravel().tolist(), rows.tolist(), strict=True):
+            if not 0 <= seg < num:
+                raise InvalidArgumentError(
+                    "segment_ids are not allowed to exceed num_segments or to have negative values."
+                )
+            for k, item in enumerate(row):
+                # TensorFlow adds the separator only after a non-empty string: "", "c" joins to "c"
+                acc = out[seg * width + k]
+                out[seg * width + k] = acc + separator + item if acc else item
+        return (_strings(out, (num, *inner)),)
+
+    return compute
+
+
 def _float_text(v: Any) -> str:
     """TensorFlow's FloatToBuffer / DoubleToBuffer: %g with 6 (15) digits if that reads back as the same
     value, else 9 (17)."""
@@ -564,17 +602,13 @@ _SIGNED = re.compile(rb"[+-]?\d+")
 _UNSIGNED = re.compile(rb"\+?\d+")
 
 
-@kernel("StringToNumber")
-def string_to_number(node: Node) -> Compute:
-    dtype = node.attr_dtype("out_type", types_pb2.DT_FLOAT)
-    if dtype.kind not in "fiu" or dtype == np.float16:
-        raise _bad_attr(
-            node, "out_type", f"must be float, double, int32, int64, uint32 or uint64, got {dtype}"
-        )
+def number_parser(dtype: np.dtype[Any]) -> Callable[[bytes], int | float | None]:
+    """TensorFlow's ``SafeStringToNumeric`` for ``dtype`` (also DecodeCSV's): surrounding whitespace
+    ignored, an integer in range or a decimal or hex float; None for anything else."""
     info = np.iinfo(dtype) if dtype.kind != "f" else None
     integer = _UNSIGNED if dtype.kind == "u" else _SIGNED
 
-    def parse(s: bytes) -> Any:
+    def parse(s: bytes) -> int | float | None:
         text = s.strip(_SPACE)
         if info is not None:
             if integer.fullmatch(text) and info.min <= int(text) <= info.max:
@@ -583,9 +617,29 @@ def string_to_number(node: Node) -> Compute:
             return float(text)
         elif _HEX.fullmatch(text):
             return float.fromhex(text.decode())
-        raise InvalidArgumentError(
-            f"StringToNumberOp could not correctly convert string: {s.decode('utf-8', 'backslashreplace')}"
+        return None
+
+    return parse
+
+
+@kernel("StringToNumber")
+def string_to_number(node: Node) -> Compute:
+    dtype = node.attr_dtype("out_type", types_pb2.DT_FLOAT)
+    if dtype.kind not in "fiu" or dtype == np.float16:
+        raise _bad_attr(
+            node, "out_type", f"must be float, double, int32, int64, uint32 or uint64, got {dtype}"
         )
+    info = np.iinfo(dtype) if dtype.kind != "f" else None
+    number = number_parser(dtype)
+
+    def parse(s: bytes) -> Any:
+        value = number(s)
+        if value is None:
+            raise InvalidArgumentError(
+                "StringToNumberOp could not correctly convert string: "
+                + s.decode("utf-8", "backslashreplace")
+            )
+        return value
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         (x,) = inputs
