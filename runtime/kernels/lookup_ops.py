@@ -369,15 +369,20 @@ def _objects(items: list[Any]) -> np.ndarray:
     return out
 
 
+def _table_handle(node: Node, mutable: bool) -> TableHandle:
+    """The handle a table op's attrs name (its container, shared name and dtypes)."""
+    return TableHandle(
+        container=node.attr_str("container", ""),
+        name=node.attr_str("shared_name", "") or node.name,
+        key_dtype=node.attr_dtype("key_dtype"),
+        value_dtype=node.attr_dtype("value_dtype"),
+        mutable=mutable,
+    )
+
+
 def _handle_factory(mutable: bool) -> Any:
     def factory(node: Node) -> Compute:
-        handle = TableHandle(
-            container=node.attr_str("container", ""),
-            name=node.attr_str("shared_name", "") or node.name,
-            key_dtype=node.attr_dtype("key_dtype"),
-            value_dtype=node.attr_dtype("value_dtype"),
-            mutable=mutable,
-        )
+        handle = _table_handle(node, mutable)
         out = np.empty((), dtype=object)
         out[()] = handle
         out.flags.writeable = False
@@ -400,13 +405,7 @@ kernel("MutableHashTableV2", stateful=True)(_handle_factory(mutable=True))
 
 @kernel("MutableDenseHashTableV2", stateful=True)
 def mutable_dense_hash_table_v2(node: Node) -> Compute:
-    handle = TableHandle(
-        container=node.attr_str("container", ""),
-        name=node.attr_str("shared_name", "") or node.name,
-        key_dtype=node.attr_dtype("key_dtype"),
-        value_dtype=node.attr_dtype("value_dtype"),
-        mutable=True,
-    )
+    handle = _table_handle(node, mutable=True)
     value_shape = node.attr_shape("value_shape", ()) or ()
     buckets = node.attr_int("initial_num_buckets", 131072)
     max_load = node.attr_float("max_load_factor", 0.8)
