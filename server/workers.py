@@ -51,6 +51,7 @@ from poolserve.runtime.errors import (
     OpError,
 )
 from poolserve.server.config import Config, ConfigError, config_source, load_config
+from poolserve.server.trace_db import resolve_path
 
 if TYPE_CHECKING:
     from poolserve.server.repository import Repository
@@ -619,6 +620,8 @@ def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
             )
             return 1
         config.server.grpc_port = reserved_grpc.getsockname()[1]
+    # "auto" traces: the file of the port reserved (not of port 0, which every such server would share)
+    config.traces.path = resolve_path(config.traces, config.server.port)
     if config.traces.path == ":memory:":
         log.warning("traces kept in memory: each worker finds only the traces it recorded")
     for stale in remove_stale_runtime_dirs(Path(tempfile.gettempdir())):
