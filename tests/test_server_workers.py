@@ -31,6 +31,7 @@ from support import ROOT, ServerProcess, free_port
 from test_server_process import write_models
 
 from poolserve.proto import grpc_service_pb2, grpc_service_pb2_grpc
+from poolserve.server.openapi import RepositoryAnswer
 from poolserve.server.workers import WORKER_HEADER, SharedFlag, Worker, core_share, remove_stale_runtime_dirs
 
 ADD = {"feeds": {"x": [[1, 2, 3]]}}
@@ -225,6 +226,12 @@ def test_repository_calls_reach_every_worker_and_its_replacement(workers: Worker
         assert answer["applied_by_all"] is True and len(answer["workers"]) == 2, answer
         assert all(w["applied"] and not w["error"] for w in answer["workers"]), answer
         assert {str(w["pid"]) for w in answer["workers"]} == workers.pids()
+        # the OpenAPI document describes this answer (it said the 200 was empty)
+        doc = HTTP.get(f"{workers.url}/openapi.json").json()
+        for call in ("load", "unload"):
+            ok = doc["paths"][f"/v2/repository/models/{{model}}/{call}"]["post"]["responses"]["200"]
+            assert ok["content"]["application/json"]["schema"]["$ref"].endswith("/RepositoryAnswer"), ok
+        RepositoryAnswer.model_validate(answer)  # the model the document's schema is made from
         seen = _add_statuses(workers)
         assert len(seen) == 2 and set(seen.values()) == {503}, seen
         # unloaded by a call, then out of the config and back in: it loads afresh in every worker (as in
