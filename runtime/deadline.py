@@ -29,6 +29,10 @@ log = logging.getLogger("poolserve")
 TIMEOUT_IN_MS = "RunOptions.timeout_in_ms"
 OPERATION_TIMEOUT = "ConfigProto.operation_timeout_in_ms"
 SERVER_DEFAULT = "the server's default_timeout_ms"
+# the server's other ways to set a request's timeout, each turned into RunOptions.timeout_in_ms
+HEADER = "the X-Request-Timeout-Ms header"
+KSERVE_TIMEOUT = "KServe's 'timeout' parameter"
+GRPC_DEADLINE = "the gRPC call's deadline"
 
 
 class Deadline:

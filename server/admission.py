@@ -45,6 +45,7 @@ from fastapi import APIRouter, Query
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.proto import config_pb2
+from poolserve.runtime.deadline import HEADER, SERVER_DEFAULT
 from poolserve.runtime.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
@@ -215,18 +216,20 @@ class Admission:
         client: str | None = None,
         limit: int = 0,
         shed: bool = True,
+        source: str | None = None,
     ) -> Ticket:
         """Admits a request (the caller releases its ticket when it is answered), or refuses it:
         DeadlineExceededError when its deadline passed before it was read, ThrottledError (429) when
         ``client`` has ``limit`` requests open, ShedError (503) when the queue says it cannot finish in
-        time (with ``shed``). The refusals carry their message and when to retry."""
+        time (with ``shed``). The refusals carry their message and when to retry; ``source`` names the
+        timeout's setting (else the header, or the server's default)."""
         self.arrivals += 1
         now = time.monotonic()
         if timeout_ms > 0 and now >= arrived + timeout_ms / 1000.0:
             self.refuse(now)
+            source = source or (HEADER if header else SERVER_DEFAULT)
             raise DeadlineExceededError(
-                f"The deadline of {timeout_ms} ms passed before the request was read ({TIMEOUT_HEADER} or "
-                "the server's default_timeout_ms)"
+                f"The deadline of {timeout_ms} ms passed before the request was read ({source})"
             )
         if client is not None and limit > 0:
             retry_ms = self.over_limit(client, limit)
@@ -331,6 +334,7 @@ def check_decoded(scope: Scope, request: InferRequest, service: InferenceService
         if options is None:
             request.run_options = options = config_pb2.RunOptions()
         options.timeout_in_ms = ticket.timeout_ms
+        request.timeout_source = HEADER
     timeout_ms = service.timeout_ms(options)
     if timeout_ms <= 0 or not service.config.server.shed:
         return

@@ -123,7 +123,6 @@ def serve(args: argparse.Namespace) -> int:
         config.server.grpc_port = args.grpc_port
     if args.workers is not None:
         config.server.workers = args.workers
-    config.traces.path = resolve_path(config.traces, config.server.port)
     if not args.ray and (args.ray_address is not None or args.ray_replicas is not None):
         print("poolserve: --ray-address and --ray-replicas need --ray", file=sys.stderr)
         return 2
@@ -156,6 +155,9 @@ def run_server(config: Config, args: argparse.Namespace, worker: Worker | None =
         if taken is None:
             return 1
         own = taken
+        # "auto" traces: a file per port, the one bound (port 0 is a port the system picked: two servers
+        # on port 0 wrote to the same traces-0 file); a worker's comes resolved from its supervisor
+        config.traces.path = resolve_path(config.traces, own[0].getsockname()[1])
     try:
         app = create_app(config)
     except Exception as e:  # a model that does not load: say which, without a traceback

@@ -135,7 +135,8 @@ class TraceSettings(_Section):
     sample_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     # where traces are kept (server/trace_db.py): a SQLite file shared by the workers and kept across
     # restarts; ":memory:" keeps them in the process; "auto": `poolserve serve` uses
-    # $XDG_STATE_HOME/poolserve/traces-<port>.sqlite3 (~/.local/state/...), an app made in-process memory
+    # $XDG_STATE_HOME/poolserve/traces-<port>.sqlite3 (~/.local/state/...; the port bound, also for port 0),
+    # an app made in-process memory
     path: str = "auto"
 
 

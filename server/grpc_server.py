@@ -28,6 +28,7 @@ from typing import Any, Generic, TypeVar
 import grpc
 
 from poolserve.proto import config_pb2
+from poolserve.runtime.deadline import GRPC_DEADLINE
 from poolserve.runtime.errors import OpError, UnavailableError
 from poolserve.server import codec
 from poolserve.server.admission import MAX_CLIENT_ID
@@ -104,6 +105,7 @@ def apply_deadline(request: InferRequest, remaining: float | None) -> None:
         options = request.run_options = config_pb2.RunOptions()
     if options.timeout_in_ms <= 0 or options.timeout_in_ms > ms:
         options.timeout_in_ms = ms
+        request.timeout_source = GRPC_DEADLINE
 
 
 async def infer_once(
@@ -145,6 +147,7 @@ async def infer_once(
                 client=client,
                 limit=settings.max_in_flight_per_client,
                 shed=settings.shed,
+                source=GRPC_DEADLINE if left is not None else None,
             )
             try:
                 infer, kept = await codec.sized(

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request, Response
 
 from poolserve.proto import config_pb2
 from poolserve.runtime import dtypes
+from poolserve.runtime.deadline import KSERVE_TIMEOUT
 from poolserve.runtime.errors import (
     InvalidArgumentError,
     OpError,
@@ -443,6 +444,8 @@ def infer_request(entry: ModelEntry, decoded: DecodedRequest) -> InferRequest:
         trace=bool(_bool_parameter("request", params, "trace")),
         use_run_handler_pool=_bool_parameter("request", params, "use_run_handler_pool"),
     )
+    if infer.run_options is not None and infer.run_options.timeout_in_ms > 0:
+        infer.timeout_source = KSERVE_TIMEOUT
     if not decoded.outputs:  # every model output
         decoded.outputs = [RequestedOutput(s.name) for s in entry.outputs]
     return infer

@@ -120,6 +120,20 @@ class InferResponse(BaseModel):
     outputs: list[InferOutput]
 
 
+class WorkerApplied(_Doc):
+    pid: int
+    applied: bool
+    error: str = Field(description="why this worker did not apply the call (empty when it did)")
+
+
+class RepositoryAnswer(_Doc):
+    """A load or unload call's 200 under ``poolserve serve --workers``: which workers applied it (one
+    process answers it empty, as Triton does)."""
+
+    workers: list[WorkerApplied]
+    applied_by_all: bool
+
+
 # --- TF Serving REST -------------------------------------------------------------------------------------
 
 
@@ -153,7 +167,7 @@ class RegressResponse(BaseModel):
 
 DOC_MODELS: tuple[type[BaseModel], ...] = (
     Error, RunRequest, RunResponse, InferRequest, InferResponse, PredictRequest, PredictResponse,
-    ExamplesRequest, ClassifyResponse, RegressResponse,
+    ExamplesRequest, ClassifyResponse, RegressResponse, RepositoryAnswer,
 )  # fmt: skip
 
 _ERRORS = {
@@ -177,12 +191,11 @@ _EMPTY_OK = frozenset(
         "/v2/health/ready",
         "/v2/models/{model}/ready",
         "/v2/models/{model}/versions/{version}/ready",
-        # Triton answers the repository's load and unload empty (poolserve too, but with --workers: which
-        # workers applied the call, as JSON)
-        "/v2/repository/models/{model}/load",
-        "/v2/repository/models/{model}/unload",
     }
 )
+# Triton answers the repository's load and unload empty, as one poolserve process does; with --workers the
+# answer says which workers applied the call (SharedCalls in server/workers.py)
+_REPOSITORY_CALLS = ("/v2/repository/models/{model}/load", "/v2/repository/models/{model}/unload")
 
 
 def _ref(model: type[BaseModel]) -> dict[str, str]:
@@ -333,6 +346,11 @@ def build(app: FastAPI, service: InferenceService) -> dict[str, Any]:
                 continue
             if path in _EMPTY_OK:
                 ok.pop("content", None)
+            elif path in _REPOSITORY_CALLS:
+                ok["description"] = (
+                    "applied; an empty body from one process, and with --workers which workers applied it"
+                )
+                ok["content"] = {JSON: {"schema": _ref(RepositoryAnswer)}}
             elif path == "/metrics":
                 ok["content"] = {"text/plain": {"schema": {"type": "string"}}}
             elif path.startswith("/v1/sessions"):
@@ -346,6 +364,9 @@ def build(app: FastAPI, service: InferenceService) -> dict[str, Any]:
     for path, method in (("/v1/runtime/run_handler_pool", "put"), ("/v1/sessions", "post")):
         if method in paths.get(path, {}):
             paths[path][method]["responses"].update(_errors("401"))
+    for path in _REPOSITORY_CALLS:  # admin calls; with --workers, 504 when a worker has not applied it
+        if "post" in paths.get(path, {}):
+            paths[path]["post"]["responses"].update(_errors("401", "504"))
     for path in kserve.UNSUPPORTED:  # Triton's calls poolserve does not serve: never a 200
         for operation in paths.get(path, {}).values():
             operation["parameters"] = _path_params(path, models)  # the routes read none of them

@@ -115,6 +115,9 @@ class InferRequest:
     request_id: str = ""
     received_at: float = 0.0
     signature_name: str | None = None  # None: the model's default signature
+    # the setting a client used that became run_options.timeout_in_ms, for a deadline's message (None:
+    # RunOptions itself); set by the adapter that turned it into the option
+    timeout_source: str | None = None
 
     def __post_init__(self) -> None:
         if not self.request_id:
@@ -423,7 +426,10 @@ class InferenceService:
         if self.draining and not self.ready:
             raise UnavailableError("The server is shutting down")
         timeout_ms = self.timeout_ms(given)
-        source = TIMEOUT_IN_MS if given is not None and given.timeout_in_ms > 0 else SERVER_DEFAULT
+        if given is not None and given.timeout_in_ms > 0:
+            source = request.timeout_source or TIMEOUT_IN_MS
+        else:
+            source = SERVER_DEFAULT
         deadline = Deadline(timeout_ms, request.received_at, source) if timeout_ms > 0 else None
         entry = entry.for_signature(request.signature_name)
         feeds = entry.feeds(request.feeds)

@@ -51,6 +51,7 @@ from poolserve.runtime.errors import (
     OpError,
 )
 from poolserve.server.config import Config, ConfigError, config_source, load_config
+from poolserve.server.trace_db import resolve_path
 
 if TYPE_CHECKING:
     from poolserve.server.repository import Repository
@@ -160,6 +161,9 @@ class SharedCalls:
     def start(self) -> None:
         """Takes up the calls made before this worker started (it has loaded the configured models:
         the ones unloaded by a call are unloaded again) and starts watching for new ones."""
+        # the counter read before the record: every call it counts is in the record (written before the
+        # counter moves) or was dropped from it (left_config), so this worker has taken up all of them
+        seen = self.counter.value
         calls = self._calls()
         for model, (_, verb) in sorted(calls.items(), key=lambda c: c[1][0]):
             if verb == "unload":
@@ -167,7 +171,9 @@ class SharedCalls:
                     self._apply(verb, model)
                 except OpError as e:  # a model since gone from the config: nothing to unload
                     log.info("repository call not taken up: %s", e.message)
-        self.applied = max((seq for seq, _ in calls.values()), default=0)
+        # not the last call recorded alone: with the last call's record dropped, the counter stayed ahead of
+        # it and the watcher read the record every poll until the next call
+        self.applied = max([seen, *(seq for seq, _ in calls.values())])
         self._ack("")
         self.repository.shared = self.call
         self.repository.on_leave = self.left_config
@@ -265,7 +271,8 @@ class SharedCalls:
     def _watch(self) -> None:
         while True:
             time.sleep(_CALLS_POLL_S)
-            if self.counter.value <= self.applied:
+            seen = self.counter.value  # before the record: as in start
+            if seen <= self.applied:
                 continue
             try:
                 with self._applying:  # not while this worker applies a call it took
@@ -280,6 +287,9 @@ class SharedCalls:
                                 log.exception("applying another worker's repository call failed")
                         self.applied = seq
                         self._ack(error)
+                    if seen > self.applied:  # calls whose record was dropped: nothing left to apply
+                        self.applied = seen
+                        self._ack("")
             except Exception:  # the files unreadable for a moment: looked at again next round
                 log.exception("reading the repository calls failed")
 
@@ -619,6 +629,8 @@ def supervise(config: Config, args: argparse.Namespace, workers: int) -> int:
             )
             return 1
         config.server.grpc_port = reserved_grpc.getsockname()[1]
+    # "auto" traces: the file of the port reserved (not of port 0, which every such server would share)
+    config.traces.path = resolve_path(config.traces, config.server.port)
     if config.traces.path == ":memory:":
         log.warning("traces kept in memory: each worker finds only the traces it recorded")
     for stale in remove_stale_runtime_dirs(Path(tempfile.gettempdir())):

@@ -199,6 +199,23 @@ async def test_the_header_timeout_applies_when_the_body_sets_none(app: FastAPI) 
         assert r.status_code == 200
 
 
+async def test_a_deadline_names_the_setting_the_client_used(app: FastAPI) -> None:
+    # each became RunOptions.timeout_in_ms, which the message named whatever the client had set
+    kserve = {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}
+    asks = [
+        ("/v1/models/nap:run", BODY, {"X-Request-Timeout-Ms": "20"}, "(the X-Request-Timeout-Ms header)"),
+        ("/v2/models/nap/infer", kserve, {"X-Request-Timeout-Ms": "20"}, "(the X-Request-Timeout-Ms header)"),
+        ("/v2/models/nap/infer", {**kserve, "parameters": {"timeout": 20_000}}, {}, "(KServe's 'timeout' parameter)"),
+        ("/v1/models/nap:predict", {"instances": [[1, 2, 3]]}, {"X-Request-Timeout-Ms": "20"},
+         "(the X-Request-Timeout-Ms header)"),
+        ("/v1/models/nap:run", {**BODY, "run_options": {"timeout_in_ms": 20}}, {}, "(RunOptions.timeout_in_ms)"),
+    ]  # fmt: skip
+    async with client(app) as c:
+        for path, body, headers, source in asks:
+            r = await c.post(path, json=body, headers=headers)
+            assert r.status_code == 504 and source in r.json()["error"], (path, r.text)
+
+
 async def test_a_bad_timeout_header_gets_400_and_a_huge_one_is_capped(app: FastAPI) -> None:
     async with client(app) as c:
         for bad in ("soon", "-5", "0", "1.5"):

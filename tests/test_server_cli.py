@@ -4,6 +4,7 @@ hook."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -118,3 +119,41 @@ def test_a_single_server_says_where_it_listens(tmp_path: Path) -> None:
         server.send_signal(signal.SIGTERM)
         _, err = server.communicate(timeout=60)
     assert f"Uvicorn running on http://127.0.0.1:{port} (Press CTRL+C to quit)" in err, err
+
+
+def test_servers_on_port_0_keep_their_traces_apart(tmp_path: Path) -> None:
+    # "auto" was traces-<configured port>: every server started on port 0 (one alone, a supervisor of
+    # workers) shared traces-0.sqlite3; now each names the port it bound
+    config = tmp_path / "one.toml"
+    mlp = Path(cli.__file__).resolve().parent.parent / "configs" / "models" / "mlp.pb"
+    config.write_text(f'[server]\nport = 0\ngrpc_port = 0\n\n[[models]]\nname = "mlp"\npath = "{mlp}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POOLSERVE_")}
+    env["XDG_STATE_HOME"] = str(tmp_path)
+    command = [sys.executable, "-m", "poolserve.server.cli", "serve", "--config", str(config)]
+    command += ["--host", "127.0.0.1"]
+    logs = [tmp_path / "alone.log", tmp_path / "workers.log"]
+    servers = []
+    for log, extra in zip(logs, [[], ["--workers", "2"]], strict=True):
+        with log.open("wb") as out:
+            servers.append(subprocess.Popen(command + extra, env=env, stdout=out, stderr=subprocess.STDOUT))
+    ports: list[int] = []
+    try:
+        for log, server in zip(logs, servers, strict=True):
+            deadline, found = time.monotonic() + 90, None
+            while time.monotonic() < deadline and server.poll() is None:
+                # "Uvicorn running on http://127.0.0.1:<port>", or the supervisor's "2 workers on ..."
+                found = re.search(r"(?:running on http://| workers on )127\.0\.0\.1:(\d+)", log.read_text())
+                if found and "startup complete" in log.read_text():
+                    ports.append(int(found.group(1)))
+                    break
+                time.sleep(0.1)
+            assert server.poll() is None and found, log.read_text()
+        for port in ports:
+            assert httpx.get(f"http://127.0.0.1:{port}/v1/health/ready", timeout=5).status_code == 200
+    finally:
+        for server in servers:
+            server.send_signal(signal.SIGTERM)
+        for server in servers:
+            server.wait(timeout=60)
+    files = sorted(p.name for p in (tmp_path / "poolserve").glob("traces-*.sqlite3"))
+    assert 0 not in ports and files == sorted(f"traces-{port}.sqlite3" for port in ports)

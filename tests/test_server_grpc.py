@@ -21,6 +21,7 @@ from test_server_kserve import CONFIG, write_models
 
 from poolserve.proto import (
     classification_pb2,
+    config_pb2,
     example_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
@@ -40,9 +41,9 @@ from poolserve.server import codec, grpc_raw
 from poolserve.server.app import create_app
 from poolserve.server.auth import AdminToken
 from poolserve.server.config import config_source, load_config
-from poolserve.server.grpc_server import GrpcServer
+from poolserve.server.grpc_server import GrpcServer, apply_deadline
 from poolserve.server.kserve_grpc import ModelInferAdapter
-from poolserve.server.service import InferenceService
+from poolserve.server.service import InferenceService, InferRequest
 
 pb = grpc_service_pb2
 pytestmark = pytest.mark.anyio
@@ -499,7 +500,7 @@ async def test_timeout_parameter_stops_the_step(kserve: Any, app: Any) -> None:
     request = raw_request("sleepy", x=np.ones(2, np.float32))
     request.parameters["timeout"].int64_param = 150_000
     details = await expect_error(kserve.ModelInfer(request), grpc.StatusCode.DEADLINE_EXCEEDED)
-    assert "deadline" in details.lower() or "timeout" in details.lower()
+    assert "(KServe's 'timeout' parameter)" in details  # what the client set, not RunOptions
     assert f"nap{SLEEPS - 1}" not in RUNS
     text, _ = service_of(app).metrics.exposition()
     assert b'poolserve_timeouts_total{model="sleepy"}' in text
@@ -541,6 +542,16 @@ async def test_grpc_deadline_becomes_the_step_timeout(kserve: Any, app: Any) -> 
     assert time.monotonic() - started < 0.5 * SLEEPS * 0.05  # stopped, not run to its end
     assert f"nap{SLEEPS - 1}" not in RUNS
     assert answered(service, "sleepy", 504) == timeouts + 1, answered(service, "sleepy", 499)
+
+
+def test_a_grpc_deadline_is_named_as_the_timeout_only_when_it_is_the_shorter() -> None:
+    request = InferRequest("m", {})
+    apply_deadline(request, 0.2)
+    assert request.run_options is not None and request.run_options.timeout_in_ms == 200
+    assert request.timeout_source == "the gRPC call's deadline"
+    own = InferRequest("m", {}, run_options=config_pb2.RunOptions(timeout_in_ms=50))
+    apply_deadline(own, 0.2)  # the request's own is shorter: it stays the step's timeout, and named
+    assert own.run_options is not None and own.run_options.timeout_in_ms == 50 and own.timeout_source is None
 
 
 async def test_cancelled_call_cancels_the_step(kserve: Any, app: Any) -> None:

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ from support import ROOT, ServerProcess, free_port
 from test_server_process import write_models
 
 from poolserve.proto import grpc_service_pb2, grpc_service_pb2_grpc
+from poolserve.server.openapi import RepositoryAnswer
 from poolserve.server.workers import WORKER_HEADER, SharedFlag, Worker, core_share, remove_stale_runtime_dirs
 
 ADD = {"feeds": {"x": [[1, 2, 3]]}}
@@ -209,6 +211,15 @@ def _add_statuses(workers: Workers, model: str = "add") -> dict[str, int]:
     return seen
 
 
+def _runtime_folder(workers: Workers) -> Path:
+    """The supervisor's runtime folder (the calls' record and counter, each worker's answer)."""
+    for folder in Path(tempfile.gettempdir()).glob("poolserve-*"):
+        pid = folder / "supervisor.pid"
+        if pid.is_file() and pid.read_text() == str(workers.proc.pid):
+            return folder
+    raise AssertionError("no runtime folder of this server")
+
+
 def test_repository_calls_reach_every_worker_and_its_replacement(workers: Workers) -> None:
     """A load or unload through one worker is applied by every worker before it answers, says so, and a
     worker started later (a replacement after a crash) comes up with the same models: the config file as
@@ -225,6 +236,12 @@ def test_repository_calls_reach_every_worker_and_its_replacement(workers: Worker
         assert answer["applied_by_all"] is True and len(answer["workers"]) == 2, answer
         assert all(w["applied"] and not w["error"] for w in answer["workers"]), answer
         assert {str(w["pid"]) for w in answer["workers"]} == workers.pids()
+        # the OpenAPI document describes this answer (it said the 200 was empty)
+        doc = HTTP.get(f"{workers.url}/openapi.json").json()
+        for call in ("load", "unload"):
+            ok = doc["paths"][f"/v2/repository/models/{{model}}/{call}"]["post"]["responses"]["200"]
+            assert ok["content"]["application/json"]["schema"]["$ref"].endswith("/RepositoryAnswer"), ok
+        RepositoryAnswer.model_validate(answer)  # the model the document's schema is made from
         seen = _add_statuses(workers)
         assert len(seen) == 2 and set(seen.values()) == {503}, seen
         # unloaded by a call, then out of the config and back in: it loads afresh in every worker (as in
@@ -251,6 +268,12 @@ def test_repository_calls_reach_every_worker_and_its_replacement(workers: Worker
         assert len(seen) == 2 and set(seen.values()) == {503}, seen  # the replacement too
         seen = _add_statuses(workers, "twice")
         assert len(seen) == 2 and set(seen.values()) == {200}, seen
+        # the replacement started with the last call's record dropped ("twice" left the config): it took up
+        # every call the counter counts (it counted the last one recorded, and re-read the record every poll)
+        folder = _runtime_folder(workers)
+        counter = int.from_bytes((folder / "repository.seq").read_bytes(), "little")
+        acks = {p.stem: json.loads(p.read_text())["applied"] for p in (folder / "repository").glob("*.json")}
+        assert set(acks) == workers.pids() and set(acks.values()) == {counter}, (acks, counter)
 
         with grpc.insecure_channel(workers.grpc_address) as channel:
             stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
