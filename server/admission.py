@@ -322,19 +322,30 @@ def _header_timeout(scope: Scope) -> int | None:
     return min(int(text), MAX_TIMEOUT_MS)
 
 
+def _apply_header_timeout(request: InferRequest, timeout_ms: int) -> None:
+    """The header's timeout, for a request whose body set none."""
+    options = request.run_options
+    if options is None or options.timeout_in_ms <= 0:
+        if options is None:
+            request.run_options = options = config_pb2.RunOptions()
+        options.timeout_in_ms = timeout_ms
+        request.timeout_source = HEADER
+
+
 def check_decoded(scope: Scope, request: InferRequest, service: InferenceService) -> None:
     """After decoding: applies the header's timeout when the body set none, and sheds the request
     (ShedError, 503) if its own timeout leaves too little for the work admitted before it (none: it is
     admitted, whatever its own cost)."""
     ticket: Ticket | None = scope.get(_TICKET_KEY)
     if ticket is None:
+        # admission watches no request (shed off and no per-client limit): the header is read here
+        header_ms = _header_timeout(scope)
+        if header_ms is not None:
+            _apply_header_timeout(request, header_ms)
         return
+    if ticket.header_timeout:
+        _apply_header_timeout(request, ticket.timeout_ms)
     options = request.run_options
-    if ticket.header_timeout and (options is None or options.timeout_in_ms <= 0):
-        if options is None:
-            request.run_options = options = config_pb2.RunOptions()
-        options.timeout_in_ms = ticket.timeout_ms
-        request.timeout_source = HEADER
     timeout_ms = service.timeout_ms(options)
     if timeout_ms <= 0 or not service.config.server.shed:
         return

@@ -216,6 +216,23 @@ async def test_a_deadline_names_the_setting_the_client_used(app: FastAPI) -> Non
             assert r.status_code == 504 and source in r.json()["error"], (path, r.text)
 
 
+async def test_the_timeout_header_applies_with_shedding_off(tmp_path: Path) -> None:
+    # with shed = false and no per-client limit admission watches no request: the header went unread
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, 3])
+    b.identity(sleep_op(b, x, STEP_S, "nap"), name="out")
+    (tmp_path / "nap.pb").write_bytes(b.graph_def.SerializeToString())
+    config = {"server": {"shed": False}, "models": [{"name": "nap", "path": str(tmp_path / "nap.pb")}]}
+    app = create_app(make_config(config))
+    async with app.router.lifespan_context(app), client(app) as c:
+        r = await c.post("/v1/models/nap:run", json=BODY, headers={"X-Request-Timeout-Ms": "20"})
+        assert r.status_code == 504 and "(the X-Request-Timeout-Ms header)" in r.json()["error"], r.text
+        r = await c.post("/v1/models/nap:run", json=BODY, headers={"X-Request-Timeout-Ms": "soon"})
+        assert r.status_code == 400 and "X-Request-Timeout-Ms must be a positive integer" in r.text
+        r = await c.post("/v1/models/nap:run", json=BODY)
+        assert r.status_code == 200
+
+
 async def test_a_bad_timeout_header_gets_400_and_a_huge_one_is_capped(app: FastAPI) -> None:
     async with client(app) as c:
         for bad in ("soon", "-5", "0", "1.5"):
