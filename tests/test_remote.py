@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 from support import free_port, gate_op, load_fixture_io, serve_in_thread, sleep_op
 
-from poolserve.proto import config_pb2
+from poolserve.proto import config_pb2, serving_pb2, tensor_pb2, types_pb2
 from poolserve.runtime.builder import GraphBuilder, shape
 from poolserve.runtime.deadline import Deadline
 from poolserve.runtime.errors import (
@@ -31,6 +31,7 @@ from poolserve.runtime.errors import (
 from poolserve.runtime.graph import load_graph_def
 from poolserve.runtime.remote import RemoteSession
 from poolserve.runtime.session import InteractiveSession, Session, get_default_session
+from poolserve.runtime.tensor import from_ndarray
 from poolserve.server.app import create_app
 from poolserve.server.config import make_config
 
@@ -380,45 +381,39 @@ def test_reset_ends_the_servers_remote_sessions_and_needs_the_token(server):
         assert bound.run("out:0", {"x:0": np.zeros((1, 3), np.float32)}).tolist() == [[1, 1, 1]]
 
 
-def test_a_run_step_that_feeds_a_tensor_twice_is_refused_naming_it(server):
-    import httpx
-
-    from poolserve.proto import serving_pb2
-    from poolserve.runtime.tensor import from_ndarray
-
+def run_step_raw(server, feeds: list[tuple[str, tensor_pb2.TensorProto]]) -> httpx.Response:
+    """A RunStep of the served ``add`` model's session, fetching ``out:0``, sent as the raw protobuf a
+    client could send (none of RemoteSession's own checks on the way)."""
     with Session(f"{server.url}/v1/models/add") as bound:
         assert isinstance(bound, RemoteSession)
         handle = bound._handle
         request = serving_pb2.RunStepRequest(session_handle=handle, fetch=["out:0"])
-        for _ in range(2):
-            request.feed.add(name="x:0", tensor=from_ndarray(np.zeros((1, 3), np.float32)))
-        answer = httpx.post(
+        for name, tensor in feeds:
+            request.feed.add(name=name, tensor=tensor)
+        return httpx.post(
             f"{server.url}/v1/sessions/{handle}:run",
             content=request.SerializeToString(),
             headers={"Content-Type": "application/x-protobuf"},
         )
+
+
+def empty_float_tensor(*dims: int) -> tensor_pb2.TensorProto:
+    """A float32 TensorProto of shape ``dims`` that holds no value."""
+    tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT)
+    for size in dims:
+        tensor.tensor_shape.dim.add(size=size)
+    return tensor
+
+
+def test_a_run_step_that_feeds_a_tensor_twice_is_refused_naming_it(server):
+    zeros = from_ndarray(np.zeros((1, 3), np.float32))
+    answer = run_step_raw(server, [("x:0", zeros), ("x:0", zeros)])
     assert answer.status_code == 400
     assert answer.json() == {"error": "Tensor 'x:0' is fed twice", "code": "INVALID_ARGUMENT"}
 
 
 def test_a_run_step_feeding_a_shape_no_array_can_have_is_refused_naming_it(server):
-    import httpx
-
-    from poolserve.proto import serving_pb2, tensor_pb2, types_pb2
-
-    with Session(f"{server.url}/v1/models/add") as bound:
-        assert isinstance(bound, RemoteSession)
-        handle = bound._handle
-        request = serving_pb2.RunStepRequest(session_handle=handle, fetch=["out:0"])
-        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT)
-        for size in (2**40, 2**40):
-            tensor.tensor_shape.dim.add(size=size)
-        request.feed.add(name="x:0", tensor=tensor)
-        answer = httpx.post(
-            f"{server.url}/v1/sessions/{handle}:run",
-            content=request.SerializeToString(),
-            headers={"Content-Type": "application/x-protobuf"},
-        )
+    answer = run_step_raw(server, [("x:0", empty_float_tensor(2**40, 2**40))])
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"].startswith(
         "x:0: shape [1099511627776, 1099511627776] is impossible: no array of float32 has that many elements"
@@ -427,23 +422,7 @@ def test_a_run_step_feeding_a_shape_no_array_can_have_is_refused_naming_it(serve
 
 def test_a_run_step_bounds_what_a_feed_filled_from_fewer_values_expands_to(server):
     """[6000000, 3] floats from no value: 72 MB of zeros, past the server's max_request_bytes (64 MiB)."""
-    import httpx
-
-    from poolserve.proto import serving_pb2, tensor_pb2, types_pb2
-
-    with Session(f"{server.url}/v1/models/add") as bound:
-        assert isinstance(bound, RemoteSession)
-        handle = bound._handle
-        request = serving_pb2.RunStepRequest(session_handle=handle, fetch=["out:0"])
-        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT)
-        for size in (6000000, 3):
-            tensor.tensor_shape.dim.add(size=size)
-        request.feed.add(name="x:0", tensor=tensor)
-        answer = httpx.post(
-            f"{server.url}/v1/sessions/{handle}:run",
-            content=request.SerializeToString(),
-            headers={"Content-Type": "application/x-protobuf"},
-        )
+    answer = run_step_raw(server, [("x:0", empty_float_tensor(6000000, 3))])
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"].startswith(
         "x:0: shape [6000000, 3] filled from 0 of its 18000000 values would take 72000000 bytes of float32, "

@@ -1131,10 +1131,11 @@ GROUPS: dict[str, Callable[[Group], None]] = {
 }
 
 
-def main() -> None:
-    for name in sys.argv[1:] or list(GROUPS):
+def main(groups: dict[str, Callable[[Group], None]] = GROUPS) -> None:
+    """Writes the groups named on the command line (all of ``groups`` without a name)."""
+    for name in sys.argv[1:] or list(groups):
         g = Group(name)
-        GROUPS[name](g)
+        groups[name](g)
         g.write()
 
 

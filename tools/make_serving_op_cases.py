@@ -15,9 +15,9 @@ beams of 1 to 40, several paths, and refused inputs). Tests: tests/test_kernels_
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 
+import make_op_case_fixtures
 import numpy as np
 from make_op_case_fixtures import Group
 
@@ -210,12 +210,5 @@ GROUPS: dict[str, Callable[[Group], None]] = {
 }
 
 
-def main() -> None:
-    for name in sys.argv[1:] or list(GROUPS):
-        g = Group(name)
-        GROUPS[name](g)
-        g.write()
-
-
 if __name__ == "__main__":
-    main()
+    make_op_case_fixtures.main(GROUPS)
