@@ -380,13 +380,18 @@ def _table_handle(node: Node, mutable: bool) -> TableHandle:
     )
 
 
+def _handle_tensor(handle: TableHandle) -> np.ndarray:
+    """The table op's output: a read-only 0-d resource tensor holding its handle, the same every step."""
+    out = np.empty((), dtype=object)
+    out[()] = handle
+    out.flags.writeable = False
+    return out
+
+
 def _handle_factory(mutable: bool) -> Any:
     def factory(node: Node) -> Compute:
         handle = _table_handle(node, mutable)
-        out = np.empty((), dtype=object)
-        out[()] = handle
-        out.flags.writeable = False
-        outputs = (out,)
+        outputs = (_handle_tensor(handle),)
 
         def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
             tables = ctx.resources.values
@@ -409,10 +414,7 @@ def mutable_dense_hash_table_v2(node: Node) -> Compute:
     value_shape = node.attr_shape("value_shape", ()) or ()
     buckets = node.attr_int("initial_num_buckets", 131072)
     max_load = node.attr_float("max_load_factor", 0.8)
-    out = np.empty((), dtype=object)
-    out[()] = handle
-    out.flags.writeable = False
-    outputs = (out,)
+    outputs = (_handle_tensor(handle),)
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         tables = ctx.resources.values
