@@ -23,7 +23,7 @@ from starlette.responses import Response
 from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.server import codec, errors
 from poolserve.server.admission import check_decoded, scope_arrivals
-from poolserve.server.hot import too_large_message
+from poolserve.server.hot import Answer, Body, too_large_message
 from poolserve.server.models import ModelEntry
 from poolserve.server.protocol import header
 from poolserve.server.routes import Route
@@ -34,21 +34,30 @@ C = TypeVar("C")  # what an adapter keeps from a request for its answer
 
 @dataclass
 class Encoded:
-    content: bytes
+    """An answer's body: bytes, or parts that go out one after another without being joined (a binary
+    tensor's bytes as a view of its array: a 1 MiB tensor costs no copy into the answer)."""
+
+    content: Body
     media_type: str = "application/json"
     headers: dict[str, str] | None = None
 
 
 class Adapter(ABC, Generic[C]):
-    """A protocol's envelope. ``decode`` and ``encode`` may run in a worker thread: they only compute."""
+    """A protocol's envelope. ``decode`` and ``encode`` may run in a worker thread: they only compute.
+
+    ``decode`` gets the body as bytes, or as a read-only memoryview of the buffer the protocol read a large
+    body into (``server.protocol.BODY_VIEW_KEY``), so that binary tensors can be views of it, not copies;
+    ``bytes(body)`` costs nothing for bytes where a decoder needs them."""
 
     @abstractmethod
-    def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, C]: ...
+    def decode(
+        self, request: Request, body: bytes | memoryview, entry: ModelEntry
+    ) -> tuple[InferRequest, C]: ...
 
     @abstractmethod
     def encode(self, request: Request, result: InferResult, context: C) -> Encoded: ...
 
-    def decode_size(self, request: Request, body: bytes) -> int:
+    def decode_size(self, request: Request, body: bytes | memoryview) -> int:
         """The bytes ``decode`` parses (a binary tensor's bytes cost no parsing)."""
         return len(body)
 
@@ -62,15 +71,19 @@ async def serve(
 ) -> Response:
     """The answer to an inference request, its body read from ``request``."""
     status, headers, content = await serve_body(adapter, service, request, version, None)
-    response = Response(content, status_code=status)
+    response = Response(content if isinstance(content, bytes) else b"".join(content), status_code=status)
     response.raw_headers.extend(headers)
     return response
 
 
 async def serve_body(
-    adapter: Adapter[C], service: InferenceService, request: Request, version: int | None, body: bytes | None
-) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """The answer's status, headers (but content-length) and bytes; ``body`` is the request's body, read
+    adapter: Adapter[C],
+    service: InferenceService,
+    request: Request,
+    version: int | None,
+    body: bytes | memoryview | None,
+) -> Answer:
+    """The answer's status, headers (but content-length) and body; ``body`` is the request's body, read
     already (``server.hot``), or None to read it from ``request``."""
     request_id, received = request_info(request.scope)
     # the request holds its model version from here to its answer: a version retired meanwhile (a newer one
@@ -118,7 +131,7 @@ _INFLATION = 4
 _WBITS = {"gzip": 31, "x-gzip": 31, "deflate": 15}
 
 
-def decompressed(body: bytes, encoding: str, limit: int) -> bytes:
+def decompressed(body: bytes | memoryview, encoding: str, limit: int) -> bytes | memoryview:
     """A request body as it was before its Content-Encoding (``encoding``: the header's codings, in the
     order they were applied), as Triton and TF Serving accept it (tritonclient's
     ``request_compression_algorithm``): gzip and deflate, and identity. At most ``limit`` bytes
@@ -139,7 +152,7 @@ def decompressed(body: bytes, encoding: str, limit: int) -> bytes:
     return body
 
 
-def _inflate(data: bytes, wbits: int, raw_ok: bool, limit: int) -> bytes:
+def _inflate(data: bytes | memoryview, wbits: int, raw_ok: bool, limit: int) -> bytes:
     """``data`` decompressed (every gzip member of it), at most ``limit`` bytes."""
     parts: list[bytes] = []
     size = 0
@@ -180,7 +193,7 @@ def route(
     async def handle(request: Request) -> Response:
         return await serve(adapter, service, request, version(request))
 
-    async def fast(request: Request, body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    async def fast(request: Request, body: bytes | memoryview) -> Answer:
         return await serve_body(adapter, service, request, version(request), body)
 
     found = Route(path, handle, methods=["POST"])

@@ -37,8 +37,16 @@ from poolserve.server.admission import (
     over_connections_message,
     scope_request_id,
 )
-from poolserve.server.limits import receive_until
-from poolserve.server.protocol import BODY_IN_KEY, OVER_CONNECTIONS_KEY, arrival, declared_length
+from poolserve.server.limits import in_time, receive_until
+from poolserve.server.protocol import (
+    BODY_IN_KEY,
+    BODY_VIEW_KEY,
+    OVER_CONNECTIONS_KEY,
+    SEND_VIEWS_KEY,
+    WholeBody,
+    arrival,
+    declared_length,
+)
 from poolserve.server.service import InferenceService, RequestInfo, attach_info, new_request_id
 
 log = logging.getLogger("poolserve")
@@ -49,9 +57,12 @@ WATCH_AFTER = 0.02
 
 _JSON = (b"content-type", b"application/json")
 
+# an answer's body: bytes, or parts sent one after another without joining them (a large binary tensor's
+# bytes as a view of its array: ``server.adapter.Encoded``), each a bytes-like object of unsigned bytes
+Body = bytes | list[bytes | memoryview]
 # what an inference route's fast endpoint returns: status, headers (besides content-length), body
-Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
-FastEndpoint = Callable[[Request, bytes], Awaitable[Answer]]
+Answer = tuple[int, list[tuple[bytes, bytes]], Body]
+FastEndpoint = Callable[[Request, bytes | memoryview], Awaitable[Answer]]
 
 
 class _Cut(Exception):
@@ -147,15 +158,20 @@ class HotPath:
         started = False
         watch: DisconnectWatch | None = None
 
-        async def answer(code: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        async def answer(code: int, headers: list[tuple[bytes, bytes]], body: Body) -> None:
             nonlocal status, started
             status, started = code, True
-            headers.append((b"content-length", str(len(body)).encode()))
+            parts = body if isinstance(body, list) else [body]
+            if len(parts) > 1 and not scope.get(SEND_VIEWS_KEY):  # bytes only, one message
+                parts = [b"".join(parts)]
+            headers.append((b"content-length", str(sum(len(p) for p in parts)).encode()))
             headers.append((b"x-request-id", rid))
             await send({"type": "http.response.start", "status": code, "headers": headers})
             if watch is not None:
                 watch.complete = True
-            await send({"type": "http.response.body", "body": body})
+            for part in parts[:-1]:
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+            await send({"type": "http.response.body", "body": parts[-1]})
 
         async def refuse(error: OpError) -> None:
             headers = [_JSON, *errors.raw_headers(getattr(error, "headers", None))]
@@ -211,7 +227,7 @@ class HotPath:
                     nonlocal sent
                     if not sent:
                         sent = True
-                        return {"type": "http.request", "body": body, "more_body": False}
+                        return {"type": "http.request", "body": bytes(body), "more_body": False}
                     return await watch.wait_gone()
 
                 request = Request(scope, replay)
@@ -237,9 +253,20 @@ class HotPath:
             service.traces.finish(info.request_id, status, end)
             self._count(scope, info, status, end)
 
-    async def _body(self, scope: Scope, receive: Receive) -> bytes:
-        """The whole body, within max_request_bytes (413) and body_timeout_ms from arrival (408)."""
+    async def _body(self, scope: Scope, receive: Receive) -> bytes | memoryview:
+        """The whole body, within max_request_bytes (413) and body_timeout_ms from arrival (408): a view of
+        the buffer the protocol read it into when it read it whole (``WholeBody``), else bytes."""
         limit = self.service.config.server.max_request_bytes
+        whole: WholeBody | None = scope.get(BODY_VIEW_KEY)
+        if whole is not None:
+            if not scope.get(BODY_IN_KEY):
+                until = arrival(scope) + self.body_timeout
+                await in_time(whole.wait(), until, self.body_timeout)
+            view = whole.take()
+            if view is not None:
+                if len(view) > limit:
+                    raise HTTPException(413, self._too_large())
+                return view
         if scope.get(BODY_IN_KEY):  # all of it is in: receive() answers at once
             message = await receive()
             if message["type"] == "http.request" and not message.get("more_body", False):
@@ -276,7 +303,7 @@ class HotPath:
         info: RequestInfo,
         error: Exception,
         started: bool,
-        answer: Callable[[int, list[tuple[bytes, bytes]], bytes], Awaitable[None]],
+        answer: Callable[[int, list[tuple[bytes, bytes]], Body], Awaitable[None]],
     ) -> None:
         """The answer to an exception: the app's handler for its type (OpError, HTTPException, ...), else
         a logged 500 with the request id."""

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from poolserve.server.protocol import BODY_IN_KEY, arrival
+
+T = TypeVar("T")
 
 
 class BodyTimeoutMiddleware:
@@ -48,9 +52,14 @@ class BodyTimeoutMiddleware:
 async def receive_until(receive: Receive, until: float, timeout_s: float) -> Message:
     """``receive()`` by ``until`` (time.monotonic()); past it the 408 HTTPException, which closes the
     connection (``timeout_s``, body_timeout_ms in seconds, names the limit)."""
+    return await in_time(receive(), until, timeout_s)
+
+
+async def in_time(step: Awaitable[T], until: float, timeout_s: float) -> T:
+    """``step`` of reading a body, awaited by ``until``: as ``receive_until``."""
     try:
         async with asyncio.timeout(max(0.0, until - time.monotonic())):
-            return await receive()
+            return await step
     except TimeoutError:
         raise HTTPException(
             408,

@@ -39,7 +39,7 @@ _TRACE_MODES = ("none", "response")
 # --- decoding -------------------------------------------------------------------------------------------
 
 
-def parse_body(body: bytes) -> dict[str, Any]:
+def parse_body(body: bytes | memoryview) -> dict[str, Any]:
     data = codec.loads_tensors(body)
     if not isinstance(data, dict):
         raise InvalidArgumentError("The request body must be a JSON object")
@@ -112,7 +112,7 @@ def _names(raw: Any, field: str) -> list[str]:
     return raw
 
 
-def decode_json(body: bytes, entry: ModelEntry, version: int | None) -> InferRequest:
+def decode_json(body: bytes | memoryview, entry: ModelEntry, version: int | None) -> InferRequest:
     data = parse_body(body)
     feeds_raw = data.get("feeds", {})
     if not isinstance(feeds_raw, dict):
@@ -140,12 +140,14 @@ def decode_json(body: bytes, entry: ModelEntry, version: int | None) -> InferReq
     )
 
 
-def decode_protobuf(body: bytes, entry: ModelEntry, version: int | None, fill_limit: int) -> InferRequest:
+def decode_protobuf(
+    body: bytes | memoryview, entry: ModelEntry, version: int | None, fill_limit: int
+) -> InferRequest:
     """A RunRequest; its feeds filled from fewer values than their shape holds take at most
     ``fill_limit`` bytes in all (``codec.check_tensor_protos``)."""
     msg = serving_pb2.RunRequest()
     try:
-        msg.ParseFromString(body)
+        msg.ParseFromString(bytes(body))
     except message.DecodeError as e:
         raise InvalidArgumentError(f"The body is not a valid RunRequest: {e}") from None
     if msg.trace not in ("", *_TRACE_MODES):
@@ -234,7 +236,9 @@ class NativeAdapter(Adapter[bool]):
     def __init__(self, max_request_bytes: int) -> None:
         self.max_request_bytes = max_request_bytes
 
-    def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, bool]:
+    def decode(
+        self, request: Request, body: bytes | memoryview, entry: ModelEntry
+    ) -> tuple[InferRequest, bool]:
         content_type = header(request.scope, b"content-type") or "application/json"
         if _is_protobuf(content_type):
             return decode_protobuf(body, entry, entry.version, self.max_request_bytes), True

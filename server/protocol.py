@@ -56,6 +56,16 @@ ARRIVAL_KEY = "poolserve.arrival"
 OVER_CONNECTIONS_KEY = "poolserve.over_connections"
 # set in a request's scope once its whole body is in (the app's receive() then returns it without waiting)
 BODY_IN_KEY = "poolserve.body_in"
+# set for an admitted body of declared length that is still to come: a ``WholeBody``, through which the app
+# may wait for all of it and take it as a view of the buffer it was read into, with no copy
+BODY_VIEW_KEY = "poolserve.whole_body"
+# set in every request's scope: the answer's body may be sent as memoryview parts (an ASGI server other than
+# this protocol, or Ray Serve's proxy, which pickles messages, takes bytes only: ``sends_views``)
+SEND_VIEWS_KEY = "poolserve.send_views"
+# a KServe binary request's JSON header length: its tensors follow the header in the body
+_TENSORS_AT = b"inference-header-content-length"
+# the alignment a direct-read body's tensors get in its buffer (a cache line: any dtype's alignment)
+_ALIGN = 64
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 _CODES = {400: Code.INVALID_ARGUMENT, 408: Code.DEADLINE_EXCEEDED, 431: Code.RESOURCE_EXHAUSTED}
@@ -116,9 +126,12 @@ class _OneSend:
         held, self._held = self._held, None
         self._transport.write(held + data if held is not None else data)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         held = self._held
         if held is None:
+            if len(data) >= _JOIN_BELOW:  # nothing to join it to: held, it would be copied for nothing
+                self._transport.write(data)
+                return
             self._held = bytes(data)
             self._loop.call_soon(self._flush)
         else:
@@ -283,14 +296,12 @@ class ServingProtocol(HttpToolsProtocol):
         """Reads the rest of the admitted request's body straight into a buffer of its declared length
         (what came of it already first). uvicorn stops reading every 64 KiB until the app takes what came,
         a round trip through the app's receive() (and the loop) each time; the app takes all of it anyway,
-        and admission bounded its size (max_request_bytes). The buffer is numpy's ``empty``: its pages
-        are touched only as the body comes, so a client that declares a large body and sends nothing
-        holds no memory for it."""
+        and admission bounded its size (max_request_bytes). See ``_aligned_buffer`` for the buffer."""
         cycle = self.cycle
         if cycle.response_complete:  # answered without it (as uvicorn does, dropped as it comes)
             self._whole = 0
             return
-        into = np.empty(self._whole, np.uint8).data
+        into = _aligned_buffer(self._whole, _tensors_at(cycle.scope))
         came = len(cycle.body)
         into[:came] = cycle.body
         cycle.body = cycle.body[:0]  # bytes or bytearray, as the uvicorn version makes it
@@ -315,6 +326,7 @@ class ServingProtocol(HttpToolsProtocol):
         self._unset_keepalive_if_required()  # a request has begun: the connection is not idle
         super().on_message_begin()
         self.scope[ARRIVAL_KEY] = time.monotonic()  # type: ignore[literal-required]
+        self.scope[SEND_VIEWS_KEY] = True  # type: ignore[literal-required]
         self._header_bytes = 0
         self._start_header_timer()
 
@@ -342,8 +354,9 @@ class ServingProtocol(HttpToolsProtocol):
         if into is not None:
             self._into = None
             if not self.cycle.response_complete:  # else the app answered without it: dropped
-                # bytes: receive() makes bytes of the body, and returns a bytes object as it is (no copy)
-                self.cycle.body = into[: self._into_at].tobytes()  # type: ignore[assignment]
+                # receive() copies the view into bytes for an app that reads the body that way; the
+                # inference routes take the view itself (WholeBody)
+                self.cycle.body = into[: self._into_at].toreadonly()  # type: ignore[assignment]
         super().on_message_complete()
         if self.cycle is not None:
             self.cycle.scope[BODY_IN_KEY] = True  # type: ignore[literal-required]
@@ -375,6 +388,8 @@ class ServingProtocol(HttpToolsProtocol):
             # read as uvicorn reads it, so that the app's limit applies as it comes
             if cycle is self.cycle and cycle.more_body:
                 self._whole = declared_length(cycle.scope) or 0
+                if self._whole:
+                    cycle.scope[BODY_VIEW_KEY] = WholeBody(cycle)  # type: ignore[literal-required]
         super()._start_asgi_task(cycle, app)
 
     def _answer(self, cycle: RequestResponseCycle, refusal: Refusal) -> None:
@@ -395,6 +410,54 @@ class ServingProtocol(HttpToolsProtocol):
         elif cycle is self.cycle and cycle.more_body:  # its body is to come: dropped unparsed
             self._drop = max(0, (declared_length(cycle.scope) or 0) - len(cycle.body))
         self.on_response_complete()
+
+
+def _tensors_at(scope: Any) -> int:
+    """Where a body's binary tensors start: past the KServe JSON header, if the request declares one."""
+    for key, value in scope.get("headers", ()):
+        if key == _TENSORS_AT:
+            value = value.strip()
+            return int(value) if value.isdigit() and len(value) < 19 else 0
+    return 0
+
+
+def _aligned_buffer(size: int, at: int) -> memoryview:
+    """A buffer of ``size`` bytes whose byte ``at`` is ``_ALIGN``-aligned: a binary tensor read there is
+    aligned, and its array is a view of the body (``codec.from_binary`` copies an unaligned one). numpy's
+    ``empty``: its pages are touched only as the body comes, so a client that declares a large body and
+    sends nothing holds no memory for it."""
+    whole = np.empty(size + _ALIGN, np.uint8)
+    start = -(whole.ctypes.data + at) % _ALIGN
+    return whole.data[start : start + size]
+
+
+class WholeBody:
+    """An admitted body of declared length, as the protocol reads it: ``wait`` until it is all in (or the
+    client is gone), then ``take`` it. A body read straight into its own buffer (``_read_whole``: one
+    whose rest was large) is taken as a read-only view of that buffer: a 1 MiB binary tensor reaches the
+    model with no copy, where receive() makes bytes of it. Otherwise ``take`` answers None, and the app
+    reads the body with receive() as any other."""
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = cycle
+
+    async def wait(self) -> None:
+        """Until the body is all in or the client has gone (what receive() waits for with such a body)."""
+        await self._cycle.message_event.wait()
+
+    def take(self) -> memoryview | None:
+        """The body as a view of its buffer, if it is all in and was read into one, else None. Once it is
+        taken the request's channel is as receive() leaves it after the body: the next receive() waits
+        for the client to disconnect."""
+        cycle = self._cycle
+        body = cycle.body
+        if not isinstance(body, memoryview) or cycle.disconnected or cycle.response_complete:
+            return None
+        cycle.body = bytearray()
+        cycle.message_event.clear()
+        return body
 
 
 def header(scope: Any, name: bytes) -> str | None:

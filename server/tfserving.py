@@ -369,7 +369,9 @@ def _json_response(body: Any) -> Response:
 class TFServingAdapter(Adapter[bool]):
     """TF Serving's JSON; the answer in the request's format (the context: row format or not)."""
 
-    def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, bool]:
+    def decode(
+        self, request: Request, body: bytes | memoryview, entry: ModelEntry
+    ) -> tuple[InferRequest, bool]:
         decoded = decode_predict(codec.loads_tensors(body), entry)
         infer = InferRequest(
             entry.name, decoded.inputs, version=entry.version, signature_name=decoded.signature_name
@@ -386,7 +388,9 @@ class ExamplesAdapter(Adapter[None]):
     def __init__(self, method: examples.Method) -> None:
         self.method = method
 
-    def decode(self, request: Request, body: bytes, entry: ModelEntry) -> tuple[InferRequest, None]:
+    def decode(
+        self, request: Request, body: bytes | memoryview, entry: ModelEntry
+    ) -> tuple[InferRequest, None]:
         signature, blobs, context = decode_examples(codec.loads(body))
         return self.method.request(entry, signature, blobs, context), None
 

@@ -24,7 +24,7 @@ from poolserve.runtime.builder import GraphBuilder
 from poolserve.server.admission import COST_ANSWERS, Admission, InferPaths
 from poolserve.server.app import create_app
 from poolserve.server.config import make_config
-from poolserve.server.protocol import protocol_factory
+from poolserve.server.protocol import BODY_VIEW_KEY, WholeBody, protocol_factory
 
 pytestmark = pytest.mark.anyio
 STEP_S = 0.1
@@ -401,6 +401,23 @@ def settled(admission: Admission, seconds: float = 5.0) -> Admission:
     return admission
 
 
+class Taken:
+    """A request's ``WholeBody`` that records what the app takes through it (the inference routes take a
+    large body whole, as a view of the protocol's buffer, without receive())."""
+
+    def __init__(self, whole: WholeBody, bodies: list[bytes]) -> None:
+        self.whole, self.bodies = whole, bodies
+
+    async def wait(self) -> None:
+        await self.whole.wait()
+
+    def take(self) -> memoryview | None:
+        view = self.whole.take()
+        if view is not None:
+            self.bodies.append(bytes(view))
+        return view
+
+
 def read_answer(answers: BinaryIO) -> tuple[int, dict[str, str], dict[str, Any]]:
     """The next HTTP/1.1 answer (with a Content-Length body) of a connection (its ``makefile("rb")``):
     status, headers (lower-case names), JSON body."""
@@ -589,6 +606,7 @@ def test_an_admitted_body_reaches_the_app_whole_and_a_chunked_one_as_it_comes(tm
     as it arrives and the app's size limit stops it while it is read."""
     served = Served(make_app(tmp_path, max_request_bytes=200_000))
     messages: list[int] = []
+    taken: list[bytes] = []
     app = served.seen.app
 
     async def recording(scope: Scope, receive: Receive, send: Send) -> None:
@@ -598,6 +616,8 @@ def test_an_admitted_body_reaches_the_app_whole_and_a_chunked_one_as_it_comes(tm
                 messages.append(len(message["body"]))
             return message
 
+        if BODY_VIEW_KEY in scope:
+            scope[BODY_VIEW_KEY] = Taken(scope[BODY_VIEW_KEY], taken)
         await app(scope, counted, send)
 
     served.seen.app = recording
@@ -609,8 +629,7 @@ def test_an_admitted_body_reaches_the_app_whole_and_a_chunked_one_as_it_comes(tm
                 time.sleep(0.05)
                 s.sendall(piece)
             assert read_answer(f)[0] == 200
-            assert messages == [len(body)]
-            messages.clear()
+            assert messages == [] and taken == [body]  # whole, and taken as the buffer it was read into
             s.sendall(b"POST /v1/models/nap:run HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
             for _ in range(6):
                 time.sleep(0.05)
@@ -626,8 +645,8 @@ def test_a_large_admitted_body_read_past_the_parser_is_the_one_sent_and_the_next
     tmp_path: Path,
 ) -> None:
     """The rest of a large admitted body is read straight into a buffer of its declared length, past the
-    parser: the app gets exactly the bytes sent, however they are split, and the next request, sent in
-    the same write as the body's end, is parsed and answered after it."""
+    parser: the app gets exactly the bytes sent (taken whole from that buffer), however they are split,
+    and the next request, sent in the same write as the body's end, is parsed and answered after it."""
     served = Served(make_app(tmp_path))
     bodies: list[bytes] = []
     app = served.seen.app
@@ -643,6 +662,8 @@ def test_a_large_admitted_body_read_past_the_parser_is_the_one_sent_and_the_next
                     bodies.append(b"".join(parts))
             return message
 
+        if BODY_VIEW_KEY in scope:
+            scope[BODY_VIEW_KEY] = Taken(scope[BODY_VIEW_KEY], bodies)
         await app(scope, kept, send)
 
     served.seen.app = recording
@@ -689,3 +710,89 @@ def test_admitted_requests_free_their_tickets_whoever_answers_them(served: Serve
     assert served.admission.open == {}
     done()  # freed once only
     assert served.admission.open == {} and served.admission.pending == 0
+
+
+def test_a_large_binary_tensor_is_taken_as_an_aligned_view_and_answered_without_joining(
+    tmp_path: Path,
+) -> None:
+    """A KServe binary body read whole by the protocol is taken as a read-only view of its buffer, laid out
+    so that the tensor after the JSON header (whatever the header's length) is 64-byte aligned: the model
+    reads it in place, with no copy. The binary answer goes out as its header and the output's own bytes,
+    one after the other, and reads back as the same numbers, as does the JSON answer to the same input."""
+    served = Served(make_app(tmp_path))
+    taken: list[bytes] = []
+    offsets: list[int] = []
+    app = served.seen.app
+
+    async def recording(scope: Scope, receive: Receive, send: Send) -> None:
+        whole = scope.get(BODY_VIEW_KEY)
+        if whole is not None:
+            recorded = Taken(whole, taken)
+            take = recorded.take
+
+            def take_and_check() -> memoryview | None:
+                view = take()
+                if view is not None:
+                    assert view.readonly
+                    length = int(dict(scope["headers"])[b"inference-header-content-length"])
+                    offsets.append(np.frombuffer(view, np.uint8)[length:].ctypes.data % 64)
+                return view
+
+            recorded.take = take_and_check  # type: ignore[method-assign]
+            scope[BODY_VIEW_KEY] = recorded
+        await app(scope, receive, send)
+
+    served.seen.app = recording
+    # 480 KB: more than one read (256 KiB) holds, so that the rest is read straight into the body's buffer
+    x = np.random.default_rng(5).standard_normal((40_000, 3)).astype(np.float32)
+    sent: list[bytes] = []
+    try:
+        with served.connect() as s, s.makefile("rb") as f:
+            for pad in (0, 1, 7, 63):  # header lengths that put the tensor at every kind of offset
+                head = json.dumps(
+                    {
+                        "id": "p" * pad,
+                        "inputs": [
+                            {
+                                "name": "x",
+                                "shape": [40_000, 3],
+                                "datatype": "FP32",
+                                "parameters": {"binary_data_size": x.nbytes},
+                            },
+                        ],
+                        "parameters": {"binary_data_output": True},
+                    }
+                ).encode()
+                body = head + x.tobytes()
+                sent.append(body)
+                s.sendall(
+                    head_of(
+                        "/v2/models/nap/infer",
+                        len(body),
+                        f"Inference-Header-Content-Length: {len(head)}",
+                    ).replace(b"application/json", b"application/octet-stream")
+                    + body
+                )
+                status = f.readline()
+                assert status.startswith(b"HTTP/1.1 200"), status
+                headers = {}
+                while (line := f.readline()) != b"\r\n":
+                    name, _, value = line.decode("latin-1").partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                answer = f.read(int(headers["content-length"]))
+                length = int(headers["inference-header-content-length"])
+                meta = json.loads(answer[:length])
+                assert meta["outputs"][0]["parameters"]["binary_data_size"] == x.nbytes
+                assert np.array_equal(np.frombuffer(answer[length:], np.float32).reshape(x.shape), x)
+            assert taken == sent and offsets == [0, 0, 0, 0]
+        small = x[:2]
+        as_json = httpx.post(
+            f"http://127.0.0.1:{served.port}/v2/models/nap/infer",
+            json={
+                "inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": small.ravel().tolist()}]
+            },
+        )
+        assert as_json.status_code == 200
+        assert np.array_equal(np.asarray(as_json.json()["outputs"][0]["data"], np.float32), small.ravel())
+    finally:
+        served.stop()

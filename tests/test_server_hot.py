@@ -45,10 +45,11 @@ async def call(
     headers: list[tuple[bytes, bytes]] | None = None,
     then: float | None = None,
     path: str = "/v1/models/m:run",
+    extra: dict[str, Any] | None = None,
 ) -> list[Message]:
     """The messages ``app`` sends for a POST whose body comes in ``chunks``; ``then``: seconds after the
-    body that the client disconnects (None: it stays)."""
-    scope = asgi_scope(path, [(b"host", b"t"), *(headers or [])])
+    body that the client disconnects (None: it stays); ``extra``: keys added to the scope."""
+    scope = {**asgi_scope(path, [(b"host", b"t"), *(headers or [])]), **(extra or {})}
     left = list(chunks)
     sent: list[Message] = []
 
@@ -181,3 +182,41 @@ def test_at_max_in_flight_a_request_is_refused_before_its_body(tmp_path: Path) -
         app.state.service.in_flight = 0
     assert status == 503 and headers[b"retry-after"] == b"1"
     assert "limit of 1 requests in flight" in body["error"]
+
+
+def test_a_binary_answer_goes_out_in_parts_only_where_the_protocol_takes_them(tmp_path: Path) -> None:
+    """A KServe binary answer's tensor is sent as a view of the output array after the JSON header, when
+    poolserve's protocol serves the request (it sends a memoryview without copying); under any other
+    ASGI server (Ray Serve's proxy pickles messages) the answer is one message of bytes, as ASGI says."""
+    app = make_app(tmp_path)
+    x = np.arange(30_000, dtype=np.float32).reshape(10_000, 3)
+    head = codec.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [10_000, 3],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                },
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    )
+    headers = [(b"inference-header-content-length", str(len(head)).encode())]
+    answers = {}
+    for views in (False, True):
+        extra = {"poolserve.send_views": True} if views else {}
+        sent = asyncio.run(call(app, [head + x.tobytes()], headers, path="/v2/models/m/infer", extra=extra))
+        bodies = [m["body"] for m in sent[1:]]
+        assert sent[0]["status"] == 200 and all(m["type"] == "http.response.body" for m in sent[1:])
+        assert [m.get("more_body", False) for m in sent[1:]] == [True] * (len(bodies) - 1) + [False]
+        if views:
+            assert len(bodies) == 2 and isinstance(bodies[1], memoryview) and len(bodies[1]) == x.nbytes
+        else:
+            assert len(bodies) == 1 and type(bodies[0]) is bytes
+        data = b"".join(bodies)
+        assert int(dict(sent[0]["headers"])[b"content-length"]) == len(data)
+        length = int(dict(sent[0]["headers"])[b"inference-header-content-length"])
+        answers[views] = np.frombuffer(data[length:], np.float32).reshape(x.shape)
+    assert np.array_equal(answers[False], 2 * x) and np.array_equal(answers[True], 2 * x)

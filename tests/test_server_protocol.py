@@ -156,6 +156,9 @@ def test_one_send_joins_a_head_and_its_body_and_flushes_a_lone_write_at_the_end_
         t.write(b"head")
         t.write(big)  # a large body is not copied to join it
         assert raw.writes[-2:] == [b"head", big]
+        part = memoryview(big)
+        t.write(part)  # a large part after them (a binary answer's tensor) goes at once, not held as a copy
+        assert raw.writes[-1] == big and len(raw.writes) == 5
         t.write(b"last words")
         t.close()  # what was held goes before the close
         assert raw.writes[-1] == b"last words" and raw.closed
