@@ -44,7 +44,7 @@ import numpy as np
 import orjson
 
 from benchmarks import bench_http, grpc_echo
-from benchmarks.servers import cpu_seconds, free_port
+from benchmarks.servers import RawClient, cpu_seconds, free_port
 from poolserve.proto import grpc_service_pb2
 from poolserve.runtime.builder import GraphBuilder, shape
 
@@ -119,6 +119,17 @@ def decode_http(response: httpx.Response) -> np.ndarray[Any, Any]:
         json.loads(response.content[:n])
         return np.frombuffer(response.content[n:], np.float32)
     return np.asarray(orjson.loads(response.content)["outputs"][0]["data"], np.float32)
+
+
+def decode_raw(client: RawClient) -> np.ndarray[Any, Any]:
+    """A call on the lean client, its answer decoded as ``decode_http`` does (a copy of the tensor's
+    bytes: the connection's buffer is reused)."""
+    body = client.call()
+    if HEADER.lower() in client.headers:
+        n = int(client.headers[HEADER.lower()])
+        json.loads(bytes(body[:n]))
+        return np.frombuffer(body[n:], np.float32).copy()
+    return np.asarray(orjson.loads(body)["outputs"][0]["data"], np.float32)
 
 
 def decode_grpc(data: bytes) -> np.ndarray[Any, Any]:
@@ -219,9 +230,25 @@ def bench_big(base: str, address: str, model: str, shape: tuple[int, int], repea
             times["grpc_raw"].append(time.perf_counter() - t0)
     channel.close()
     np.testing.assert_allclose(answers["grpc_raw"], answers["json"], rtol=1e-4, atol=1e-5)
+    port = int(base.rsplit(":", 1)[1])
+    raw = {
+        f"{name}_raw": RawClient(port, path, content, headers)
+        for name, (path, content, headers) in targets.items()
+    }
+    try:
+        for _ in range(repeat):
+            for name, lean in raw.items():
+                t0 = time.perf_counter()
+                decode_raw(lean)
+                times.setdefault(name, []).append(time.perf_counter() - t0)
+        np.testing.assert_allclose(decode_raw(raw["http_binary_raw"]), answers["json"], rtol=1e-4, atol=1e-5)
+    finally:
+        for lean in raw.values():
+            lean.close()
     out = {f"{k}_ms": float(np.median(v) * 1e3) for k, v in times.items()}
     out["grpc_over_json"] = out["json_ms"] / out["grpc_raw_ms"]
     out["grpc_over_http_binary"] = out["http_binary_ms"] / out["grpc_raw_ms"]
+    out["http_binary_over_json_raw"] = out["json_raw_ms"] / out["http_binary_raw_ms"]
     return out
 
 
@@ -254,7 +281,13 @@ def bench_floor(base: str, address: str, repeat: int) -> dict[str, float]:
         ):
             raise SystemExit("the HTTP echo answered other bytes than it was sent")
         times: dict[str, list[float]] = {"grpc_raw": [], "echo": [], "decode": [], **{k: [] for k in http}}
+        ports = {"http_binary": int(base.rsplit(":", 1)[1]), "http_echo": http_port}
+        raw = {f"{name}_raw": RawClient(port, path, content, headers) for name, port in ports.items()}
         for _ in range(repeat):
+            for name, lean in raw.items():
+                t0 = time.perf_counter()
+                decode_raw(lean)
+                times.setdefault(name, []).append(time.perf_counter() - t0)
             for name, url in http.items():
                 t0 = time.perf_counter()
                 decode_http(client.post(url, content=content, headers=headers))
@@ -270,6 +303,8 @@ def bench_floor(base: str, address: str, repeat: int) -> dict[str, float]:
             times["decode"].append(time.perf_counter() - t0)
     finally:
         client.close()
+        for each in raw.values():
+            each.close()
         server.close()
         bare.close()
         for proc in (echo, http_echo):
@@ -379,7 +414,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"1 MiB float32 input ({model}): JSON {r['json_ms']:.1f} ms, "
                 f"HTTP binary {r['http_binary_ms']:.1f} ms, gRPC raw {r['grpc_raw_ms']:.1f} ms: "
                 f"{r['grpc_over_json']:.1f}x JSON (the step alone, in process: {r['step_ms']:.1f} ms; "
-                f"JSON / 20 = {r['json_ms'] / 20:.1f} ms)"
+                f"JSON / 20 = {r['json_ms'] / 20:.1f} ms); with a lean client (RawClient): JSON "
+                f"{r['json_raw_ms']:.1f} ms, HTTP binary {r['http_binary_raw_ms']:.2f} ms: "
+                f"{r['http_binary_over_json_raw']:.1f}x"
             )
         floor = bench_floor(base, address, args.repeat)
         print(
@@ -387,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
             f"ms, a bare grpc.aio echo of the same request {floor['echo_ms']:.1f} ms, "
             f"the client's decode of the answer {floor['decode_ms']:.2f} ms; HTTP binary "
             f"{floor['http_binary_ms']:.1f} ms, a bare uvicorn echo of its tensor "
-            f"{floor['http_echo_ms']:.1f} ms"
+            f"{floor['http_echo_ms']:.1f} ms; with a lean client: HTTP binary "
+            f"{floor['http_binary_raw_ms']:.2f} ms, the bare echo {floor['http_echo_raw_ms']:.2f} ms"
         )
         codec = bench_codec(args.repeat)
         print(

@@ -24,7 +24,6 @@ import asyncio
 import json
 import math
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -36,7 +35,7 @@ import httpx
 import numpy as np
 
 from benchmarks.bench_http import closed_loop, start, summary
-from benchmarks.servers import free_port
+from benchmarks.servers import RawClient, free_port
 from poolserve.runtime.builder import GraphBuilder
 from poolserve.runtime.graph import Graph, load_graph_def
 from poolserve.runtime.session import Session
@@ -107,39 +106,6 @@ def bench(clients: list[int], rounds: int, seconds: float, folder: Path) -> dict
         for proc in (poolserve, thin):
             proc.terminate()
             proc.wait(10)
-
-
-class RawClient:
-    """One keep-alive HTTP/1.1 connection on a plain socket, sending one prepared request at a time."""
-
-    def __init__(self, port: int, path: str, body: bytes) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        head = f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-        self.request = f"{head}content-length: {len(body)}\r\n\r\n".encode() + body
-
-    def call(self) -> bytes:
-        self.sock.sendall(self.request)
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise SystemExit("the server closed the connection")
-            buf += chunk
-        head, rest = buf.split(b"\r\n\r\n", 1)
-        if not head.startswith(b"HTTP/1.1 200"):
-            raise SystemExit(f"unexpected answer: {head[:200]!r}")
-        length = next(
-            int(line.split(b":", 1)[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length")
-        )
-        while len(rest) < length:
-            rest += self.sock.recv(65536)
-        return rest
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def added_latency(rounds: int, folder: Path, calls: int = 300) -> dict[str, Any]:

@@ -82,3 +82,54 @@ def test_the_batching_floor_sends_one_row_of_the_example_mlp() -> None:
     assert x.shape == (1, 64)
     with Session(Graph(load_graph_def(bench_batching_floor.MLP))) as s:
         assert s.run("probabilities:0", {"input:0": x}).shape == (1, 10)
+
+
+def test_the_lean_client_reads_answers_of_any_size_on_one_connection() -> None:
+    """benchmarks.servers.RawClient against a loopback server that answers in pieces: each answer's body
+    whole (its buffer grows past 64 KiB), its headers, then a non-200 refused by name."""
+    import socket
+    import threading
+
+    from benchmarks.servers import RawClient
+
+    sizes = [10, 200_000, 3, 1 << 20]
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    seen: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            for size in [*sizes, None]:
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, data = data.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                while len(data) < length:
+                    data += conn.recv(65536)
+                seen.append(data[:length])
+                data = data[length:]
+                if size is None:
+                    conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                    return
+                body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+                answer = b"HTTP/1.1 200 OK\r\nX-Size: %d\r\ncontent-length: %d\r\n\r\n" % (size, size) + body
+                for at in range(0, len(answer), 100_000):  # in pieces, as a loaded server's reads come
+                    conn.sendall(answer[at : at + 100_000])
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = RawClient(port, "/p", b'{"a": 1}', {"x-extra": "1"})
+    try:
+        for size in sizes:
+            body = client.call()
+            assert len(body) == size and client.headers["x-size"] == str(size)
+            assert bytes(body[:3]) == (b"\x00\x01\x02" if size >= 256 else b"xxx"[:size])
+        with pytest.raises(SystemExit, match="404"):
+            client.call()
+    finally:
+        client.close()
+        listener.close()
+        thread.join(5)
+    assert seen == [b'{"a": 1}'] * (len(sizes) + 1)
