@@ -31,21 +31,22 @@ _BY_SPEC = {
         "Expm1 ExtractImagePatches Fill Floor FloorDiv FloorMod Identity Inv Invert L2Loss LeftShift "
         "Lgamma LinSpace Log Log1p LogSoftmax MatMul MatrixBandPart MatrixDeterminant MatrixDiag "
         "MatrixDiagPart MatrixDiagPartV2 MatrixDiagPartV3 MatrixDiagV2 MatrixDiagV3 MatrixInverse "
-        "MatrixSetDiag MatrixSetDiagV2 MatrixSetDiagV3 MatrixSolve MatrixTriangularSolve Max MaxPool3D "
-        "Maximum Mean Min Minimum MirrorPad Mul Ndtri Neg NextIteration OneHot OnesLike Pack Pad PadV2 "
-        "ParallelDynamicStitch Pow PreventGradient Print Prod QuantizeAndDequantizeV2 "
-        "QuantizeAndDequantizeV3 QuantizeAndDequantizeV4 RaggedBincount RaggedTensorToTensor RealDiv "
-        "Reciprocal RefEnter RefExit RefNextIteration Relu Relu6 Reshape ResizeNearestNeighbor Reverse "
-        "ReverseSequence ReverseV2 RightShift Rint Roll Round Rsqrt ScatterNd SegmentMax SegmentMean "
-        "SegmentMin SegmentProd SegmentSum Select SelectV2 Selu Sigmoid Sign Sin Sinh Slice Snapshot "
-        "Softmax Softplus Softsign SpaceToBatch SpaceToBatchND SpaceToDepth SparseReduceMax "
-        "SparseReduceSum SparseSegmentMean SparseSegmentMeanWithNumSegments SparseSegmentSqrtN "
-        "SparseSegmentSqrtNWithNumSegments SparseSegmentSum SparseSegmentSumWithNumSegments SparseSoftmax "
-        "SparseTensorDenseMatMul SparseToDense Sqrt Square SquaredDifference Squeeze StopGradient "
-        "StridedSlice Sub Sum Tan Tanh TensorScatterAdd TensorScatterMax TensorScatterMin "
-        "TensorScatterSub TensorScatterUpdate Tile Transpose TruncateDiv TruncateMod UnsortedSegmentMax "
-        "UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum Xdivy Xlog1py Xlogy ZerosLike "
-        "_FusedConv2D _FusedDepthwiseConv2dNative _FusedMatMul"
+        "MatrixLogarithm MatrixSetDiag MatrixSetDiagV2 MatrixSetDiagV3 MatrixSolve MatrixSquareRoot "
+        "MatrixTriangularSolve Max MaxPool3D Maximum Mean Min Minimum MirrorPad Mul Ndtri Neg "
+        "NextIteration OneHot OnesLike Pack Pad PadV2 ParallelDynamicStitch Pow PreventGradient Print "
+        "Prod QuantizeAndDequantizeV2 QuantizeAndDequantizeV3 QuantizeAndDequantizeV4 RaggedBincount "
+        "RaggedTensorToTensor RealDiv Reciprocal RefEnter RefExit RefNextIteration Relu Relu6 Reshape "
+        "ResizeNearestNeighbor Reverse ReverseSequence ReverseV2 RightShift Rint Roll Round Rsqrt "
+        "ScatterNd SegmentMax SegmentMean SegmentMin SegmentProd SegmentSum Select SelectV2 Selu Sigmoid "
+        "Sign Sin Sinh Slice Snapshot Softmax Softplus Softsign SpaceToBatch SpaceToBatchND SpaceToDepth "
+        "SparseReduceMax SparseReduceSum SparseSegmentMean SparseSegmentMeanWithNumSegments "
+        "SparseSegmentSqrtN SparseSegmentSqrtNWithNumSegments SparseSegmentSum "
+        "SparseSegmentSumWithNumSegments SparseSoftmax SparseTensorDenseMatMul SparseToDense Sqrt Square "
+        "SquaredDifference Squeeze StopGradient StridedSlice Sub Sum Tan Tanh TensorScatterAdd "
+        "TensorScatterMax TensorScatterMin TensorScatterSub TensorScatterUpdate Tile Transpose "
+        "TridiagonalSolve TruncateDiv TruncateMod UnsortedSegmentMax UnsortedSegmentMin "
+        "UnsortedSegmentProd UnsortedSegmentSum Xdivy Xlog1py Xlogy ZerosLike _FusedConv2D "
+        "_FusedDepthwiseConv2dNative _FusedMatMul"
     ),
     "DT_BOOL": (
         "All Any ApproximateEqual Equal Greater GreaterEqual InTopK InTopKV2 IsFinite IsInf IsNan "
@@ -155,9 +156,11 @@ _BY_SPEC = {
     "T,U,U,U,U": "FusedBatchNormV2",
     "T,U,U,U,U,U": "FusedBatchNormV3",
     "T,index_type=DT_INT32": "TopKV2",
+    "T,output_idx_type=DT_INT32": "Lu",
     "T=DT_COMPLEX64": "Conj",
     "T=DT_INT32": "BroadcastArgs",
     "Tkeys,Tvalues": "LookupTableExportV2",
+    "Tout,Tout": "Eig",
     "Tout=DT_COMPLEX64": "Complex",
     "Tsplits=DT_INT64*OUTPUT_RAGGED_RANK,Tvalues": "RaggedGather",
     "Tsplits=DT_INT64*output_ragged_rank,Tvalues": "RaggedTensorFromVariant",

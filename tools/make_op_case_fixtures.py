@@ -1115,6 +1115,121 @@ def dilation(g: Group) -> None:
     )
 
 
+# --- linalg_extra ------------------------------------------------------------------------------------------
+
+
+def linalg_extra(g: Group) -> None:
+    rng = np.random.default_rng(19)
+    a = rng.standard_normal((2, 2, 3, 3))
+    c = a + 1j * rng.standard_normal(a.shape)
+    for name, x in (("f32", a.astype(F32)), ("f64", a), ("c64", c.astype(np.complex64)), ("c128", c)):
+        g.case(f"lu_{name}", "Lu", {"input": x})
+    g.case("lu_i64", "Lu", {"input": a[0, 0]}, output_idx_type=tf.int64)
+    g.case("lu_big", "Lu", {"input": rng.standard_normal((20, 20)).astype(F32)})
+    g.case("lu_one", "Lu", {"input": np.array([[[2.5]]], F32)})
+    g.case("lu_empty", "Lu", {"input": np.zeros((2, 0, 0), F32)})
+    g.case("lu_empty_batch", "Lu", {"input": np.zeros((0, 3, 3), F32)})
+    g.case("lu_ties", "Lu", {"input": np.array([[1, 2, 3], [-1, 5, 1], [1, 0, 4]], F64)})
+    g.case("lu_singular", "Lu", {"input": np.array([[1, 2], [2, 4]], F32)})
+    g.case("lu_not_square", "Lu", {"input": np.zeros((3, 2), F32)})
+    g.case("lu_vector", "Lu", {"input": np.zeros(3, F32)})
+
+    # TridiagonalSolve: [..., 3, M] diagonals (superdiagonal, diagonal, subdiagonal), [..., M, K] rhs
+    d = rng.standard_normal((2, 3, 5))
+    d[:, 1] += 4 * np.sign(d[:, 1])
+    rhs = rng.standard_normal((2, 5, 2))
+    weak = rng.standard_normal((3, 5))  # no diagonal dominance: the two algorithms round differently
+    weak_rhs = rng.standard_normal((5, 2))
+    needs_pivot = np.array([[1, 1, 1, 0], [0, 1, 1, 2], [0, 1, 1, 1]], F64)  # Thomas meets a zero pivot
+    singular = np.array([[1, 0, 0], [1, 1, 0], [0, 1, 0]], F64)  # [[1, 1, 0], [1, 1, 0], [0, 0, 0]]
+    cd = d + 1j * rng.standard_normal(d.shape)
+    cases: tuple[tuple[str, Any, Any], ...] = (
+        ("f64", d, rhs),
+        ("f32", d.astype(F32), rhs.astype(F32)),
+        ("c128", cd, rhs + 1j),
+        ("c64", cd.astype(np.complex64), (rhs - 2j).astype(np.complex64)),
+        ("weak", weak, weak_rhs),
+        ("needs_pivot", needs_pivot, np.arange(8, dtype=F64).reshape(4, 2)),
+        ("singular", singular, np.ones((3, 1))),
+        ("one", np.array([[7.0], [2.0], [5.0]]), np.array([[3.0, -1.0]])),
+        ("one_zero", np.array([[7.0], [0.0], [5.0]]), np.array([[3.0, -1.0]])),
+        ("two", np.array([[1.0, 9.0], [0.5, 2.0], [9.0, 3.0]]), np.array([[1.0], [2.0]])),
+        ("empty", np.zeros((3, 0)), np.zeros((0, 2))),
+        ("no_rhs", d[0], np.zeros((5, 0))),
+        ("four_rows", np.zeros((4, 3)), np.zeros((3, 1))),
+        ("mismatch", d[0], np.zeros((4, 1))),
+        ("batch_mismatch", d, rhs[:1]),
+        ("rank1", np.zeros(3), np.zeros((1, 1))),
+    )
+    for name, diags, b in cases:
+        for pivot in (True, False):
+            g.case(
+                f"tri_{name}_{int(pivot)}",
+                "TridiagonalSolve",
+                {"diagonals": diags, "rhs": b},
+                partial_pivoting=pivot,
+            )
+    g.case(
+        "tri_perturb",
+        "TridiagonalSolve",
+        {"diagonals": singular, "rhs": np.ones((3, 1))},
+        partial_pivoting=True,
+        perturb_singular=True,
+    )
+    g.case(
+        "tri_perturb_regular",
+        "TridiagonalSolve",
+        {"diagonals": d, "rhs": rhs},
+        partial_pivoting=True,
+        perturb_singular=True,
+    )
+    # (perturb_singular without partial_pivoting is refused when the graph is loaded: tested on its own)
+
+    # MatrixSquareRoot: symmetric positive definite, a general matrix with complex eigenvalue pairs
+    spd = a @ np.swapaxes(a, -1, -2) + 0.5 * np.eye(3)
+    rot = np.array([[1.0, -2.0, 0.5], [2.0, 1.0, 0.0], [0.3, 0.2, 3.0]])
+    for name, x in (
+        ("spd_f64", spd),
+        ("spd_f32", spd.astype(F32)),
+        ("general", rot),
+        ("upper", np.array([[4.0, 1.0, 2.0], [0.0, 9.0, -3.0], [0.0, 0.0, 1.0]])),
+        ("complex", c[0, 0] + 4 * np.eye(3)),
+        ("complex64", (c[0, 0] + 4 * np.eye(3)).astype(np.complex64)),
+        ("f32_batch", rng.standard_normal((2, 4, 4)).astype(F32) + 3 * np.eye(4, dtype=F32)),
+        ("one", np.array([[9.0]], F32)),
+        ("empty", np.zeros((2, 0, 0), F32)),
+        ("negative", np.array([[-4.0, 0.0], [0.0, 1.0]])),
+        ("not_square", np.zeros((2, 3), F32)),
+        ("vector", np.zeros(3, F32)),
+    ):
+        g.case(f"sqrtm_{name}", "MatrixSquareRoot", {"input": x})
+
+    # MatrixLogarithm (complex types only)
+    for name, x in (
+        ("c128", (spd[0] + 0.2j * a[0]).astype(np.complex128)),
+        ("c64", (spd[0, 0] + 0.1j * a[0, 0]).astype(np.complex64)),
+        ("rotation", rot.astype(np.complex128)),
+        ("empty", np.zeros((0, 0), np.complex64)),
+        ("not_square", np.zeros((2, 3), np.complex64)),
+    ):
+        g.case(f"logm_{name}", "MatrixLogarithm", {"input": x})
+
+    # Eig: eigenvalues in no fixed order, eigenvectors up to a phase: the tests compare them as such
+    for name, x, tout in (
+        ("f32", a[0].astype(F32), tf.complex64),
+        ("f64", a, tf.complex128),
+        ("f64_5", rng.standard_normal((5, 5)), tf.complex128),
+        ("c64", c[1].astype(np.complex64), tf.complex64),
+        ("c128", c[0, 0], tf.complex128),
+        ("symmetric", spd[0, 0], tf.complex128),
+        ("one", np.array([[3.0]], F32), tf.complex64),
+        ("empty", np.zeros((0, 0), F32), tf.complex64),
+        ("not_square", np.zeros((2, 3), F32), tf.complex64),
+    ):
+        for v in (True, False):
+            g.case(f"eig_{name}_{int(v)}", "Eig", {"input": x}, Tout=tout, compute_v=v)
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "cross": cross,
     "sparse": sparse,
@@ -1128,6 +1243,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "half_sigmoid": half_sigmoid,
     "half": half,
     "dilation": dilation,
+    "linalg_extra": linalg_extra,
 }
 
 
