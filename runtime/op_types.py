@@ -53,16 +53,16 @@ _BY_SPEC = {
         "IsVariableInitialized Less LessEqual LogicalAnd LogicalNot LogicalOr LoopCond NotEqual "
         "OptionalHasValue RegexFullMatch StaticRegexFullMatch VarIsInitializedOp"
     ),
+    "dtype": (
+        "Const Empty ImageProjectiveTransformV2 ImageProjectiveTransformV3 Placeholder "
+        "PlaceholderWithDefault RandomStandardNormal RandomUniform ReadVariableOp ResourceGather "
+        "StatelessRandomGammaV2 StatelessRandomGammaV3 StatelessRandomPoisson StatelessRandomUniformInt "
+        "StatelessRandomUniformIntV2 TensorArrayGatherV3 TensorArrayReadV3 TruncatedNormal VariableV2"
+    ),
     "DT_STRING": (
         "AsString DecodeBase64 EncodeBase64 EncodePng EncodeWav ReduceJoin RegexReplace SerializeTensor "
         "StaticRegexReplace StringFormat StringJoin StringLower StringStrip StringUpper Substr "
         "UnicodeEncode UnsortedSegmentJoin"
-    ),
-    "dtype": (
-        "Const Empty ImageProjectiveTransformV2 ImageProjectiveTransformV3 Placeholder "
-        "PlaceholderWithDefault RandomStandardNormal RandomUniform ReadVariableOp ResourceGather "
-        "StatelessRandomUniformInt StatelessRandomUniformIntV2 TensorArrayGatherV3 TensorArrayReadV3 "
-        "TruncatedNormal VariableV2"
     ),
     "": (
         "Assert AssignAddVariableOp AssignSubVariableOp AssignVariableOp ControlTrigger "
@@ -172,6 +172,7 @@ _BY_SPEC = {
     "[output_types]": "OptionalGetValue",
     "dtype,DT_INT64": "TensorArrayConcatV3",
     "dtype=DT_INT32": "HistogramFixedWidth",
+    "dtype=DT_INT64": "StatelessRandomBinomial",
     "out_type=DT_FLOAT": "StringToNumber",
     "out_type=DT_INT32*N": "ShapeN",
     "shape_type": "TensorListElementShape",

@@ -1230,6 +1230,136 @@ def linalg_extra(g: Group) -> None:
             g.case(f"eig_{name}_{int(v)}", "Eig", {"input": x}, Tout=tout, compute_v=v)
 
 
+# --- random_dists -------------------------------------------------------------------------------------------
+
+
+def random_dists(g: Group) -> None:
+    """Gamma, Poisson and binomial draws of the stateless ops, each sample its own rejection loop."""
+    seed = np.array([7, -3], I64)
+    alpha = np.array([0.5, 1.0, 2.5, 30.0, 0.01], F32)
+    for name, dt in (("f32", F32), ("f64", F64), ("f16", np.float16)):
+        g.case(
+            f"gamma_{name}",
+            "StatelessRandomGammaV2",
+            {"shape": np.array([6, 5], I32), "seed": seed, "alpha": alpha.astype(dt)},
+        )
+    g.case(
+        "gamma_matrix_alpha",
+        "StatelessRandomGammaV2",
+        {
+            "shape": np.array([3, 2, 2], I64),
+            "seed": np.array([1, 2], I32),
+            "alpha": np.array([[0.3, 4], [1, 9]], F64),
+        },
+    )
+    g.case(
+        "gamma_scalar_alpha",
+        "StatelessRandomGammaV2",
+        {"shape": np.array([20], I32), "seed": seed, "alpha": np.array(0.9, F32)},
+    )
+    g.case(
+        "gamma_empty",
+        "StatelessRandomGammaV2",
+        {"shape": np.array([0, 5], I32), "seed": seed, "alpha": alpha},
+    )
+    g.case(
+        "gamma_bad_shape",
+        "StatelessRandomGammaV2",
+        {"shape": np.array([6, 4], I32), "seed": seed, "alpha": alpha},
+    )
+    g.case(
+        "gamma_bad_seed",
+        "StatelessRandomGammaV2",
+        {"shape": np.array([5], I32), "seed": np.array([1, 2, 3], I64), "alpha": alpha},
+    )
+    for alg in (1, 3):
+        g.case(
+            f"gamma_v3_{alg}",
+            "StatelessRandomGammaV3",
+            {
+                "shape": np.array([4, 5], I32),
+                "key": np.array([12345], np.uint64),
+                "counter": np.array([2**40 + 3, 9], np.uint64),
+                "alg": np.array(alg, I32),
+                "alpha": alpha,
+            },
+        )
+    g.case(
+        "gamma_v3_bad_alg",
+        "StatelessRandomGammaV3",
+        {
+            "shape": np.array([5], I32),
+            "key": np.array([1], np.uint64),
+            "counter": np.array([0, 0], np.uint64),
+            "alg": np.array(2, I32),
+            "alpha": alpha,
+        },
+    )
+    lam = np.array([0.5, 3.0, 9.99, 10.0, 25.0, 1000.0, 0.0], F32)
+    for name, rate, out in (
+        ("f32", lam, tf.float32),
+        ("f64_i64", lam.astype(F64), tf.int64),
+        ("f32_i32", lam, tf.int32),
+        ("f16", lam.astype(np.float16), tf.float16),
+        ("i32_f64", np.array([0, 1, 5, 12, 300], I32), tf.float64),
+    ):
+        g.case(
+            f"poisson_{name}",
+            "StatelessRandomPoisson",
+            {"shape": np.array([4, rate.size], I32), "seed": seed, "lam": rate},
+            dtype=out,
+        )
+    g.case(
+        "poisson_scalar_lam",
+        "StatelessRandomPoisson",
+        {"shape": np.array([3, 4], I32), "seed": np.array([5, 6], I32), "lam": np.array(42.5, F64)},
+        dtype=tf.float64,
+    )
+    g.case(
+        "poisson_bad_shape",
+        "StatelessRandomPoisson",
+        {"shape": np.array([4, 3], I32), "seed": seed, "lam": lam},
+        dtype=tf.float32,
+    )
+    counts = np.array([0, 5, 20, 100, 1000, 40, 7, 3], F32)
+    probs = np.array([0.3, 0.0, 0.6, 0.02, 0.5, 0.95, 1.0, np.nan], F32)
+    for name, c, p, out in (
+        ("f32", counts, probs, tf.float32),
+        ("f64_i32", counts.astype(F64), probs.astype(F64), tf.int32),
+        ("f32_i64", counts, probs, tf.int64),
+        ("f16", counts.astype(np.float16), probs.astype(np.float16), tf.float16),
+    ):
+        g.case(
+            f"binomial_{name}",
+            "StatelessRandomBinomial",
+            {"shape": np.array([3, 8], I32), "seed": seed, "counts": c, "probs": p},
+            dtype=out,
+        )
+    g.case(
+        "binomial_broadcast",
+        "StatelessRandomBinomial",
+        {
+            "shape": np.array([2, 3, 4], I32),
+            "seed": np.array([-1, 99], I64),
+            "counts": np.array([[10.0], [50.0], [400.0]], F64),
+            "probs": np.array([0.1, 0.45, 0.55, 0.9], F64),
+        },
+        dtype=tf.float64,
+    )
+    g.case(
+        "binomial_bad_broadcast",
+        "StatelessRandomBinomial",
+        {"shape": np.array([3], I32), "seed": seed, "counts": counts[:3], "probs": probs[:2]},
+        dtype=tf.float32,
+    )
+    g.case(
+        "binomial_bad_shape",
+        "StatelessRandomBinomial",
+        {"shape": np.array([8, 3], I32), "seed": seed, "counts": counts, "probs": probs},
+        dtype=tf.float32,
+    )
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "cross": cross,
     "sparse": sparse,
@@ -1244,6 +1374,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "half": half,
     "dilation": dilation,
     "linalg_extra": linalg_extra,
+    "random_dists": random_dists,
 }
 
 

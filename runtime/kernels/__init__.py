@@ -32,6 +32,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     pool_ops,
     quant_ops,
     ragged_ops,
+    random_dist_ops,
     random_ops,
     regex_ops,
     segment_ops,
