@@ -1360,6 +1360,26 @@ def random_dists(g: Group) -> None:
     )
 
 
+# --- special ------------------------------------------------------------------------------------------------
+
+
+def special(g: Group) -> None:
+    """Bessel functions and Cephes' integrals on each branch of their fits, their edges, and beyond."""
+    x = np.array(
+        [-np.inf, -3e9, -20, -5.5, -1, -0.5, -0.0, 0, 1e-7, 1e-3, 0.3, 0.5, 0.9999, 1, 1.5, 1.6, 1.9999, 2,
+         2.5, 3.2, 3.3, 4.9, 5, 5.1, 6.2, 6.3, 7.99, 8, 8.01, 12, 17, 33, 63, 65, 100, 700, 36975, 1e10,
+         np.inf, np.nan]
+    )  # fmt: skip
+    ops = ("BesselI0", "BesselI0e", "BesselI1", "BesselI1e", "BesselK0", "BesselK0e", "BesselK1",
+           "BesselK1e", "BesselJ0", "BesselJ1", "BesselY0", "BesselY1", "Dawsn", "Expint", "FresnelCos",
+           "FresnelSin", "Spence")  # fmt: skip
+    for op in ops:
+        for name, dt in (("f32", F32), ("f64", F64)):
+            g.case(f"{op}_{name}", op, {"x": x.astype(dt)})
+    g.case("BesselJ0_f16", "BesselJ0", {"x": x.astype(np.float16)})
+    g.case("BesselI1e_matrix", "BesselI1e", {"x": x[:36].reshape(6, 6).astype(F32)})
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "cross": cross,
     "sparse": sparse,
@@ -1375,6 +1395,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "dilation": dilation,
     "linalg_extra": linalg_extra,
     "random_dists": random_dists,
+    "special": special,
 }
 
 
