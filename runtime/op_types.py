@@ -54,16 +54,16 @@ _BY_SPEC = {
         "IsVariableInitialized Less LessEqual LogicalAnd LogicalNot LogicalOr LoopCond NotEqual "
         "OptionalHasValue RegexFullMatch StaticRegexFullMatch VarIsInitializedOp"
     ),
+    "DT_STRING": (
+        "AsString DecodeBase64 DecodeCompressed DecodeJSONExample EncodeBase64 EncodePng EncodeWav "
+        "ReduceJoin RegexReplace SerializeTensor StaticRegexReplace StringFormat StringJoin StringLower "
+        "StringStrip StringUpper Substr UnicodeEncode UnicodeTranscode UnsortedSegmentJoin"
+    ),
     "dtype": (
         "Const Empty ImageProjectiveTransformV2 ImageProjectiveTransformV3 Placeholder "
         "PlaceholderWithDefault RandomStandardNormal RandomUniform ReadVariableOp ResourceGather "
         "StatelessRandomGammaV2 StatelessRandomGammaV3 StatelessRandomPoisson StatelessRandomUniformInt "
         "StatelessRandomUniformIntV2 TensorArrayGatherV3 TensorArrayReadV3 TruncatedNormal VariableV2"
-    ),
-    "DT_STRING": (
-        "AsString DecodeBase64 EncodeBase64 EncodePng EncodeWav ReduceJoin RegexReplace SerializeTensor "
-        "StaticRegexReplace StringFormat StringJoin StringLower StringStrip StringUpper Substr "
-        "UnicodeEncode UnsortedSegmentJoin"
     ),
     "": (
         "Assert AssignAddVariableOp AssignSubVariableOp AssignVariableOp ControlTrigger "

@@ -86,7 +86,7 @@ class Group:
                 feeds = self.feeds[case]
                 print(case, flush=True) if os.environ.get("VERBOSE") else None
                 for k, v in feeds.items():
-                    arrays[f"{case}/in/{k}"] = store(v)
+                    store_into(arrays, f"{case}/in/{k}", v)
                 try:
                     outs = sess.run(meta["fetches"], feeds)
                 except tf.errors.OpError as e:
@@ -94,7 +94,7 @@ class Group:
                     meta["error"] = [type(e).__name__, lines[-1]]
                     continue
                 for k, v in zip(meta["fetches"], outs, strict=True):
-                    arrays[f"{case}/out/{k}"] = store(np.asarray(v))
+                    store_into(arrays, f"{case}/out/{k}", np.asarray(v))
         graph_def = self.graph.as_graph_def()
         OUT_DIR.mkdir(parents=True, exist_ok=True)
         (OUT_DIR / f"{self.name}.pb").write_bytes(graph_def.SerializeToString(deterministic=True))
@@ -102,6 +102,18 @@ class Group:
         (OUT_DIR / f"{self.name}.json").write_text(json.dumps(self.cases, indent=1, sort_keys=True) + "\n")
         errors = sum("error" in m for m in self.cases.values())
         print(f"{self.name}: {len(self.cases)} cases, {errors} refused")
+
+
+def store_into(arrays: dict[str, np.ndarray], key: str, arr: np.ndarray) -> None:
+    """``arr`` as ``arrays[key]``; strings ending in NUL (gzip's trailer, UTF-16-LE), which numpy's S arrays
+    drop, as their bytes end to end (``key#bytes``) and each one's length (``key#lengths``)."""
+    if arr.dtype == object:
+        items = [bytes(x) for x in arr.ravel().tolist()]
+        if any(x.endswith(b"\0") for x in items):
+            arrays[f"{key}#bytes"] = np.frombuffer(b"".join(items), np.uint8)
+            arrays[f"{key}#lengths"] = np.array([len(x) for x in items], np.int64).reshape(arr.shape)
+            return
+    arrays[key] = store(arr)
 
 
 def store(arr: np.ndarray) -> np.ndarray:
@@ -1380,6 +1392,128 @@ def special(g: Group) -> None:
     g.case("BesselI1e_matrix", "BesselI1e", {"x": x[:36].reshape(6, 6).astype(F32)})
 
 
+# --- strings_extra ------------------------------------------------------------------------------------------
+
+
+def strings_extra(g: Group) -> None:
+    """UnicodeTranscode, DecodeCompressed and DecodeJSONExample."""
+    import gzip
+    import zlib
+
+    texts = S("hello", "", "日本語 ü", "a\x01b", "x\xe6\x97y", "\xed\xa0\x80z", "\xff")
+    for inp in ("UTF-8", "ISO-8859-1", "US-ASCII"):
+        for out in ("UTF-8", "UTF-16-BE", "UTF-32-BE"):
+            name = f"{inp}_{out}".replace("-", "").lower()
+            g.case(
+                f"transcode_{name}",
+                "UnicodeTranscode",
+                {"input": texts.reshape(7, 1) if out == "UTF-8" else texts},
+                input_encoding=inp,
+                output_encoding=out,
+                errors="replace",
+                replacement_char=0xFFFD,
+            )
+    utf16 = S("héllo".encode("utf-16-be"), "\U0001f600".encode("utf-16-le"), b"\xd8\x00a", b"a")
+    for inp in ("UTF-16-BE", "UTF-16LE", "utf-32-be"):
+        g.case(
+            f"transcode_from_{inp.replace('-', '').lower()}",
+            "UnicodeTranscode",
+            {"input": utf16 if "16" in inp else S("é".encode("utf-32-be"), b"\x00\x11\x00\x00")},
+            input_encoding=inp,
+            output_encoding="UTF-8",
+            errors="replace",
+            replacement_char=ord("?"),
+        )
+    for policy in ("replace", "ignore", "strict"):
+        for controls in (False, True):
+            g.case(
+                f"transcode_{policy}_{int(controls)}",
+                "UnicodeTranscode",
+                {"input": texts if policy != "strict" else S("ok", "a\x01b")},
+                input_encoding="UTF-8",
+                output_encoding="UTF-8",
+                errors=policy,
+                replacement_char=ord("*"),
+                replace_control_characters=controls,
+            )
+    g.case(
+        "transcode_strict_malformed",
+        "UnicodeTranscode",
+        {"input": S("ok", "x\xe6\x97y")},
+        input_encoding="UTF-8",
+        output_encoding="UTF-16-BE",
+        errors="strict",
+        replacement_char=0xFFFD,
+    )
+    g.case(
+        "transcode_scalar",
+        "UnicodeTranscode",
+        {"input": np.array("ça".encode("latin-1"), object)},
+        input_encoding="latin1",
+        output_encoding="UTF-8",
+        errors="replace",
+        replacement_char=0xFFFD,
+    )
+
+    payload = [b"", b"abc" * 50, bytes(range(256)), "日本".encode()]
+    for kind, pack in (
+        ("ZLIB", zlib.compress),
+        ("GZIP", lambda b: gzip.compress(b, mtime=0)),
+        ("NONE", lambda b: b),
+        ("", lambda b: b),
+    ):
+        packed = S(*(pack(p) for p in payload)).reshape(2, 2)
+        g.case(
+            f"decompress_{kind.lower() or 'empty'}",
+            "DecodeCompressed",
+            {"bytes": packed},
+            compression_type=kind,
+        )
+    g.case(
+        "decompress_raw_deflate",
+        "DecodeCompressed",
+        {"bytes": S(zlib.compress(b"abc")[2:-4])},
+        compression_type="ZLIB",
+    )
+    g.case("decompress_lowercase", "DecodeCompressed", {"bytes": S(b"x")}, compression_type="zlib")
+    g.case("decompress_garbage", "DecodeCompressed", {"bytes": S(b"not zlib")}, compression_type="ZLIB")
+    g.case(
+        "decompress_truncated",
+        "DecodeCompressed",
+        {"bytes": S(zlib.compress(b"abcdef" * 9)[:-6])},
+        compression_type="ZLIB",
+    )
+    g.case(
+        "decompress_gzip_as_zlib",
+        "DecodeCompressed",
+        {"bytes": S(gzip.compress(b"abc", mtime=0))},
+        compression_type="ZLIB",
+    )
+    g.case(
+        "decompress_scalar",
+        "DecodeCompressed",
+        {"bytes": np.array(zlib.compress(b"one"), object)},
+        compression_type="ZLIB",
+    )
+
+    examples = S(
+        '{"features": {"feature": {"age": {"int64List": {"value": ["30", 4]}}, '
+        '"name": {"bytesList": {"value": ["aGk=", ""]}}, "w": {"floatList": {"value": [0.5, -1e30, 3]}}}}}',
+        "{}",
+        '{"features": {}}',
+        '{"features": {"feature": {"z": {"int64List": {}}, "a": {"floatList": {"value": []}}, "m": {}}}}',
+    )
+    g.case("json_examples", "DecodeJSONExample", {"json_examples": examples})
+    g.case("json_matrix", "DecodeJSONExample", {"json_examples": examples.reshape(2, 2)})
+    g.case("json_bad_syntax", "DecodeJSONExample", {"json_examples": S('{"features": ')})
+    g.case("json_unknown_field", "DecodeJSONExample", {"json_examples": S('{"feature": {}}')})
+    g.case(
+        "json_wrong_type",
+        "DecodeJSONExample",
+        {"json_examples": S('{"features": {"feature": {"a": {"int64List": {"value": ["x"]}}}}}')},
+    )
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "cross": cross,
     "sparse": sparse,
@@ -1396,6 +1530,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "linalg_extra": linalg_extra,
     "random_dists": random_dists,
     "special": special,
+    "strings_extra": strings_extra,
 }
 
 
