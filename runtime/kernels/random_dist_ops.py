@@ -41,6 +41,48 @@ _PREFETCH = 4  # Philox calls fetched for every output at once (more, one output
 _TWO_52 = 2.0**-52
 
 
+# The C library's functions with C's answers where Python's raise (log(0), exp overflow, a NaN floor...):
+# the samplers then run on odd parameters (alpha <= 0, huge rates) as TensorFlow's do, without a traceback
+
+
+def _log(x: float) -> float:
+    return math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)
+
+
+def _exp(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _sqrt(x: float) -> float:
+    return math.sqrt(x) if x >= 0 else math.nan
+
+
+def _pow(base: float, exponent: float) -> float:
+    try:
+        return math.pow(base, exponent)
+    except (ValueError, OverflowError):
+        with np.errstate(all="ignore"):
+            return float(np.power(np.float64(base), np.float64(exponent)))
+
+
+def _div(a: float, b: float) -> float:
+    if b:
+        return a / b
+    with np.errstate(all="ignore"):
+        return float(np.float64(a) / np.float64(b))
+
+
+def _floor(x: float) -> float:
+    return float(math.floor(x)) if math.isfinite(x) else x
+
+
+def _ceil(x: float) -> float:
+    return float(math.ceil(x)) if math.isfinite(x) else x
+
+
 class _Draws:
     """One output's Philox calls, from its own offset in the op's stream on."""
 
@@ -66,7 +108,7 @@ def _normal_pair(w: list[int]) -> list[float]:
     """TensorFlow's BoxMullerDouble on a call's four words."""
     u1, u2 = _uniform_pair(w)
     v1 = 2 * math.pi * u2
-    r = math.sqrt(-2.0 * math.log(max(u1, 1.0e-7)))
+    r = math.sqrt(-2.0 * math.log(max(u1, 1.0e-7)))  # u1 >= 1e-7: no edge here
     return [math.sin(v1) * r, math.cos(v1) * r]
 
 
@@ -112,7 +154,8 @@ def _cast(values: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     """static_cast of doubles to the output type: half through float (Eigen's), NaN to 0 for integers
     (what TensorFlow's build gives for the undefined cast)."""
     if dtype.kind in "iu":
-        return np.where(np.isnan(values), 0, values).astype(dtype)
+        with np.errstate(invalid="ignore"):  # beyond the type's range: its minimum, as on x86
+            return np.where(np.isnan(values), 0, values).astype(dtype)
     if dtype == np.float16:
         return values.astype(np.float32).astype(np.float16)
     return values.astype(dtype)
@@ -135,7 +178,7 @@ def _gamma_one(draws: _Draws, alpha: float) -> float:
     normal = _Buffer(draws, _normal_pair)
     small = alpha < 1
     d = alpha + (2.0 / 3 if small else -1.0 / 3)
-    c = 1.0 / 3 / math.sqrt(d)
+    c = _div(1.0 / 3, _sqrt(d))
     while True:
         x = normal()
         v = 1 + c * x
@@ -143,10 +186,10 @@ def _gamma_one(draws: _Draws, alpha: float) -> float:
             continue
         v = v * v * v
         u = uniform()
-        if u < 1 - 0.0331 * (x * x) * (x * x) or math.log(u) < 0.5 * x * x + d * (1 - v + math.log(v)):
+        if u < 1 - 0.0331 * (x * x) * (x * x) or _log(u) < 0.5 * x * x + d * (1 - v + _log(v)):
             res = d * v
             if small:
-                res *= math.pow(uniform(), 1 / alpha)
+                res *= _pow(uniform(), _div(1, alpha))
             return res
 
 
@@ -192,27 +235,27 @@ def _poisson_one(draws: _Draws, rate: float) -> float:
     """Knuth's product of uniforms below rate 10; Hormann's transformed rejection from 10 on."""
     uniform = _Buffer(draws, _uniform_pair)
     if rate < 10:
-        exp_neg_rate = math.exp(-rate)
+        exp_neg_rate = _exp(-rate)
         prod, x = 1.0, 0.0
         while True:
             prod = prod * uniform()
             if prod <= exp_neg_rate:
                 return x
             x += 1
-    log_rate = math.log(rate)
-    b = 0.931 + 2.53 * math.sqrt(rate)
+    log_rate = _log(rate)
+    b = 0.931 + 2.53 * _sqrt(rate)
     a = -0.059 + 0.02483 * b
     inv_alpha = 1.1239 + 1.1328 / (b - 3.4)
     while True:
         u = uniform() - 0.5
         v = uniform()
         u_shifted = 0.5 - abs(u)
-        k = math.floor((2 * a / u_shifted + b) * u + rate + 0.43)
+        k = _floor((_div(2 * a, u_shifted) + b) * u + rate + 0.43)
         if u_shifted >= 0.07 and v <= 0.9277 - 3.6224 / (b - 2):
             return k
         if k < 0 or (u_shifted < 0.013 and v > u_shifted):
             continue
-        s = math.log(v * inv_alpha / (a / (u_shifted * u_shifted) + b))
+        s = _log(_div(v * inv_alpha, _div(a, u_shifted * u_shifted) + b))
         t = -rate + k * log_rate - float(_lgamma(np.array([k + 1.0]))[0])
         if s <= t:
             return k
@@ -249,7 +292,7 @@ def _inversion(draws: _Draws, count: float, prob: float) -> float:
     total, n = 0.0, 0
     while True:
         u = uniform()
-        total += math.ceil(math.log(u) / math.log1p(-prob)) if u > 0 else math.inf
+        total += _ceil(_div(_log(u), math.log1p(-prob)))
         if total > count:
             return n
         n += 1
@@ -270,26 +313,26 @@ def _stirling_tail(k: float) -> float:
 def _btrs(draws: _Draws, count: float, prob: float) -> float:
     """Hormann's BTRS transformed rejection (TensorFlow's version, for count * prob >= 10)."""
     uniform = _Buffer(draws, _uniform_pair)
-    stddev = math.sqrt(count * prob * (1 - prob))
+    stddev = _sqrt(count * prob * (1 - prob))
     b = 1.15 + 2.53 * stddev
     a = -0.0873 + 0.0248 * b + 0.01 * prob
     c = count * prob + 0.5
     v_r = 0.92 - 4.2 / b
     r = prob / (1 - prob)
     alpha = (2.83 + 5.1 / b) * stddev
-    m = math.floor((count + 1) * prob)
-    log = math.log
+    m = _floor((count + 1) * prob)
+    log = _log
     while True:
         u = uniform()
         v = uniform()
         u = u - 0.5
         us = 0.5 - abs(u)
-        k = math.floor((2 * a / us + b) * u + c)
+        k = _floor((_div(2 * a, us) + b) * u + c)
         if us >= 0.07 and v <= v_r:
             return k
         if k < 0 or k > count:
             continue
-        v = log(v * alpha / (a / (us * us) + b))
+        v = log(_div(v * alpha, _div(a, us * us) + b))
         bound = (
             (m + 0.5) * log((m + 1) / (r * (count - m + 1)))
             + (count + 1) * log((count - m + 1) / (count - k + 1))
@@ -307,6 +350,8 @@ def _binomial_params(count: Any, prob: Any) -> tuple[str, float, float]:
     """Which sampler draws for (count, prob) (numpy scalars of the op's type T, whose arithmetic decides
     it, as in TensorFlow), on what count and probability."""
     dcount = float(count)
+    if math.isnan(dcount):
+        raise InvalidArgumentError("counts must not be NaN: a NaN count has no binomial samples")
     if dcount <= 0 or prob <= 0:
         return "zero", dcount, 0.0
     if prob >= 1:

@@ -200,6 +200,19 @@ def _bounds(node: Node, low_t: Any, high_t: Any) -> tuple[int, int]:
 
 def key_counter(key_t: Any, counter_t: Any, alg_t: Any) -> tuple[tuple[int, int, int, int], tuple[int, int]]:
     """The V2 ops' Philox counter and key from their key, counter and algorithm inputs."""
+    if key_t.shape != (1,):
+        raise InvalidArgumentError(
+            f"key must have shape [1], not {_shape_str(key_t.shape)}. (Note that batched keys are not "
+            "supported yet.)"
+        )
+    if counter_t.ndim != 1 or counter_t.shape[0] < 2:
+        # (TensorFlow reads two elements whatever the length: past the end of a shorter one)
+        raise InvalidArgumentError(
+            "counter must be a vector of at least 2 elements (Philox's), got shape "
+            f"{_shape_str(counter_t.shape)}"
+        )
+    if alg_t.ndim:
+        raise InvalidArgumentError(f"alg must be a scalar, got shape {_shape_str(alg_t.shape)}")
     if int(alg_t) not in _PHILOX_IDS:
         raise InvalidArgumentError(f"Unsupported algorithm id: {int(alg_t)}")
     k = int(key_t.reshape(-1)[0])
