@@ -1211,6 +1211,10 @@ def linalg_extra(g: Group) -> None:
         ("one", np.array([[9.0]], F32)),
         ("empty", np.zeros((2, 0, 0), F32)),
         ("negative", np.array([[-4.0, 0.0], [0.0, 1.0]])),
+        # defective: one eigenvector for a repeated eigenvalue
+        ("jordan", np.array([[1.0, 1.0], [0.0, 1.0]])),
+        ("jordan3", np.array([[4.0, 1.0, 0.0], [0.0, 4.0, 1.0], [0.0, 0.0, 4.0]], F32)),
+        ("jordan_batch", np.stack([rot[:2, :2], np.array([[2.0, 1.0], [0.0, 2.0]])])),
         ("not_square", np.zeros((2, 3), F32)),
         ("vector", np.zeros(3, F32)),
     ):
@@ -1221,6 +1225,7 @@ def linalg_extra(g: Group) -> None:
         ("c128", (spd[0] + 0.2j * a[0]).astype(np.complex128)),
         ("c64", (spd[0, 0] + 0.1j * a[0, 0]).astype(np.complex64)),
         ("rotation", rot.astype(np.complex128)),
+        ("jordan", np.array([[3.0, 1.0, 0.5], [0.0, 3.0, 1.0], [0.0, 0.0, 3.0]], np.complex128)),
         ("empty", np.zeros((0, 0), np.complex64)),
         ("not_square", np.zeros((2, 3), np.complex64)),
     ):

@@ -14,6 +14,8 @@ uninitialised: zeros here).
 Singular vectors and eigenvectors are unique only up to sign (phase), which LAPACK and Eigen choose
 differently: compare reconstructions, not vectors. Eig's eigenvalues come in LAPACK's order, not in the
 one Eigen's complex Schur form leaves (TensorFlow documents no order): compare them as sets.
+MatrixSquareRoot and MatrixLogarithm work from the eigendecomposition where Eigen works from the Schur
+form; a defective matrix (dependent eigenvectors) goes through Denman and Beavers' iteration instead.
 """
 
 from __future__ import annotations
@@ -632,16 +634,60 @@ def eig(node: Node) -> Compute:
     return compute
 
 
-def _eig_function(x: Any, f: Any) -> Any:
-    """f(x) = V f(w) V^-1 from x's eigendecomposition, in x's complex type: the primary matrix function of
-    a diagonalisable x (Eigen works on the Schur form, which also handles defective matrices)."""
-    w, v = _finite_eig(x)
-    with np.errstate(all="ignore"):
-        fv = v * f(w)[..., None, :]
+# eigenvectors further from independent than this (their matrix's condition number) make V f(w) V^-1
+# inaccurate: a defective (or nearly defective) matrix goes through an iteration instead
+_EIG_COND_MAX = 1e8
+
+
+def _sqrtm_iterated(a: Any) -> Any:
+    """Denman and Beavers' iteration for one matrix's principal square root (any matrix without eigenvalues
+    on the closed negative real axis, defective ones included); NaN when it does not converge."""
+    y, z = a, np.eye(a.shape[-1], dtype=a.dtype)
+    size = float(np.linalg.norm(a))
+    for _ in range(100):
         try:
-            return np.swapaxes(np.linalg.solve(np.swapaxes(v, -1, -2), np.swapaxes(fv, -1, -2)), -1, -2)
+            y, z = (y + np.linalg.inv(z)) / 2, (z + np.linalg.inv(y)) / 2
         except np.linalg.LinAlgError:
-            return np.full(x.shape, complex(np.nan, np.nan), w.dtype)
+            break
+        if float(np.linalg.norm(y @ y - a)) <= 1e-13 * max(size, 1e-300):
+            return y
+    return np.full(a.shape, complex(np.nan, np.nan), a.dtype)
+
+
+def _logm_iterated(a: Any) -> Any:
+    """Inverse scaling and squaring for one matrix's principal logarithm: square roots until the matrix is
+    near the identity, the series of log(I + E) there, times 2 for each root taken."""
+    eye = np.eye(a.shape[-1], dtype=a.dtype)
+    roots = 0
+    while np.linalg.norm(a - eye, 1) > 0.25 and roots < 60:
+        a = _sqrtm_iterated(a)
+        roots += 1
+    e = a - eye
+    term, out = eye, np.zeros_like(a)
+    for j in range(1, 40):  # |E| <= 0.25: 0.25^40 / 40 is far below double rounding
+        term = term @ e
+        out += term * ((-1) ** (j + 1) / j)
+    return out * 2.0**roots
+
+
+def _matrix_function(x: Any, f: Any, iterated: Any) -> Any:
+    """f(x) = V f(w) V^-1 from x's eigendecomposition, in x's complex type: the primary matrix function of
+    a diagonalisable x. Matrices whose eigenvectors are (nearly) dependent, which Eigen's Schur form
+    handles, go through ``iterated`` instead."""
+    w, v = _finite_eig(x)
+    out = np.full(x.shape, complex(np.nan, np.nan), w.dtype)
+    with np.errstate(all="ignore"):
+        cond = np.linalg.cond(np.where(np.isfinite(v), v, 0))
+        good = _finite(x) & (cond < _EIG_COND_MAX)
+        if good.any():
+            fv = v[good] * f(w[good])[..., None, :]
+            vt = np.swapaxes(v[good], -1, -2)
+            out[good] = np.swapaxes(np.linalg.solve(vt, np.swapaxes(fv, -1, -2)), -1, -2)
+        rest = _finite(x) & ~good
+        for index in np.ndindex(rest.shape):
+            if rest[index]:
+                out[index] = iterated(x[index].astype(w.dtype))
+    return out
 
 
 @kernel("MatrixSquareRoot", expensive=True)
@@ -655,8 +701,8 @@ def matrix_square_root(node: Node) -> Compute:
         if x.size == 0:
             return (x.copy(),)
         if dtype.kind == "c":
-            return (_eig_function(x.astype(np.complex128), np.sqrt).astype(dtype),)
-        y = _eig_function(x.astype(np.float64), np.sqrt)
+            return (_matrix_function(x.astype(np.complex128), np.sqrt, _sqrtm_iterated).astype(dtype),)
+        y = _matrix_function(x.astype(np.float64), np.sqrt, _sqrtm_iterated)
         # a real x's square root is real unless x has a negative eigenvalue: Eigen's real Schur form then
         # takes the square root of a negative 1x1 block, and the NaN spreads through the whole matrix
         w = np.linalg.eigvals(np.where(_finite(x)[..., None, None], x, 0))
@@ -677,6 +723,6 @@ def matrix_logarithm(node: Node) -> Compute:
         if x.size == 0:
             return (x.copy(),)
         with np.errstate(divide="ignore"):
-            return (_eig_function(x.astype(np.complex128), np.log).astype(dtype),)
+            return (_matrix_function(x.astype(np.complex128), np.log, _logm_iterated).astype(dtype),)
 
     return compute
