@@ -23,16 +23,18 @@ _BY_SPEC = {
     "T": (
         "Abs Acos Acosh Add AddN AddV2 Asin Asinh Assign AssignAdd AssignSub Atan Atan2 Atanh AvgPool "
         "AvgPool3D BatchMatMul BatchMatMulV2 BatchNormWithGlobalNormalization BatchToSpace BatchToSpaceND "
-        "BiasAdd BiasAddV1 Bincount BitwiseAnd BitwiseOr BitwiseXor BroadcastTo Ceil CheckNumerics "
-        "CheckNumericsV2 Cholesky ClipByValue Concat ConcatV2 Conv2D Conv2DBackpropInput Conv3D "
-        "Conv3DBackpropInput Conv3DBackpropInputV2 Cos Cosh Cross Cumprod Cumsum CumulativeLogsumexp "
-        "DenseBincount DepthToSpace DepthwiseConv2dNative Diag DiagPart Digamma Dilation2D Div DivNoNan "
-        "DynamicStitch Einsum Elu EnsureShape Enter Erf Erfc Erfinv EuclideanNorm Exit Exp ExpandDims "
-        "Expm1 ExtractImagePatches Fill Floor FloorDiv FloorMod Identity Inv Invert L2Loss LeftShift "
-        "Lgamma LinSpace Log Log1p LogSoftmax MatMul MatrixBandPart MatrixDeterminant MatrixDiag "
-        "MatrixDiagPart MatrixDiagPartV2 MatrixDiagPartV3 MatrixDiagV2 MatrixDiagV3 MatrixInverse "
-        "MatrixSetDiag MatrixSetDiagV2 MatrixSetDiagV3 MatrixSolve MatrixTriangularSolve Max MaxPool3D "
-        "Maximum Mean Min Minimum MirrorPad Mul Ndtri Neg NextIteration OneHot OnesLike Pack Pad PadV2 "
+        "BesselI0 BesselI0e BesselI1 BesselI1e BesselJ0 BesselJ1 BesselK0 BesselK0e BesselK1 BesselK1e "
+        "BesselY0 BesselY1 BiasAdd BiasAddV1 Bincount BitwiseAnd BitwiseOr BitwiseXor BroadcastTo Ceil "
+        "CheckNumerics CheckNumericsV2 Cholesky ClipByValue Concat ConcatV2 Conv2D Conv2DBackpropInput "
+        "Conv3D Conv3DBackpropInput Conv3DBackpropInputV2 Cos Cosh Cross Cumprod Cumsum "
+        "CumulativeLogsumexp Dawsn DenseBincount DepthToSpace DepthwiseConv2dNative Diag DiagPart Digamma "
+        "Dilation2D Div DivNoNan DynamicStitch Einsum Elu EnsureShape Enter Erf Erfc Erfinv EuclideanNorm "
+        "Exit Exp ExpandDims Expint Expm1 ExtractImagePatches Fill Floor FloorDiv FloorMod FresnelCos "
+        "FresnelSin Identity Inv Invert L2Loss LeftShift Lgamma LinSpace Log Log1p LogSoftmax MatMul "
+        "MatrixBandPart MatrixDeterminant MatrixDiag MatrixDiagPart MatrixDiagPartV2 MatrixDiagPartV3 "
+        "MatrixDiagV2 MatrixDiagV3 MatrixInverse MatrixLogarithm MatrixSetDiag MatrixSetDiagV2 "
+        "MatrixSetDiagV3 MatrixSolve MatrixSquareRoot MatrixTriangularSolve Max MaxPool3D Maximum Mean "
+        "Min Minimum MirrorPad Mul Ndtri Neg NextIteration OneHot OnesLike Pack Pad PadV2 "
         "ParallelDynamicStitch Pow PreventGradient Print Prod QuantizeAndDequantizeV2 "
         "QuantizeAndDequantizeV3 QuantizeAndDequantizeV4 RaggedBincount RaggedTensorToTensor RealDiv "
         "Reciprocal RefEnter RefExit RefNextIteration Relu Relu6 Reshape ResizeNearestNeighbor Reverse "
@@ -41,11 +43,11 @@ _BY_SPEC = {
         "Softmax Softplus Softsign SpaceToBatch SpaceToBatchND SpaceToDepth SparseReduceMax "
         "SparseReduceSum SparseSegmentMean SparseSegmentMeanWithNumSegments SparseSegmentSqrtN "
         "SparseSegmentSqrtNWithNumSegments SparseSegmentSum SparseSegmentSumWithNumSegments SparseSoftmax "
-        "SparseTensorDenseMatMul SparseToDense Sqrt Square SquaredDifference Squeeze StopGradient "
+        "SparseTensorDenseMatMul SparseToDense Spence Sqrt Square SquaredDifference Squeeze StopGradient "
         "StridedSlice Sub Sum Tan Tanh TensorScatterAdd TensorScatterMax TensorScatterMin "
-        "TensorScatterSub TensorScatterUpdate Tile Transpose TruncateDiv TruncateMod UnsortedSegmentMax "
-        "UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum Xdivy Xlog1py Xlogy ZerosLike "
-        "_FusedConv2D _FusedDepthwiseConv2dNative _FusedMatMul"
+        "TensorScatterSub TensorScatterUpdate Tile Transpose TridiagonalSolve TruncateDiv TruncateMod "
+        "UnsortedSegmentMax UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum Xdivy Xlog1py Xlogy "
+        "ZerosLike _FusedConv2D _FusedDepthwiseConv2dNative _FusedMatMul"
     ),
     "DT_BOOL": (
         "All Any ApproximateEqual Equal Greater GreaterEqual InTopK InTopKV2 IsFinite IsInf IsNan "
@@ -53,15 +55,15 @@ _BY_SPEC = {
         "OptionalHasValue RegexFullMatch StaticRegexFullMatch VarIsInitializedOp"
     ),
     "DT_STRING": (
-        "AsString DecodeBase64 EncodeBase64 EncodePng EncodeWav ReduceJoin RegexReplace SerializeTensor "
-        "StaticRegexReplace StringFormat StringJoin StringLower StringStrip StringUpper Substr "
-        "UnicodeEncode UnsortedSegmentJoin"
+        "AsString DecodeBase64 DecodeCompressed DecodeJSONExample EncodeBase64 EncodePng EncodeWav "
+        "ReduceJoin RegexReplace SerializeTensor StaticRegexReplace StringFormat StringJoin StringLower "
+        "StringStrip StringUpper Substr UnicodeEncode UnicodeTranscode UnsortedSegmentJoin"
     ),
     "dtype": (
         "Const Empty ImageProjectiveTransformV2 ImageProjectiveTransformV3 Placeholder "
         "PlaceholderWithDefault RandomStandardNormal RandomUniform ReadVariableOp ResourceGather "
-        "StatelessRandomUniformInt StatelessRandomUniformIntV2 TensorArrayGatherV3 TensorArrayReadV3 "
-        "TruncatedNormal VariableV2"
+        "StatelessRandomGammaV2 StatelessRandomGammaV3 StatelessRandomPoisson StatelessRandomUniformInt "
+        "StatelessRandomUniformIntV2 TensorArrayGatherV3 TensorArrayReadV3 TruncatedNormal VariableV2"
     ),
     "": (
         "Assert AssignAddVariableOp AssignSubVariableOp AssignVariableOp ControlTrigger "
@@ -155,9 +157,11 @@ _BY_SPEC = {
     "T,U,U,U,U": "FusedBatchNormV2",
     "T,U,U,U,U,U": "FusedBatchNormV3",
     "T,index_type=DT_INT32": "TopKV2",
+    "T,output_idx_type=DT_INT32": "Lu",
     "T=DT_COMPLEX64": "Conj",
     "T=DT_INT32": "BroadcastArgs",
     "Tkeys,Tvalues": "LookupTableExportV2",
+    "Tout,Tout": "Eig",
     "Tout=DT_COMPLEX64": "Complex",
     "Tsplits=DT_INT64*OUTPUT_RAGGED_RANK,Tvalues": "RaggedGather",
     "Tsplits=DT_INT64*output_ragged_rank,Tvalues": "RaggedTensorFromVariant",
@@ -169,6 +173,7 @@ _BY_SPEC = {
     "[output_types]": "OptionalGetValue",
     "dtype,DT_INT64": "TensorArrayConcatV3",
     "dtype=DT_INT32": "HistogramFixedWidth",
+    "dtype=DT_INT64": "StatelessRandomBinomial",
     "out_type=DT_FLOAT": "StringToNumber",
     "out_type=DT_INT32*N": "ShapeN",
     "shape_type": "TensorListElementShape",

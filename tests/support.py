@@ -498,7 +498,12 @@ class OpCases:
         self.graph_def = load_graph_def(OP_CASES / f"{group}.pb")
         self.meta: dict[str, dict[str, Any]] = json.loads((OP_CASES / f"{group}.json").read_text())
         with np.load(OP_CASES / f"{group}.npz") as data:
-            self.arrays = {k: _unstore(data[k]) for k in data.files}
+            self.arrays = {k: _unstore(data[k]) for k in data.files if "#" not in k}
+            # strings ending in NUL: their bytes end to end and each one's length
+            for k in data.files:
+                if k.endswith("#bytes"):
+                    base = k.removesuffix("#bytes")
+                    self.arrays[base] = _split_bytes(data[k].tobytes(), data[f"{base}#lengths"])
         self.graph = Graph(self.graph_def)
 
     def names(self, op: str | None = None) -> list[str]:
@@ -540,6 +545,13 @@ class OpCases:
                 np.testing.assert_allclose(g, w, rtol=0, atol=atol, err_msg=f"{case} {k}")
             else:
                 assert g.tolist() == w.tolist(), f"{case} {k}: {g.tolist()} != {w.tolist()}"
+
+
+def _split_bytes(blob: bytes, lengths: np.ndarray) -> np.ndarray:
+    ends = np.cumsum(lengths.ravel()).tolist()
+    out = np.empty(len(ends), dtype=object)
+    out[:] = [blob[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    return out.reshape(lengths.shape)
 
 
 def _unstore(arr: np.ndarray) -> np.ndarray:

@@ -86,7 +86,7 @@ class Group:
                 feeds = self.feeds[case]
                 print(case, flush=True) if os.environ.get("VERBOSE") else None
                 for k, v in feeds.items():
-                    arrays[f"{case}/in/{k}"] = store(v)
+                    store_into(arrays, f"{case}/in/{k}", v)
                 try:
                     outs = sess.run(meta["fetches"], feeds)
                 except tf.errors.OpError as e:
@@ -94,7 +94,7 @@ class Group:
                     meta["error"] = [type(e).__name__, lines[-1]]
                     continue
                 for k, v in zip(meta["fetches"], outs, strict=True):
-                    arrays[f"{case}/out/{k}"] = store(np.asarray(v))
+                    store_into(arrays, f"{case}/out/{k}", np.asarray(v))
         graph_def = self.graph.as_graph_def()
         OUT_DIR.mkdir(parents=True, exist_ok=True)
         (OUT_DIR / f"{self.name}.pb").write_bytes(graph_def.SerializeToString(deterministic=True))
@@ -102,6 +102,18 @@ class Group:
         (OUT_DIR / f"{self.name}.json").write_text(json.dumps(self.cases, indent=1, sort_keys=True) + "\n")
         errors = sum("error" in m for m in self.cases.values())
         print(f"{self.name}: {len(self.cases)} cases, {errors} refused")
+
+
+def store_into(arrays: dict[str, np.ndarray], key: str, arr: np.ndarray) -> None:
+    """``arr`` as ``arrays[key]``; strings ending in NUL (gzip's trailer, UTF-16-LE), which numpy's S arrays
+    drop, as their bytes end to end (``key#bytes``) and each one's length (``key#lengths``)."""
+    if arr.dtype == object:
+        items = [bytes(x) for x in arr.ravel().tolist()]
+        if any(x.endswith(b"\0") for x in items):
+            arrays[f"{key}#bytes"] = np.frombuffer(b"".join(items), np.uint8)
+            arrays[f"{key}#lengths"] = np.array([len(x) for x in items], np.int64).reshape(arr.shape)
+            return
+    arrays[key] = store(arr)
 
 
 def store(arr: np.ndarray) -> np.ndarray:
@@ -1115,6 +1127,398 @@ def dilation(g: Group) -> None:
     )
 
 
+# --- linalg_extra ------------------------------------------------------------------------------------------
+
+
+def linalg_extra(g: Group) -> None:
+    rng = np.random.default_rng(19)
+    a = rng.standard_normal((2, 2, 3, 3))
+    c = a + 1j * rng.standard_normal(a.shape)
+    for name, x in (("f32", a.astype(F32)), ("f64", a), ("c64", c.astype(np.complex64)), ("c128", c)):
+        g.case(f"lu_{name}", "Lu", {"input": x})
+    g.case("lu_i64", "Lu", {"input": a[0, 0]}, output_idx_type=tf.int64)
+    g.case("lu_big", "Lu", {"input": rng.standard_normal((20, 20)).astype(F32)})
+    g.case("lu_one", "Lu", {"input": np.array([[[2.5]]], F32)})
+    g.case("lu_empty", "Lu", {"input": np.zeros((2, 0, 0), F32)})
+    g.case("lu_empty_batch", "Lu", {"input": np.zeros((0, 3, 3), F32)})
+    g.case("lu_ties", "Lu", {"input": np.array([[1, 2, 3], [-1, 5, 1], [1, 0, 4]], F64)})
+    g.case("lu_singular", "Lu", {"input": np.array([[1, 2], [2, 4]], F32)})
+    g.case("lu_not_square", "Lu", {"input": np.zeros((3, 2), F32)})
+    g.case("lu_vector", "Lu", {"input": np.zeros(3, F32)})
+
+    # TridiagonalSolve: [..., 3, M] diagonals (superdiagonal, diagonal, subdiagonal), [..., M, K] rhs
+    d = rng.standard_normal((2, 3, 5))
+    d[:, 1] += 4 * np.sign(d[:, 1])
+    rhs = rng.standard_normal((2, 5, 2))
+    weak = rng.standard_normal((3, 5))  # no diagonal dominance: the two algorithms round differently
+    weak_rhs = rng.standard_normal((5, 2))
+    needs_pivot = np.array([[1, 1, 1, 0], [0, 1, 1, 2], [0, 1, 1, 1]], F64)  # Thomas meets a zero pivot
+    singular = np.array([[1, 0, 0], [1, 1, 0], [0, 1, 0]], F64)  # [[1, 1, 0], [1, 1, 0], [0, 0, 0]]
+    cd = d + 1j * rng.standard_normal(d.shape)
+    cases: tuple[tuple[str, Any, Any], ...] = (
+        ("f64", d, rhs),
+        ("f32", d.astype(F32), rhs.astype(F32)),
+        ("c128", cd, rhs + 1j),
+        ("c64", cd.astype(np.complex64), (rhs - 2j).astype(np.complex64)),
+        ("weak", weak, weak_rhs),
+        ("needs_pivot", needs_pivot, np.arange(8, dtype=F64).reshape(4, 2)),
+        ("singular", singular, np.ones((3, 1))),
+        ("one", np.array([[7.0], [2.0], [5.0]]), np.array([[3.0, -1.0]])),
+        ("one_zero", np.array([[7.0], [0.0], [5.0]]), np.array([[3.0, -1.0]])),
+        ("two", np.array([[1.0, 9.0], [0.5, 2.0], [9.0, 3.0]]), np.array([[1.0], [2.0]])),
+        ("empty", np.zeros((3, 0)), np.zeros((0, 2))),
+        ("no_rhs", d[0], np.zeros((5, 0))),
+        ("four_rows", np.zeros((4, 3)), np.zeros((3, 1))),
+        ("mismatch", d[0], np.zeros((4, 1))),
+        ("batch_mismatch", d, rhs[:1]),
+        ("rank1", np.zeros(3), np.zeros((1, 1))),
+    )
+    for name, diags, b in cases:
+        for pivot in (True, False):
+            g.case(
+                f"tri_{name}_{int(pivot)}",
+                "TridiagonalSolve",
+                {"diagonals": diags, "rhs": b},
+                partial_pivoting=pivot,
+            )
+    g.case(
+        "tri_perturb",
+        "TridiagonalSolve",
+        {"diagonals": singular, "rhs": np.ones((3, 1))},
+        partial_pivoting=True,
+        perturb_singular=True,
+    )
+    g.case(
+        "tri_perturb_regular",
+        "TridiagonalSolve",
+        {"diagonals": d, "rhs": rhs},
+        partial_pivoting=True,
+        perturb_singular=True,
+    )
+    # (perturb_singular without partial_pivoting is refused when the graph is loaded: tested on its own)
+
+    # MatrixSquareRoot: symmetric positive definite, a general matrix with complex eigenvalue pairs
+    spd = a @ np.swapaxes(a, -1, -2) + 0.5 * np.eye(3)
+    rot = np.array([[1.0, -2.0, 0.5], [2.0, 1.0, 0.0], [0.3, 0.2, 3.0]])
+    for name, x in (
+        ("spd_f64", spd),
+        ("spd_f32", spd.astype(F32)),
+        ("general", rot),
+        ("upper", np.array([[4.0, 1.0, 2.0], [0.0, 9.0, -3.0], [0.0, 0.0, 1.0]])),
+        ("complex", c[0, 0] + 4 * np.eye(3)),
+        ("complex64", (c[0, 0] + 4 * np.eye(3)).astype(np.complex64)),
+        ("f32_batch", rng.standard_normal((2, 4, 4)).astype(F32) + 3 * np.eye(4, dtype=F32)),
+        ("one", np.array([[9.0]], F32)),
+        ("empty", np.zeros((2, 0, 0), F32)),
+        ("negative", np.array([[-4.0, 0.0], [0.0, 1.0]])),
+        # defective: one eigenvector for a repeated eigenvalue
+        ("jordan", np.array([[1.0, 1.0], [0.0, 1.0]])),
+        ("jordan3", np.array([[4.0, 1.0, 0.0], [0.0, 4.0, 1.0], [0.0, 0.0, 4.0]], F32)),
+        ("jordan_batch", np.stack([rot[:2, :2], np.array([[2.0, 1.0], [0.0, 2.0]])])),
+        ("not_square", np.zeros((2, 3), F32)),
+        ("vector", np.zeros(3, F32)),
+    ):
+        g.case(f"sqrtm_{name}", "MatrixSquareRoot", {"input": x})
+
+    # MatrixLogarithm (complex types only)
+    for name, x in (
+        ("c128", (spd[0] + 0.2j * a[0]).astype(np.complex128)),
+        ("c64", (spd[0, 0] + 0.1j * a[0, 0]).astype(np.complex64)),
+        ("rotation", rot.astype(np.complex128)),
+        ("jordan", np.array([[3.0, 1.0, 0.5], [0.0, 3.0, 1.0], [0.0, 0.0, 3.0]], np.complex128)),
+        ("empty", np.zeros((0, 0), np.complex64)),
+        ("not_square", np.zeros((2, 3), np.complex64)),
+    ):
+        g.case(f"logm_{name}", "MatrixLogarithm", {"input": x})
+
+    # Eig: eigenvalues in no fixed order, eigenvectors up to a phase: the tests compare them as such
+    for name, x, tout in (
+        ("f32", a[0].astype(F32), tf.complex64),
+        ("f64", a, tf.complex128),
+        ("f64_5", rng.standard_normal((5, 5)), tf.complex128),
+        ("c64", c[1].astype(np.complex64), tf.complex64),
+        ("c128", c[0, 0], tf.complex128),
+        ("symmetric", spd[0, 0], tf.complex128),
+        ("one", np.array([[3.0]], F32), tf.complex64),
+        ("empty", np.zeros((0, 0), F32), tf.complex64),
+        ("not_square", np.zeros((2, 3), F32), tf.complex64),
+    ):
+        for v in (True, False):
+            g.case(f"eig_{name}_{int(v)}", "Eig", {"input": x}, Tout=tout, compute_v=v)
+
+
+# --- random_dists -------------------------------------------------------------------------------------------
+
+
+def random_dists(g: Group) -> None:
+    """Gamma, Poisson and binomial draws of the stateless ops, each sample its own rejection loop."""
+    seed = np.array([7, -3], I64)
+    alpha = np.array([0.5, 1.0, 2.5, 30.0, 0.01], F32)
+    for name, dt in (("f32", F32), ("f64", F64), ("f16", np.float16)):
+        g.case(
+            f"gamma_{name}",
+            "StatelessRandomGammaV2",
+            {"shape": np.array([6, 5], I32), "seed": seed, "alpha": alpha.astype(dt)},
+        )
+    g.case(
+        "gamma_matrix_alpha",
+        "StatelessRandomGammaV2",
+        {
+            "shape": np.array([3, 2, 2], I64),
+            "seed": np.array([1, 2], I32),
+            "alpha": np.array([[0.3, 4], [1, 9]], F64),
+        },
+    )
+    g.case(
+        "gamma_scalar_alpha",
+        "StatelessRandomGammaV2",
+        {"shape": np.array([20], I32), "seed": seed, "alpha": np.array(0.9, F32)},
+    )
+    g.case(
+        "gamma_empty",
+        "StatelessRandomGammaV2",
+        {"shape": np.array([0, 5], I32), "seed": seed, "alpha": alpha},
+    )
+    g.case(
+        "gamma_bad_shape",
+        "StatelessRandomGammaV2",
+        {"shape": np.array([6, 4], I32), "seed": seed, "alpha": alpha},
+    )
+    g.case(
+        "gamma_bad_seed",
+        "StatelessRandomGammaV2",
+        {"shape": np.array([5], I32), "seed": np.array([1, 2, 3], I64), "alpha": alpha},
+    )
+    for alg in (1, 3):
+        g.case(
+            f"gamma_v3_{alg}",
+            "StatelessRandomGammaV3",
+            {
+                "shape": np.array([4, 5], I32),
+                "key": np.array([12345], np.uint64),
+                "counter": np.array([2**40 + 3, 9], np.uint64),
+                "alg": np.array(alg, I32),
+                "alpha": alpha,
+            },
+        )
+    g.case(
+        "gamma_v3_bad_alg",
+        "StatelessRandomGammaV3",
+        {
+            "shape": np.array([5], I32),
+            "key": np.array([1], np.uint64),
+            "counter": np.array([0, 0], np.uint64),
+            "alg": np.array(2, I32),
+            "alpha": alpha,
+        },
+    )
+    lam = np.array([0.5, 3.0, 9.99, 10.0, 25.0, 1000.0, 0.0], F32)
+    for name, rate, out in (
+        ("f32", lam, tf.float32),
+        ("f64_i64", lam.astype(F64), tf.int64),
+        ("f32_i32", lam, tf.int32),
+        ("f16", lam.astype(np.float16), tf.float16),
+        ("i32_f64", np.array([0, 1, 5, 12, 300], I32), tf.float64),
+    ):
+        g.case(
+            f"poisson_{name}",
+            "StatelessRandomPoisson",
+            {"shape": np.array([4, rate.size], I32), "seed": seed, "lam": rate},
+            dtype=out,
+        )
+    g.case(
+        "poisson_scalar_lam",
+        "StatelessRandomPoisson",
+        {"shape": np.array([3, 4], I32), "seed": np.array([5, 6], I32), "lam": np.array(42.5, F64)},
+        dtype=tf.float64,
+    )
+    g.case(
+        "poisson_bad_shape",
+        "StatelessRandomPoisson",
+        {"shape": np.array([4, 3], I32), "seed": seed, "lam": lam},
+        dtype=tf.float32,
+    )
+    counts = np.array([0, 5, 20, 100, 1000, 40, 7, 3], F32)
+    probs = np.array([0.3, 0.0, 0.6, 0.02, 0.5, 0.95, 1.0, np.nan], F32)
+    for name, c, p, out in (
+        ("f32", counts, probs, tf.float32),
+        ("f64_i32", counts.astype(F64), probs.astype(F64), tf.int32),
+        ("f32_i64", counts, probs, tf.int64),
+        ("f16", counts.astype(np.float16), probs.astype(np.float16), tf.float16),
+    ):
+        g.case(
+            f"binomial_{name}",
+            "StatelessRandomBinomial",
+            {"shape": np.array([3, 8], I32), "seed": seed, "counts": c, "probs": p},
+            dtype=out,
+        )
+    g.case(
+        "binomial_broadcast",
+        "StatelessRandomBinomial",
+        {
+            "shape": np.array([2, 3, 4], I32),
+            "seed": np.array([-1, 99], I64),
+            "counts": np.array([[10.0], [50.0], [400.0]], F64),
+            "probs": np.array([0.1, 0.45, 0.55, 0.9], F64),
+        },
+        dtype=tf.float64,
+    )
+    g.case(
+        "binomial_bad_broadcast",
+        "StatelessRandomBinomial",
+        {"shape": np.array([3], I32), "seed": seed, "counts": counts[:3], "probs": probs[:2]},
+        dtype=tf.float32,
+    )
+    g.case(
+        "binomial_bad_shape",
+        "StatelessRandomBinomial",
+        {"shape": np.array([8, 3], I32), "seed": seed, "counts": counts, "probs": probs},
+        dtype=tf.float32,
+    )
+
+
+# --- special ------------------------------------------------------------------------------------------------
+
+
+def special(g: Group) -> None:
+    """Bessel functions and Cephes' integrals on each branch of their fits, their edges, and beyond."""
+    x = np.array(
+        [-np.inf, -3e9, -20, -5.5, -1, -0.5, -0.0, 0, 1e-7, 1e-3, 0.3, 0.5, 0.9999, 1, 1.5, 1.6, 1.9999, 2,
+         2.5, 3.2, 3.3, 4.9, 5, 5.1, 6.2, 6.3, 7.99, 8, 8.01, 12, 17, 33, 63, 65, 100, 700, 36975, 1e10,
+         np.inf, np.nan]
+    )  # fmt: skip
+    ops = ("BesselI0", "BesselI0e", "BesselI1", "BesselI1e", "BesselK0", "BesselK0e", "BesselK1",
+           "BesselK1e", "BesselJ0", "BesselJ1", "BesselY0", "BesselY1", "Dawsn", "Expint", "FresnelCos",
+           "FresnelSin", "Spence")  # fmt: skip
+    for op in ops:
+        for name, dt in (("f32", F32), ("f64", F64)):
+            g.case(f"{op}_{name}", op, {"x": x.astype(dt)})
+    g.case("BesselJ0_f16", "BesselJ0", {"x": x.astype(np.float16)})
+    g.case("BesselI1e_matrix", "BesselI1e", {"x": x[:36].reshape(6, 6).astype(F32)})
+
+
+# --- strings_extra ------------------------------------------------------------------------------------------
+
+
+def strings_extra(g: Group) -> None:
+    """UnicodeTranscode, DecodeCompressed and DecodeJSONExample."""
+    import gzip
+    import zlib
+
+    texts = S("hello", "", "日本語 ü", "a\x01b", "x\xe6\x97y", "\xed\xa0\x80z", "\xff")
+    for inp in ("UTF-8", "ISO-8859-1", "US-ASCII"):
+        for out in ("UTF-8", "UTF-16-BE", "UTF-32-BE"):
+            name = f"{inp}_{out}".replace("-", "").lower()
+            g.case(
+                f"transcode_{name}",
+                "UnicodeTranscode",
+                {"input": texts.reshape(7, 1) if out == "UTF-8" else texts},
+                input_encoding=inp,
+                output_encoding=out,
+                errors="replace",
+                replacement_char=0xFFFD,
+            )
+    utf16 = S("héllo".encode("utf-16-be"), "\U0001f600".encode("utf-16-le"), b"\xd8\x00a", b"a")
+    for inp in ("UTF-16-BE", "UTF-16LE", "utf-32-be"):
+        g.case(
+            f"transcode_from_{inp.replace('-', '').lower()}",
+            "UnicodeTranscode",
+            {"input": utf16 if "16" in inp else S("é".encode("utf-32-be"), b"\x00\x11\x00\x00")},
+            input_encoding=inp,
+            output_encoding="UTF-8",
+            errors="replace",
+            replacement_char=ord("?"),
+        )
+    for policy in ("replace", "ignore", "strict"):
+        for controls in (False, True):
+            g.case(
+                f"transcode_{policy}_{int(controls)}",
+                "UnicodeTranscode",
+                {"input": texts if policy != "strict" else S("ok", "a\x01b")},
+                input_encoding="UTF-8",
+                output_encoding="UTF-8",
+                errors=policy,
+                replacement_char=ord("*"),
+                replace_control_characters=controls,
+            )
+    g.case(
+        "transcode_strict_malformed",
+        "UnicodeTranscode",
+        {"input": S("ok", "x\xe6\x97y")},
+        input_encoding="UTF-8",
+        output_encoding="UTF-16-BE",
+        errors="strict",
+        replacement_char=0xFFFD,
+    )
+    g.case(
+        "transcode_scalar",
+        "UnicodeTranscode",
+        {"input": np.array("ça".encode("latin-1"), object)},
+        input_encoding="latin1",
+        output_encoding="UTF-8",
+        errors="replace",
+        replacement_char=0xFFFD,
+    )
+
+    payload = [b"", b"abc" * 50, bytes(range(256)), "日本".encode()]
+    for kind, pack in (
+        ("ZLIB", zlib.compress),
+        ("GZIP", lambda b: gzip.compress(b, mtime=0)),
+        ("NONE", lambda b: b),
+        ("", lambda b: b),
+    ):
+        packed = S(*(pack(p) for p in payload)).reshape(2, 2)
+        g.case(
+            f"decompress_{kind.lower() or 'empty'}",
+            "DecodeCompressed",
+            {"bytes": packed},
+            compression_type=kind,
+        )
+    g.case(
+        "decompress_raw_deflate",
+        "DecodeCompressed",
+        {"bytes": S(zlib.compress(b"abc")[2:-4])},
+        compression_type="ZLIB",
+    )
+    g.case("decompress_lowercase", "DecodeCompressed", {"bytes": S(b"x")}, compression_type="zlib")
+    g.case("decompress_garbage", "DecodeCompressed", {"bytes": S(b"not zlib")}, compression_type="ZLIB")
+    g.case(
+        "decompress_truncated",
+        "DecodeCompressed",
+        {"bytes": S(zlib.compress(b"abcdef" * 9)[:-6])},
+        compression_type="ZLIB",
+    )
+    g.case(
+        "decompress_gzip_as_zlib",
+        "DecodeCompressed",
+        {"bytes": S(gzip.compress(b"abc", mtime=0))},
+        compression_type="ZLIB",
+    )
+    g.case(
+        "decompress_scalar",
+        "DecodeCompressed",
+        {"bytes": np.array(zlib.compress(b"one"), object)},
+        compression_type="ZLIB",
+    )
+
+    examples = S(
+        '{"features": {"feature": {"age": {"int64List": {"value": ["30", 4]}}, '
+        '"name": {"bytesList": {"value": ["aGk=", ""]}}, "w": {"floatList": {"value": [0.5, -1e30, 3]}}}}}',
+        "{}",
+        '{"features": {}}',
+        '{"features": {"feature": {"z": {"int64List": {}}, "a": {"floatList": {"value": []}}, "m": {}}}}',
+    )
+    g.case("json_examples", "DecodeJSONExample", {"json_examples": examples})
+    g.case("json_matrix", "DecodeJSONExample", {"json_examples": examples.reshape(2, 2)})
+    g.case("json_bad_syntax", "DecodeJSONExample", {"json_examples": S('{"features": ')})
+    g.case("json_unknown_field", "DecodeJSONExample", {"json_examples": S('{"feature": {}}')})
+    g.case(
+        "json_wrong_type",
+        "DecodeJSONExample",
+        {"json_examples": S('{"features": {"feature": {"a": {"int64List": {"value": ["x"]}}}}}')},
+    )
+
+
 GROUPS: dict[str, Callable[[Group], None]] = {
     "cross": cross,
     "sparse": sparse,
@@ -1128,6 +1532,10 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "half_sigmoid": half_sigmoid,
     "half": half,
     "dilation": dilation,
+    "linalg_extra": linalg_extra,
+    "random_dists": random_dists,
+    "special": special,
+    "strings_extra": strings_extra,
 }
 
 

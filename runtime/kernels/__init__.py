@@ -3,6 +3,7 @@
 from poolserve.runtime.kernels import (  # noqa: F401
     array_ops,
     audio_ops,
+    bessel_ops,
     bucket_ops,
     control_flow_ops,
     conv3d_ops,
@@ -32,6 +33,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     pool_ops,
     quant_ops,
     ragged_ops,
+    random_dist_ops,
     random_ops,
     regex_ops,
     segment_ops,

@@ -15,21 +15,30 @@ same way.
 
 A feature of the wrong kind is an error naming the key and the example, in TensorFlow's words. The input
 is one serialized Example (a scalar) or a vector of them.
+
+Beside them: DecodeRaw, DecodeCSV, SerializeTensor and ParseTensor, DecodeCompressed (ZLIB and GZIP
+strings inflated) and DecodeJSONExample (Examples in protobuf's JSON mapping, serialized).
 """
 
 from __future__ import annotations
 
 import base64
 import itertools
+import json
 import math
+import re
+import struct
+import zlib
 from typing import Any
 
 import numpy as np
+from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from poolserve.proto import example_pb2, tensor_pb2, types_pb2
 from poolserve.runtime import dtypes
-from poolserve.runtime.errors import InvalidArgumentError, UnimplementedError
+from poolserve.runtime.errors import DataLossError, InvalidArgumentError, UnimplementedError
+from poolserve.runtime.kernels._common import _each
 from poolserve.runtime.kernels._common import _shape_str as _shape_text
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.kernels.string_ops import number_parser
@@ -560,5 +569,106 @@ def parse_tensor(node: Node) -> Compute:
                 f"({_tf_type_name(code)})"
             )
         return (to_ndarray(proto),)
+
+    return compute
+
+
+# --- DecodeCompressed, DecodeJSONExample --------------------------------------------------------------------
+
+# zlib's window bits for TensorFlow's ZLIB and GZIP options: each reads its own header only
+_WINDOW_BITS = {"ZLIB": zlib.MAX_WBITS, "GZIP": zlib.MAX_WBITS | 16}
+
+
+def _inflate(data: bytes, wbits: int) -> bytes:
+    """What TensorFlow's ZlibInputStream reads of ``data``: all of it, or, cut short, what it decoded up to
+    the cut; bytes after the end of the stream are ignored."""
+    stream = zlib.decompressobj(wbits)
+    try:
+        return stream.decompress(data) + stream.flush()
+    except zlib.error as e:
+        # Python's "Error -3 while decompressing data: incorrect header check", in zlib's (TensorFlow's) words
+        match = re.match(r"Error (-?\d+) while [a-z ]+: (.*)", str(e))
+        code, why = match.groups() if match else ("?", str(e))
+        raise DataLossError(f"inflate() failed with error {code}: {why}") from None
+
+
+@kernel("DecodeCompressed")
+def decode_compressed(node: Node) -> Compute:
+    """``tf.io.decode_compressed``: each string inflated (ZLIB, GZIP) or copied (the empty type)."""
+    kind = node.attr_str("compression_type", "")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        (data,) = inputs
+        if kind == "":
+            return (data.copy(),)
+        if kind == "ZSTD":
+            raise UnimplementedError("DecodeCompressed: poolserve inflates ZLIB and GZIP, not ZSTD")
+        if kind not in _WINDOW_BITS:
+            raise InvalidArgumentError("Only ZLIB, ZSTD, GZIP or NONE are supported compressions")
+        wbits = _WINDOW_BITS[kind]
+        return (_each(data, lambda s: _inflate(s, wbits)),)
+
+    return compute
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    return bytes((tag,)) + _varint(len(payload)) + payload
+
+
+def _feature_wire(feature: Any) -> bytes:
+    """A Feature as protobuf's JSON-to-binary converter writes it: repeated numbers unpacked, one tag each."""
+    kind = feature.WhichOneof("kind")
+    if kind == "bytes_list":
+        return _field(0x0A, b"".join(_field(0x0A, v) for v in feature.bytes_list.value))
+    if kind == "float_list":
+        return _field(0x12, b"".join(b"\x0d" + struct.pack("<f", v) for v in feature.float_list.value))
+    if kind == "int64_list":
+        values = feature.int64_list.value
+        return _field(0x1A, b"".join(b"\x08" + _varint(v & 0xFFFFFFFFFFFFFFFF) for v in values))
+    return b""
+
+
+def _json_keys(text: str) -> list[str]:
+    """The features' names in the order the JSON gives them (the order TensorFlow writes them in)."""
+    doc = json.loads(text, object_pairs_hook=dict)
+    features = doc.get("features") if isinstance(doc, dict) else None
+    feature = features.get("feature") if isinstance(features, dict) else None
+    return list(feature) if isinstance(feature, dict) else []
+
+
+def _json_example(text: bytes) -> bytes:
+    try:
+        decoded = text.decode("utf-8")
+        example = json_format.Parse(decoded, example_pb2.Example())
+    except (json_format.ParseError, UnicodeDecodeError) as e:
+        raise InvalidArgumentError(f"Error while parsing JSON: {e}") from None
+    if not example.HasField("features"):
+        return b""
+    entries = example.features.feature
+    order = [k for k in _json_keys(decoded) if k in entries]
+    order += sorted(set(entries) - set(order))
+    body = b"".join(
+        _field(0x0A, _field(0x0A, k.encode()) + _field(0x12, _feature_wire(entries[k]))) for k in order
+    )
+    return _field(0x0A, body)
+
+
+@kernel("DecodeJSONExample")
+def decode_json_example(node: Node) -> Compute:
+    """``tf.io.decode_json_example``: Examples in protobuf's JSON mapping to serialized Examples, byte for
+    byte as TensorFlow writes them (features in the JSON's order, repeated numbers unpacked). A refused
+    document names protobuf's (Python's) reason, not TensorFlow's (C++) words for it."""
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        return (_each(inputs[0], _json_example),)
 
     return compute

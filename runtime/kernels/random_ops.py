@@ -37,9 +37,12 @@ _PHILOX = 1  # RNG_ALG_PHILOX
 _PHILOX_IDS = (_PHILOX, 3)
 
 
-def philox(counter: tuple[int, int, int, int], key: tuple[int, int], calls: int) -> np.ndarray:
-    """``calls`` Philox4x32-10 outputs [calls, 4] (uint32) for counters ``counter``, ``counter + 1``, ..."""
-    index = np.arange(calls, dtype=np.uint64)
+def philox(
+    counter: tuple[int, int, int, int], key: tuple[int, int], calls: int, index: Any = None
+) -> np.ndarray:
+    """``calls`` Philox4x32-10 outputs [calls, 4] (uint32) for counters ``counter``, ``counter + 1``, ...
+    (or, given ``index``, for ``counter + i`` for each i of it)."""
+    index = np.arange(calls, dtype=np.uint64) if index is None else np.asarray(index, np.uint64).ravel()
     low = np.uint64(counter[0] | counter[1] << 32) + index  # the 128-bit counter plus the call's index
     carry = (low < index).astype(np.uint64)
     high = np.uint64(counter[2] | counter[3] << 32) + carry
@@ -195,6 +198,30 @@ def _bounds(node: Node, low_t: Any, high_t: Any) -> tuple[int, int]:
     return low, high
 
 
+def key_counter(key_t: Any, counter_t: Any, alg_t: Any) -> tuple[tuple[int, int, int, int], tuple[int, int]]:
+    """The V2 ops' Philox counter and key from their key, counter and algorithm inputs."""
+    if key_t.shape != (1,):
+        raise InvalidArgumentError(
+            f"key must have shape [1], not {_shape_str(key_t.shape)}. (Note that batched keys are not "
+            "supported yet.)"
+        )
+    if counter_t.ndim != 1 or counter_t.shape[0] < 2:
+        # (TensorFlow reads two elements whatever the length: past the end of a shorter one)
+        raise InvalidArgumentError(
+            "counter must be a vector of at least 2 elements (Philox's), got shape "
+            f"{_shape_str(counter_t.shape)}"
+        )
+    if alg_t.ndim:
+        raise InvalidArgumentError(f"alg must be a scalar, got shape {_shape_str(alg_t.shape)}")
+    if int(alg_t) not in _PHILOX_IDS:
+        raise InvalidArgumentError(f"Unsupported algorithm id: {int(alg_t)}")
+    k = int(key_t.reshape(-1)[0])
+    c = [int(v) for v in counter_t.reshape(-1)[:2]]
+    key = (k & 0xFFFFFFFF, k >> 32 & 0xFFFFFFFF)
+    counter = (c[0] & 0xFFFFFFFF, c[0] >> 32 & 0xFFFFFFFF, c[1] & 0xFFFFFFFF, c[1] >> 32 & 0xFFFFFFFF)
+    return counter, key
+
+
 def _stateless(kind: str, v2: bool) -> Any:
     def factory(node: Node) -> Compute:
         dtype = node.attr_dtype("dtype", 1)
@@ -202,18 +229,7 @@ def _stateless(kind: str, v2: bool) -> Any:
         def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
             shape = _shape(node, inputs[0])
             if v2:
-                key_t, counter_t, alg_t = inputs[1], inputs[2], inputs[3]
-                if int(alg_t) not in _PHILOX_IDS:
-                    raise InvalidArgumentError(f"Unsupported algorithm id: {int(alg_t)}")
-                k = int(key_t.reshape(-1)[0])
-                c = [int(v) for v in counter_t.reshape(-1)[:2]]
-                key = (k & 0xFFFFFFFF, k >> 32 & 0xFFFFFFFF)
-                counter = (
-                    c[0] & 0xFFFFFFFF,
-                    c[0] >> 32 & 0xFFFFFFFF,
-                    c[1] & 0xFFFFFFFF,
-                    c[1] >> 32 & 0xFFFFFFFF,
-                )
+                counter, key = key_counter(*inputs[1:4])
                 rest = inputs[4:]
             else:
                 counter, key = seed_key_counter(*_seed(inputs[1]))

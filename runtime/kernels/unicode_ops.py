@@ -1,4 +1,4 @@
-"""Unicode: UnicodeDecode, UnicodeDecodeWithOffsets, UnicodeEncode, UnicodeScript.
+"""Unicode: UnicodeDecode, UnicodeDecodeWithOffsets, UnicodeEncode, UnicodeTranscode, UnicodeScript.
 
 What ``tf.strings.unicode_decode``/``unicode_split``/``unicode_encode`` and Keras' TextVectorization with
 ``split="character"`` leave in a serving graph. TensorFlow decodes with ICU's converters, which replace a
@@ -78,6 +78,10 @@ def _utf16_chars(s: bytes, order: str) -> list[Char]:
             out.append((0x10000 + ((c - 0xD800) << 10) + u[i + 1] - 0xDC00, 4, False))
             i += 2
             continue
+        if 0xD800 <= c < 0xDC00 and i + 1 == units and len(s) % 2:
+            # a lead surrogate cut short by the end of the input: one truncated character with the odd byte
+            out.append((_FFFD, 3, True))
+            return out
         out.append((_FFFD, 2, True) if 0xD800 <= c < 0xE000 else (c, 2, False))
         i += 1
     if len(s) % 2:
@@ -226,16 +230,64 @@ def _check_splits(values: Any, splits: Any) -> list[int]:
     return bounds
 
 
-@kernel("UnicodeEncode")
-def unicode_encode(node: Node) -> Compute:
+def _output_codec(node: Node) -> str:
     codec = {"UTF-8": "utf-8", "UTF-16-BE": "utf-16-be", "UTF-32-BE": "utf-32-be"}.get(
         node.attr_str("output_encoding")
     )
     if codec is None:
         raise _bad_attr(node, "output_encoding", "must be one of UTF-8, UTF-16-BE, UTF-32-BE")
-    errors = _Errors(node)
+    return codec
+
+
+def _encoder(codec: str, errors: _Errors) -> Callable[[str], bytes]:
     # only a replacement character can put a surrogate in the text: UTF-8 writes it as U+FFFD, as ICU does
-    surrogate = chr(errors.replacement) if 0xD800 <= errors.replacement < 0xE000 else None
+    if codec == "utf-8" and 0xD800 <= errors.replacement < 0xE000:
+        surrogate = chr(errors.replacement)
+        return lambda text: text.replace(surrogate, "\ufffd").encode(codec)
+    return lambda text: text.encode(codec, "surrogatepass")
+
+
+@kernel("UnicodeTranscode")
+def unicode_transcode(node: Node) -> Compute:
+    errors = _Errors(node)
+    decode = _decoder(node)
+    encode = _encoder(_output_codec(node), errors)
+    fast = decode is _utf8_chars and not errors.controls
+
+    def transcode(s: bytes) -> tuple[bytes, bool]:
+        """(s in the output encoding, whether it held a malformed or replaced character)."""
+        if fast:
+            try:
+                return encode(s.decode("utf-8")), False
+            except UnicodeDecodeError:
+                pass
+        points: list[int] = []
+        flagged = False
+        for cp, _, malformed in decode(s):
+            if malformed or (errors.controls and cp <= 0x1F):
+                flagged = True
+                if errors.policy == "ignore":
+                    continue
+                cp = errors.replacement
+            points.append(cp)
+        return encode("".join(map(chr, points))), flagged
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        (x,) = inputs
+        done = [transcode(s) for s in x.ravel().tolist()]
+        # strict fails on a malformed character, and on a control character it was told to replace
+        if errors.policy == "strict" and any(flagged for _, flagged in done):
+            raise InvalidArgumentError(_MALFORMED)
+        return (_strings([out for out, _ in done], x.shape),)
+
+    return compute
+
+
+@kernel("UnicodeEncode")
+def unicode_encode(node: Node) -> Compute:
+    codec = _output_codec(node)
+    errors = _Errors(node)
+    encode = _encoder(codec, errors)
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         values, splits = inputs
@@ -251,10 +303,7 @@ def unicode_encode(node: Node) -> Compute:
                 bounds = np.concatenate([[0], np.cumsum(~bad)])[bounds]
                 points = points[~bad]
         text = "".join(map(chr, points.tolist()))
-        if surrogate is not None and codec == "utf-8":
-            text = text.replace(surrogate, "\ufffd")
-        rows = bounds.tolist()
-        out = [text[a:b].encode(codec, "surrogatepass") for a, b in itertools.pairwise(rows)]
+        out = [encode(text[a:b]) for a, b in itertools.pairwise(bounds.tolist())]
         return (_strings(out, (len(out),)),)
 
     return compute
