@@ -444,8 +444,15 @@ class WholeBody:
         self._cycle = cycle
 
     async def wait(self) -> None:
-        """Until the body is all in or the client has gone (what receive() waits for with such a body)."""
-        await self._cycle.message_event.wait()
+        """Until the body is all in or the client has gone: what receive() waits for with such a body,
+        after what it does first (a client that sent ``Expect: 100-continue`` is told to send the body)."""
+        cycle = self._cycle
+        if cycle.waiting_for_100_continue and not cycle.transport.is_closing():
+            cycle.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            cycle.waiting_for_100_continue = False
+        if not cycle.disconnected and not cycle.response_complete:
+            cycle.flow.resume_reading()
+            await cycle.message_event.wait()
 
     def take(self) -> memoryview | None:
         """The body as a view of its buffer, if it is all in and was read into one, else None. Once it is

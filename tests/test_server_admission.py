@@ -796,3 +796,15 @@ def test_a_large_binary_tensor_is_taken_as_an_aligned_view_and_answered_without_
         assert np.array_equal(np.asarray(as_json.json()["outputs"][0]["data"], np.float32), small.ravel())
     finally:
         served.stop()
+
+
+def test_an_admitted_client_that_waits_to_send_its_large_body_is_told_to_send_it(served: Served) -> None:
+    """``Expect: 100-continue``: the client sends its body only after ``100 Continue``. An admitted request
+    whose body is taken whole (``WholeBody``) is told so, as receive() tells it, then answered."""
+    body = NAP_BODY + b" " * 300_000  # large enough to be read whole, past the parser
+    with served.connect() as s, s.makefile("rb") as f:
+        s.sendall(head_of("/v1/models/nap:run", len(body), "Expect: 100-continue"))
+        assert f.readline() == b"HTTP/1.1 100 Continue\r\n" and f.readline() == b"\r\n"
+        s.sendall(body)
+        status, _, answer = read_answer(f)
+        assert status == 200 and answer["outputs"]["out"]["shape"] == [1, 3]
