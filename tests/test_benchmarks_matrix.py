@@ -10,6 +10,8 @@ import importlib.util
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -169,3 +171,32 @@ def test_matrix_ranges_spans_the_runs(tmp_path: Path) -> None:
     out = done.stdout
     assert "| w | closed:8 | g | 0.50-0.70x | 0.90-1.20x | - | - |" in out
     assert "- run 2: every cell: NOT met (1 of 2 cells)" in out
+
+
+def test_capacity_is_what_an_open_loop_sustains_not_what_a_closed_loop_claims(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """probe_capacity offers the closed-loop probe's rates as an open loop and scales them, mix kept, to
+    the share served: an engine of ~200 requests a second (one at a time, 5 ms each) whose closed loop
+    claimed 800 and 200 a second for its two graphs is probed near 160 and 40; an engine that keeps up
+    keeps the closed loop's rates."""
+    gate = threading.Lock()
+
+    def slow(g: int, pool: bool) -> None:
+        with gate:
+            time.sleep(0.005)
+
+    def claimed(run: object, graphs: int, clients: int, seconds: float, pool: bool) -> object:
+        tally = harness.Tally.empty(graphs)
+        tally.latencies = [[0.001] * int(800 * seconds), [0.001] * int(200 * seconds)]
+        tally.seconds = seconds
+        return tally
+
+    monkeypatch.setattr(harness, "closed_loop", claimed)
+    capacity, probed = harness.probe_capacity(slow, 2, 0.5)
+    assert probed["closed_loop_rps"] == [800.0, 200.0]
+    assert 0.1 < probed["scale"] < 0.35 and capacity[0] == pytest.approx(4 * capacity[1])
+    assert 120 < sum(capacity) < 260
+
+    capacity, probed = harness.probe_capacity(lambda g, pool: None, 2, 0.5)
+    assert probed["scale"] == 1.0 and capacity == [800.0, 200.0]
