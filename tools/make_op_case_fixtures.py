@@ -11,8 +11,8 @@ SparseCrossV2, Fingerprint), ``sparse`` (sparse reductions, SparseAdd, SparseCon
 SparseSoftmax), ``ragged`` (RaggedRange, RaggedGather, RaggedTensorToSparse), ``sets`` (set operations,
 UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`` (UnsortedSegmentJoin),
 ``full_int`` (StatelessRandomUniformFullInt and V2), ``sequence_features`` (ParseExampleV2 with
-FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``, ``half``
-(float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation``
+FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``,
+``half_softplus``, ``half`` (float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation``
 (Dilation2D). Tests:
 tests/test_kernels_<group>_cases.py.
 """
@@ -1030,6 +1030,33 @@ def half_sigmoid(g: Group) -> None:
     g.case("long", "Sigmoid", {"x": (rng.standard_normal((40, 53)) * 4).astype(np.float16)})
 
 
+# --- half_softplus ------------------------------------------------------------------------------------------
+
+
+def half_softplus(g: Group) -> None:
+    """float16 Softplus: log1p(exp(x)) in half steps, and the cut-offs at +-7.008 (Eigen's half epsilon)."""
+    rng = np.random.default_rng(18)
+    edges = [
+        0,
+        -0.0,
+        7.0,
+        7.008,
+        7.016,
+        -7.0,
+        -7.008,
+        -7.016,
+        11.0,
+        -20.0,
+        65504,
+        -65504,
+        np.inf,
+        -np.inf,
+        np.nan,
+    ]
+    g.case("edges", "Softplus", {"features": np.array(edges, np.float16)})
+    g.case("normal", "Softplus", {"features": (rng.standard_normal((30, 40)) * 4).astype(np.float16)})
+
+
 # --- half ---------------------------------------------------------------------------------------------------
 
 
@@ -1531,6 +1558,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "serialized_tensors": serialized_tensors,
     "half_sigmoid": half_sigmoid,
     "half": half,
+    "half_softplus": half_softplus,
     "dilation": dilation,
     "linalg_extra": linalg_extra,
     "random_dists": random_dists,
