@@ -109,6 +109,7 @@ _BY_SPEC = {
     "Tout=DT_FLOAT": "Angle ComplexAbs Imag Real",
     "out_type=DT_INT32": "LowerBound Shape Size UpperBound",
     "DT_INT64,DT_STRING,DT_INT64": "SparseCrossV2 StringSplit StringSplitV2",
+    "DT_INT64,output_type,DT_INT64": "DenseCountSparseOutput RaggedCountSparseOutput SparseCountSparseOutput",
     "T,DT_INT32": "ApproxTopK Merge RefMerge",
     "T,out_idx=DT_INT32": "ListDiff Unique UniqueV2",
     "Tout": "BatchMatMulV3 LookupTableFindV2 RandomUniformInt",

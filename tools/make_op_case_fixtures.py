@@ -12,7 +12,8 @@ SparseSoftmax), ``ragged`` (RaggedRange, RaggedGather, RaggedTensorToSparse), ``
 UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`` (UnsortedSegmentJoin),
 ``full_int`` (StatelessRandomUniformFullInt and V2), ``sequence_features`` (ParseExampleV2 with
 FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``,
-``half_softplus``, ``half`` (float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation``
+``half_softplus``, ``count_sparse`` (DenseCountSparseOutput, SparseCountSparseOutput,
+RaggedCountSparseOutput), ``half`` (float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation``
 (Dilation2D). Tests:
 tests/test_kernels_<group>_cases.py.
 """
@@ -1030,6 +1031,71 @@ def half_sigmoid(g: Group) -> None:
     g.case("long", "Sigmoid", {"x": (rng.standard_normal((40, 53)) * 4).astype(np.float16)})
 
 
+# --- count_sparse -------------------------------------------------------------------------------------------
+
+
+def count_sparse(g: Group) -> None:
+    """The CountSparseOutput ops (``tf.sparse.bincount``): counts per row, sparse; weights, binary output,
+    minlength and maxlength, 1-d inputs, and a negative value (refused)."""
+    m = np.array([[1, 5, 2, 1], [0, 0, 7, 3], [3, 3, 3, 9]], I64)
+    w = np.arange(12, dtype=F32).reshape(3, 4) / 4
+    none = np.zeros(0, F32)
+    attrs = {"minlength": -1, "maxlength": -1, "binary_output": False}
+    g.case("dense_2d", "DenseCountSparseOutput", {"values": m, "weights": none}, **attrs)
+    g.case("dense_1d", "DenseCountSparseOutput", {"values": m[0], "weights": none}, **attrs)
+    g.case("dense_weights", "DenseCountSparseOutput", {"values": m, "weights": w}, **attrs)
+    g.case(
+        "dense_binary_min",
+        "DenseCountSparseOutput",
+        {"values": m.astype(I32), "weights": np.zeros(0, I64)},
+        minlength=12,
+        maxlength=-1,
+        binary_output=True,
+    )
+    g.case(
+        "dense_max",
+        "DenseCountSparseOutput",
+        {"values": m, "weights": w.astype(F64)},
+        minlength=-1,
+        maxlength=4,
+        binary_output=False,
+    )
+    g.case("dense_negative", "DenseCountSparseOutput", {"values": -m, "weights": none}, **attrs)
+    idx = np.array([[0, 0], [0, 3], [2, 1], [2, 2], [2, 5]], I64)
+    vals = np.array([4, 1, 4, 4, 0], I64)
+    sp = {"indices": idx, "values": vals, "dense_shape": np.array([4, 6], I64)}
+    g.case("sparse_2d", "SparseCountSparseOutput", {**sp, "weights": none}, **attrs)
+    g.case(
+        "sparse_weights",
+        "SparseCountSparseOutput",
+        {**sp, "weights": np.array([0.5, 1, 2, 3, 4], F32)},
+        **attrs,
+    )
+    g.case(
+        "sparse_1d",
+        "SparseCountSparseOutput",
+        {"indices": idx[:, 1:], "values": vals, "dense_shape": np.array([6], I64), "weights": none},
+        minlength=7,
+        maxlength=-1,
+        binary_output=True,
+    )
+    splits = np.array([0, 3, 3, 5], I64)
+    g.case(
+        "ragged",
+        "RaggedCountSparseOutput",
+        {"splits": splits, "values": vals, "weights": none},
+        **attrs,
+    )
+    g.case(
+        "ragged_weights_max",
+        "RaggedCountSparseOutput",
+        {"splits": splits, "values": vals.astype(I32), "weights": np.arange(5, dtype=F32)},
+        minlength=-1,
+        maxlength=4,
+        binary_output=False,
+    )
+
+
 # --- half_softplus ------------------------------------------------------------------------------------------
 
 
@@ -1559,6 +1625,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "half_sigmoid": half_sigmoid,
     "half": half,
     "half_softplus": half_softplus,
+    "count_sparse": count_sparse,
     "dilation": dilation,
     "linalg_extra": linalg_extra,
     "random_dists": random_dists,
