@@ -13,7 +13,8 @@ UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`
 ``full_int`` (StatelessRandomUniformFullInt and V2), ``sequence_features`` (ParseExampleV2 with
 FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``,
 ``half_softplus``, ``count_sparse`` (DenseCountSparseOutput, SparseCountSparseOutput,
-RaggedCountSparseOutput), ``half`` (float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation``
+RaggedCountSparseOutput), ``sparse_minmax`` (SparseSparseMaximum, SparseSparseMinimum), ``padded_raw``
+(DecodePaddedRaw), ``half`` (float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation``
 (Dilation2D). Tests:
 tests/test_kernels_<group>_cases.py.
 """
@@ -1096,6 +1097,54 @@ def count_sparse(g: Group) -> None:
     )
 
 
+# --- sparse_minmax ------------------------------------------------------------------------------------------
+
+
+def sparse_minmax(g: Group) -> None:
+    """SparseSparseMaximum and SparseSparseMinimum: the union of two operands' indices, 0 for the one that
+    holds none; empty operands, int64 values, and operands of different shapes (refused)."""
+    a_idx = np.array([[0, 0], [0, 3], [1, 1], [2, 2]], I64)
+    b_idx = np.array([[0, 1], [0, 3], [2, 0], [2, 2], [2, 3]], I64)
+    a = {"a_indices": a_idx, "a_values": np.array([1.5, -2, -0.5, 3], F32), "a_shape": np.array([3, 4], I64)}
+    b = {"b_indices": b_idx, "b_values": np.array([-1, 4, 2, 1, -3], F32), "b_shape": np.array([3, 4], I64)}
+    for op in ("SparseSparseMaximum", "SparseSparseMinimum"):
+        name = op[12:].lower()
+        g.case(name, op, {**a, **b})
+        g.case(
+            f"{name}_empty_b",
+            op,
+            {**a, "b_indices": np.zeros((0, 2), I64), "b_values": np.zeros(0, F32), "b_shape": b["b_shape"]},
+        )
+    g.case(
+        "maximum_int64",
+        "SparseSparseMaximum",
+        {**a, "a_values": np.array([5, -7, 0, 2], I64), **b, "b_values": np.array([-1, 9, -4, 2, 3], I64)},
+    )
+    g.case("maximum_shapes_differ", "SparseSparseMaximum", {**a, **b, "b_shape": np.array([3, 5], I64)})
+
+
+# --- padded_raw ---------------------------------------------------------------------------------------------
+
+
+def padded_raw(g: Group) -> None:
+    """DecodePaddedRaw (``tf.io.decode_raw`` with ``fixed_length``): strings cut or zero-padded, both byte
+    orders, a rank-2 input, and a length not a multiple of the type's size (refused)."""
+    s = S("abcdefgh", "xy", "", "0123456789ab")
+    g.case("uint8", "DecodePaddedRaw", {"input_bytes": s, "fixed_length": np.int32(6)}, out_type=tf.uint8)
+    g.case("int16_le", "DecodePaddedRaw", {"input_bytes": s, "fixed_length": np.int32(6)}, out_type=tf.int16)
+    g.case(
+        "int32_be",
+        "DecodePaddedRaw",
+        {"input_bytes": s.reshape(2, 2), "fixed_length": np.int32(8)},
+        out_type=tf.int32,
+        little_endian=False,
+    )
+    g.case("float32", "DecodePaddedRaw", {"input_bytes": s, "fixed_length": np.int32(4)}, out_type=tf.float32)
+    g.case(
+        "not_multiple", "DecodePaddedRaw", {"input_bytes": s, "fixed_length": np.int32(5)}, out_type=tf.int16
+    )
+
+
 # --- half_softplus ------------------------------------------------------------------------------------------
 
 
@@ -1626,6 +1675,8 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "half": half,
     "half_softplus": half_softplus,
     "count_sparse": count_sparse,
+    "sparse_minmax": sparse_minmax,
+    "padded_raw": padded_raw,
     "dilation": dilation,
     "linalg_extra": linalg_extra,
     "random_dists": random_dists,
