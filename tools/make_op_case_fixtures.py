@@ -14,8 +14,8 @@ UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`
 FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``,
 ``half_softplus``, ``count_sparse`` (DenseCountSparseOutput, SparseCountSparseOutput,
 RaggedCountSparseOutput), ``sparse_minmax`` (SparseSparseMaximum, SparseSparseMinimum), ``padded_raw``
-(DecodePaddedRaw), ``half`` (float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation``
-(Dilation2D). Tests:
+(DecodePaddedRaw), ``gamma`` (Igamma, Igammac, Betainc, Zeta, Polygamma), ``half`` (float16 Softmax,
+LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation`` (Dilation2D). Tests:
 tests/test_kernels_<group>_cases.py.
 """
 
@@ -1145,6 +1145,32 @@ def padded_raw(g: Group) -> None:
     )
 
 
+# --- gamma --------------------------------------------------------------------------------------------------
+
+
+def gamma(g: Group) -> None:
+    """Igamma, Igammac, Betainc, Zeta and Polygamma in float32 and float64: both sides of the series /
+    continued fraction switch, large parameters, and the edges of the domains (0, inf, negatives, NaN)."""
+    rng = np.random.default_rng(19)
+    for dt in (F32, F64):
+        name = np.dtype(dt).name
+        big = 1e4 if dt == F64 else 300  # TensorFlow's float32 sums lose 3 digits at 1e4
+        a = np.r_[rng.uniform(0.05, 12, 40), [0.5, 3, 3, 100, big, 0, -1, 2, np.nan, 2]].astype(dt)
+        x = np.r_[rng.uniform(0, 15, 40), [0.0, 0.0, np.inf, 110, big, 1, 1, -1, 1, np.nan]].astype(dt)
+        g.case(f"igamma_{name}", "Igamma", {"a": a, "x": x})
+        g.case(f"igammac_{name}", "Igammac", {"a": a, "x": x})
+        p = np.r_[rng.uniform(0.1, 20, 30), [1, 0.5, 2, 500, 0, -1, 2, 2]].astype(dt)
+        q = np.r_[rng.uniform(0.1, 20, 30), [1, 0.5, 3, 400, 1, 2, 2, 2]].astype(dt)
+        t = np.r_[rng.uniform(0, 1, 30), [0.3, 0.999, 0, 0.55, 0.5, 0.5, 1.5, 1]].astype(dt)
+        g.case(f"betainc_{name}", "Betainc", {"a": p, "b": q, "x": t})
+        s = np.r_[rng.uniform(1.01, 12, 30), [1, 0.5, 2, 3, 2, 3, 2.5, 60]].astype(dt)
+        v = np.r_[rng.uniform(0.05, 20, 30), [1, 1, -2, -2, -1.5, -1.5, 0.1, 3]].astype(dt)
+        g.case(f"zeta_{name}", "Zeta", {"x": s, "q": v})
+        n = np.r_[rng.integers(0, 5, 20), [0.5, -1, 3]].astype(dt)
+        y = np.r_[rng.uniform(0.1, 10, 20), [1, 1, -2.5]].astype(dt)
+        g.case(f"polygamma_{name}", "Polygamma", {"a": n, "x": y})
+
+
 # --- half_softplus ------------------------------------------------------------------------------------------
 
 
@@ -1677,6 +1703,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "count_sparse": count_sparse,
     "sparse_minmax": sparse_minmax,
     "padded_raw": padded_raw,
+    "gamma": gamma,
     "dilation": dilation,
     "linalg_extra": linalg_extra,
     "random_dists": random_dists,

@@ -17,6 +17,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     fft_ops,
     functional_ops,
     fused_ops,
+    gamma_ops,
     gather_ops,
     image_decode_ops,
     image_encode_ops,
