@@ -122,6 +122,7 @@ _BY_SPEC = {
     "element_dtype": "TensorListGather TensorListGetItem TensorListStack",
     "out_type": "DecodePaddedRaw DecodeRaw ParseTensor",
     "T*num_split": "Split SplitV",
+    "T,DT_INT64,DT_INT64": "FractionalAvgPool FractionalMaxPool",
     "T,out_idx=DT_INT32,out_idx=DT_INT32": "UniqueWithCounts UniqueWithCountsV2",
     "Tidx=DT_INT32": "Range UnravelIndex",
     "dtype=DT_UINT64": "StatelessRandomUniformFullInt StatelessRandomUniformFullIntV2",

@@ -14,7 +14,8 @@ UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`
 FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``,
 ``half_softplus``, ``count_sparse`` (DenseCountSparseOutput, SparseCountSparseOutput,
 RaggedCountSparseOutput), ``sparse_minmax`` (SparseSparseMaximum, SparseSparseMinimum), ``padded_raw``
-(DecodePaddedRaw), ``gamma`` (Igamma, Igammac, Betainc, Zeta, Polygamma), ``half`` (float16 Softmax,
+(DecodePaddedRaw), ``gamma`` (Igamma, Igammac, Betainc, Zeta, Polygamma), ``fractional_pool``
+(FractionalMaxPool, FractionalAvgPool), ``half`` (float16 Softmax,
 LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation`` (Dilation2D). Tests:
 tests/test_kernels_<group>_cases.py.
 """
@@ -1171,6 +1172,56 @@ def gamma(g: Group) -> None:
         g.case(f"polygamma_{name}", "Polygamma", {"a": n, "x": y})
 
 
+# --- fractional_pool ----------------------------------------------------------------------------------------
+
+
+def fractional_pool(g: Group) -> None:
+    """FractionalMaxPool and FractionalAvgPool with fixed seeds (deterministic): pseudo-random and random
+    regions, overlapping or not, ratios in (1, 2) and past 2, float64 and int32 inputs."""
+    rng = np.random.default_rng(20)
+    x = rng.standard_normal((1, 11, 9, 2)).astype(F32)
+    for op in ("FractionalMaxPool", "FractionalAvgPool"):
+        short = op[10:13].lower()
+        for name, ratio, pseudo, overlap, seeds in (
+            ("pseudo", [1.0, 1.44, 1.73, 1.0], True, False, (7, 3)),
+            ("pseudo_overlap", [1.0, 1.5, 1.5, 1.0], True, True, (87654321, 7)),
+            ("random", [1.0, 1.44, 1.73, 1.0], False, False, (1, 2)),
+            ("random_overlap_wide", [1.0, 2.6, 2.2, 1.0], False, True, (5, 0)),
+            ("pseudo_wide", [1.0, 3.1, 2.5, 1.0], True, False, (0, 9)),
+        ):
+            g.case(
+                f"{short}_{name}",
+                op,
+                {"value": x},
+                pooling_ratio=ratio,
+                pseudo_random=pseudo,
+                overlapping=overlap,
+                deterministic=True,
+                seed=seeds[0],
+                seed2=seeds[1],
+            )
+        g.case(
+            f"{short}_float64",
+            op,
+            {"value": x[:1].astype(F64)},
+            pooling_ratio=[1.0, 1.3, 1.6, 1.0],
+            pseudo_random=True,
+            deterministic=True,
+            seed=11,
+            seed2=12,
+        )
+    g.case(
+        "avg_int32",
+        "FractionalAvgPool",
+        {"value": (x * 10).astype(I32)},
+        pooling_ratio=[1.0, 1.6, 1.6, 1.0],
+        overlapping=True,
+        deterministic=True,
+        seed=4,
+        seed2=4,
+    )
+
+
 # --- half_softplus ------------------------------------------------------------------------------------------
 
 
@@ -1704,6 +1755,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "sparse_minmax": sparse_minmax,
     "padded_raw": padded_raw,
     "gamma": gamma,
+    "fractional_pool": fractional_pool,
     "dilation": dilation,
     "linalg_extra": linalg_extra,
     "random_dists": random_dists,

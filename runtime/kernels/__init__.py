@@ -15,6 +15,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     diag_ops,
     erf_ops,
     fft_ops,
+    fractional_pool_ops,
     functional_ops,
     fused_ops,
     gamma_ops,
