@@ -15,8 +15,8 @@ FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor)
 ``half_softplus``, ``count_sparse`` (DenseCountSparseOutput, SparseCountSparseOutput,
 RaggedCountSparseOutput), ``sparse_minmax`` (SparseSparseMaximum, SparseSparseMinimum), ``padded_raw``
 (DecodePaddedRaw), ``gamma`` (Igamma, Igammac, Betainc, Zeta, Polygamma), ``fractional_pool``
-(FractionalMaxPool, FractionalAvgPool), ``half`` (float16 Softmax,
-LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation`` (Dilation2D). Tests:
+(FractionalMaxPool, FractionalAvgPool), ``shuffle`` (StatelessShuffle, RandomShuffle), ``half`` (float16
+Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation`` (Dilation2D). Tests:
 tests/test_kernels_<group>_cases.py.
 """
 
@@ -1222,6 +1222,36 @@ def fractional_pool(g: Group) -> None:
     )
 
 
+# --- shuffle ------------------------------------------------------------------------------------------------
+
+
+def shuffle(g: Group) -> None:
+    """StatelessShuffle (``tf.random.experimental.stateless_shuffle``) and seeded RandomShuffle
+    (``tf.random.shuffle``, its first run): vectors, matrices (rows moved whole), one row, both algorithm
+    ids (Philox and auto-select), and an algorithm TensorFlow refuses."""
+    key, counter = np.array([0x1234567890ABCDEF], np.uint64), np.array([5, 2**40 + 3], np.uint64)
+    v = np.arange(50, dtype=I64)
+    m = np.arange(21, dtype=F32).reshape(7, 3)
+    for name, value, alg in (
+        ("vector", v, 1),
+        ("matrix", m, 3),
+        ("one_row", m[:1], 1),
+        ("strings", S(*"abcde"), 1),
+    ):
+        g.case(
+            f"stateless_{name}",
+            "StatelessShuffle",
+            {"value": value, "key": key, "counter": counter, "alg": np.int32(alg)},
+        )
+    g.case(
+        "stateless_bad_alg",
+        "StatelessShuffle",
+        {"value": v, "key": key, "counter": counter, "alg": np.int32(2)},
+    )
+    g.case("random_vector", "RandomShuffle", {"value": v}, seed=7, seed2=11)
+    g.case("random_matrix", "RandomShuffle", {"value": m}, seed=87654321, seed2=3)
+
+
 # --- half_softplus ------------------------------------------------------------------------------------------
 
 
@@ -1756,6 +1786,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "padded_raw": padded_raw,
     "gamma": gamma,
     "fractional_pool": fractional_pool,
+    "shuffle": shuffle,
     "dilation": dilation,
     "linalg_extra": linalg_extra,
     "random_dists": random_dists,
