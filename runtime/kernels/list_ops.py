@@ -19,10 +19,9 @@ from typing import Any
 import numpy as np
 
 from poolserve.runtime.errors import InvalidArgumentError
-from poolserve.runtime.kernels._common import _attrs_of, _shape_str, zeros
+from poolserve.runtime.kernels._common import _attrs_of, _shape_str, as_item, zeros
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
-from poolserve.runtime.tensor import as_array
 
 Shape = tuple[int, ...] | None  # None: unknown rank; -1: unknown dimension
 
@@ -464,7 +463,7 @@ def tensor_list_set_item(node: Node) -> Compute:
         lst = _list(node, inputs[0])
         _check_dtype(node, lst, dtype)
         i = _index(node, inputs[1])
-        item = as_array(inputs[2])
+        item = as_item(inputs[2])
         _check_item(node, lst, item)
         elements = list(lst.elements)
         if resize and i >= len(elements):
@@ -488,7 +487,7 @@ def tensor_list_push_back(node: Node) -> Compute:
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         lst = _list(node, inputs[0])
         _check_dtype(node, lst, dtype)
-        item = as_array(inputs[1])
+        item = as_item(inputs[1])
         _check_item(node, lst, item)
         if lst.max_num_elements != -1 and len(lst.elements) >= lst.max_num_elements:
             raise InvalidArgumentError(

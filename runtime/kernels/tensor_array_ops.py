@@ -21,10 +21,9 @@ from typing import Any
 import numpy as np
 
 from poolserve.runtime.errors import InvalidArgumentError
-from poolserve.runtime.kernels._common import _shape_str, zeros
+from poolserve.runtime.kernels._common import _shape_str, as_item, zeros
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
-from poolserve.runtime.tensor import as_array
 
 _FLOW = np.zeros((), np.float32)
 _FLOW.flags.writeable = False
@@ -181,7 +180,7 @@ def tensor_array_v3(node: Node) -> Compute:
 def tensor_array_write_v3(node: Node) -> Compute:
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         ta = _array(node, inputs[0])
-        ta.write(_index(inputs[1]), as_array(inputs[2]))
+        ta.write(_index(inputs[1]), as_item(inputs[2]))
         return (_FLOW,)
 
     return compute
@@ -229,7 +228,7 @@ def tensor_array_scatter_v3(node: Node) -> Compute:
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         ta = _array(node, inputs[0])
         indices = _vector(inputs[1], "indices")
-        value = as_array(inputs[2])
+        value = as_item(inputs[2])
         if value.ndim < 1 or value.shape[0] != len(indices):
             raise InvalidArgumentError(
                 f"Expected len(indices) == values.shape[0], but saw: {len(indices)} vs. "
@@ -246,7 +245,7 @@ def tensor_array_scatter_v3(node: Node) -> Compute:
 def tensor_array_split_v3(node: Node) -> Compute:
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         ta = _array(node, inputs[0])
-        value = as_array(inputs[1])
+        value = as_item(inputs[1])
         lengths = _vector(inputs[2], "lengths")
         if value.ndim < 1 or sum(lengths) != value.shape[0]:
             raise InvalidArgumentError(
