@@ -63,8 +63,9 @@ _BY_SPEC = {
     "dtype": (
         "Const Empty ImageProjectiveTransformV2 ImageProjectiveTransformV3 Placeholder "
         "PlaceholderWithDefault RandomStandardNormal RandomUniform ReadVariableOp ResourceGather "
-        "StatelessRandomGammaV2 StatelessRandomGammaV3 StatelessRandomPoisson StatelessRandomUniformInt "
-        "StatelessRandomUniformIntV2 TensorArrayGatherV3 TensorArrayReadV3 TruncatedNormal VariableV2"
+        "StatelessParameterizedTruncatedNormal StatelessRandomGammaV2 StatelessRandomGammaV3 "
+        "StatelessRandomPoisson StatelessRandomUniformInt StatelessRandomUniformIntV2 TensorArrayGatherV3 "
+        "TensorArrayReadV3 TruncatedNormal VariableV2"
     ),
     "": (
         "Assert AssignAddVariableOp AssignSubVariableOp AssignVariableOp ControlTrigger "

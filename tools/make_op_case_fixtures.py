@@ -15,7 +15,8 @@ FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor)
 ``half_softplus``, ``count_sparse`` (DenseCountSparseOutput, SparseCountSparseOutput,
 RaggedCountSparseOutput), ``sparse_minmax`` (SparseSparseMaximum, SparseSparseMinimum), ``padded_raw``
 (DecodePaddedRaw), ``gamma`` (Igamma, Igammac, Betainc, Zeta, Polygamma), ``fractional_pool``
-(FractionalMaxPool, FractionalAvgPool), ``shuffle`` (StatelessShuffle, RandomShuffle), ``half`` (float16
+(FractionalMaxPool, FractionalAvgPool), ``shuffle`` (StatelessShuffle, RandomShuffle), ``param_truncated``
+(StatelessParameterizedTruncatedNormal), ``half`` (float16
 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation`` (Dilation2D). Tests:
 tests/test_kernels_<group>_cases.py.
 """
@@ -1252,6 +1253,41 @@ def shuffle(g: Group) -> None:
     g.case("random_matrix", "RandomShuffle", {"value": m}, seed=87654321, seed2=3)
 
 
+# --- param_truncated ----------------------------------------------------------------------------------------
+
+
+def param_truncated(g: Group) -> None:
+    """StatelessParameterizedTruncatedNormal: each of its three samplers (normals kept, uniforms weighted,
+    an exponential proposal), a bound above the mean (flipped), parameters broadcast over batches, float64,
+    and the parameters and shapes TensorFlow refuses."""
+    seed = np.array([7, 11], I64)
+
+    def case(name: str, shape: list[int], mean: Any, std: Any, lo: Any, hi: Any, dt: Any = F32) -> None:
+        g.case(
+            name,
+            "StatelessParameterizedTruncatedNormal",
+            {
+                "shape": np.array(shape, I32),
+                "seed": seed,
+                **{
+                    k: np.asarray(v, dt)
+                    for k, v in zip(
+                        ("means", "stddevs", "minvals", "maxvals"), (mean, std, lo, hi), strict=True
+                    )
+                },
+            },
+        )
+
+    case("uniform", [50], 0.0, 1.0, -1.0, 1.0)
+    case("randn", [30], 0.5, 2.0, -6.0, 6.0)
+    case("exponential", [30], 0.0, 1.0, 2.0, np.inf)
+    case("flipped", [20], 5.0, 2.0, -np.inf, 1.0)
+    case("batches", [6, 3], [0.0, 1.0, -2.0], [1.0, 0.5, 3.0], [-1.0, 0.0, 1.5], 2.5)
+    case("float64", [12], 1.0, 0.3, -0.5, 2.0, F64)
+    case("bad_stddev", [4], 0.0, -1.0, -1.0, 1.0)
+    case("bad_shape", [4, 2], [0.0, 1.0, 2.0], 1.0, -1.0, 1.0)
+
+
 # --- half_softplus ------------------------------------------------------------------------------------------
 
 
@@ -1787,6 +1823,7 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "gamma": gamma,
     "fractional_pool": fractional_pool,
     "shuffle": shuffle,
+    "param_truncated": param_truncated,
     "dilation": dilation,
     "linalg_extra": linalg_extra,
     "random_dists": random_dists,

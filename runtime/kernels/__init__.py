@@ -48,6 +48,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     state_ops,
     string_ops,
     tensor_array_ops,
+    truncated_normal_ops,
     unicode_ops,
 )
 from poolserve.runtime.kernels.registry import (
