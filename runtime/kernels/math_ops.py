@@ -206,8 +206,14 @@ def _int_pow(x: Any, y: Any) -> Any:
     return np.power(x, y)
 
 
+# the optimizer's mark on a Pow by a constant 3, which Grappler rewrites to x * Square(x) (two roundings)
+CUBE_ATTR = "_pow_as_cube"
+
+
 @kernel("Pow")
 def power(node: Node) -> Compute:
+    if node.attr_bool(CUBE_ATTR, False):
+        return _binary(lambda x, y: np.multiply(x, np.multiply(x, x)))
     return _binary(_int_pow if node.attr_dtype("T").kind == "i" else np.power)
 
 
