@@ -1301,6 +1301,84 @@ def _cases(tf: Any) -> dict[str, tuple[Callable[..., Any], list[Any], list[np.nd
             tf.histogram_fixed_width_bins(x, [-3.0, 3.0], nbins=5),
         )
 
+    # --- fourth batch: bytes in (images, audio), sets, ragged construction ---
+    img_rgb = rng.uniform(0, 255, (6, 8, 3)).astype(np.uint8)
+
+    @add(
+        "image_bytes_pipeline",
+        [S([], tf.string), S([], tf.string)],
+        [
+            tf.io.encode_png(img_rgb).numpy(),
+            tf.io.encode_jpeg(img_rgb, quality=90).numpy(),
+        ],
+    )
+    def _(png, jpeg):
+        a = tf.io.decode_png(png, channels=3)
+        b = tf.io.decode_jpeg(jpeg, channels=3)
+        c = tf.io.decode_image(png, channels=3, expand_animations=False)
+        x = tf.image.convert_image_dtype(a, tf.float32)
+        return (
+            a,
+            b,
+            c,
+            tf.image.resize(x[None], [4, 4])[0],
+            tf.image.rgb_to_grayscale(b),
+            tf.image.crop_to_bounding_box(a, 1, 2, 3, 4),
+            tf.io.extract_jpeg_shape(jpeg),
+            tf.image.decode_and_crop_jpeg(jpeg, [1, 1, 4, 5], channels=3),
+            tf.shape(tf.io.decode_png(png, channels=1)),
+            tf.io.encode_png(a[:2, :2]),
+        )
+
+    pcm = (np.sin(np.arange(800) / 7.0) * 0.5).astype(np.float32).reshape(-1, 1)
+
+    @add("audio_wav_pipeline", [S([], tf.string)], [tf.audio.encode_wav(pcm, 8000).numpy()])
+    def _(wav):
+        audio, rate = tf.audio.decode_wav(wav, desired_channels=1)
+        x = tf.squeeze(audio, -1)
+        spec = tf.abs(tf.signal.stft(x, 128, 64))
+        return audio[:5], rate, spec, tf.audio.encode_wav(audio[:10], rate)
+
+    @add(
+        "sets_ops",
+        [S([None, 4], tf.int32), S([None, 3], tf.int32)],
+        [
+            np.array([[1, 2, 3, 4], [5, 5, 6, 7]], np.int32),
+            np.array([[2, 4, 9], [5, 8, 7]], np.int32),
+        ],
+    )
+    def _(a, b):
+        return (
+            tf.sparse.to_dense(tf.sets.intersection(a, b)),
+            tf.sparse.to_dense(tf.sets.union(a, b)),
+            tf.sparse.to_dense(tf.sets.difference(a, b)),
+            tf.sets.size(tf.sets.union(a, b)),
+            tf.sparse.to_dense(tf.sets.difference(b, a, aminusb=False)),
+        )
+
+    @add(
+        "ragged_construct",
+        [S([None], tf.float32), S([None], tf.int64)],
+        [f32(6), np.array([0, 0, 2, 2, 2, 3], np.int64)],
+    )
+    def _(v, rows):
+        rt = tf.RaggedTensor.from_value_rowids(v, rows, nrows=4)
+        nested = tf.RaggedTensor.from_row_lengths(rt, [2, 2])
+        st = rt.to_sparse()
+        return (
+            rt.to_tensor(),
+            nested.merge_dims(0, 1).to_tensor(),
+            tf.ragged.stack([rt, rt * 2], axis=1).flat_values,
+            st.indices,
+            tf.RaggedTensor.from_sparse(st).row_lengths(),
+            tf.ragged.boolean_mask(rt, rt > 0).to_tensor(),
+            rt.with_flat_values(tf.nn.relu(rt.flat_values)).to_tensor(),
+            tf.concat([rt, rt], axis=0).nrows(),
+            tf.RaggedTensor.from_tensor(tf.reshape(v, [2, 3]), lengths=[1, 3]).flat_values,
+            tf.gather(rt, [3, 0]).to_tensor(),
+            tf.reduce_sum(nested, axis=[1, 2]),
+        )
+
     return C
 
 
