@@ -82,14 +82,14 @@ _BY_SPEC = {
         "TensorListPushBack TensorListReserve TensorListResize TensorListScatter "
         "TensorListScatterIntoExistingList TensorListScatterV2 TensorListSetItem TensorListSplit"
     ),
+    "DT_INT32": (
+        "Bucketize NonMaxSuppression NonMaxSuppressionV2 NonMaxSuppressionV3 "
+        "NonMaxSuppressionWithOverlaps Rank SetSize StatelessRandomGetAlg StringLength TensorArraySizeV3 "
+        "TensorListLength UnicodeScript"
+    ),
     "T=DT_FLOAT": (
         "AdjustContrastv2 AdjustHue AdjustSaturation DrawBoundingBoxes DrawBoundingBoxesV2 HSVToRGB LRN "
         "LeakyRelu MaxPool MaxPoolV2 NextAfter RGBToHSV"
-    ),
-    "DT_INT32": (
-        "Bucketize NonMaxSuppression NonMaxSuppressionV2 NonMaxSuppressionV3 "
-        "NonMaxSuppressionWithOverlaps Rank StatelessRandomGetAlg StringLength TensorArraySizeV3 "
-        "TensorListLength UnicodeScript"
     ),
     "Tcomplex=DT_COMPLEX64": "FFT FFT2D FFT3D IFFT IFFT2D IFFT3D RFFT RFFT2D RFFT3D",
     "DT_INT64,T,DT_INT64": (
@@ -104,9 +104,9 @@ _BY_SPEC = {
         "Dequantize StatelessRandomNormal StatelessRandomNormalV2 StatelessRandomUniform "
         "StatelessRandomUniformV2 StatelessTruncatedNormal StatelessTruncatedNormalV2"
     ),
+    "DT_UINT8": "DecodeAndCropJpeg DecodeBmp DecodeGif DecodeJpeg Fingerprint PopulationCount",
     "[Tout]": "Case If PartitionedCall StatefulPartitionedCall StatelessCase StatelessIf",
     "DT_INT64": "LookupTableSizeV2 StringToHashBucket StringToHashBucketFast StringToHashBucketStrong Where",
-    "DT_UINT8": "DecodeBmp DecodeGif DecodeJpeg Fingerprint PopulationCount",
     "DT_RESOURCE": "HashTableV2 MutableDenseHashTableV2 MutableHashTableV2 VarHandleOp",
     "Tout=DT_FLOAT": "Angle ComplexAbs Imag Real",
     "out_type=DT_INT32": "LowerBound Shape Size UpperBound",
@@ -180,6 +180,7 @@ _BY_SPEC = {
     "dtype=DT_INT64": "StatelessRandomBinomial",
     "out_type=DT_FLOAT": "StringToNumber",
     "out_type=DT_INT32*N": "ShapeN",
+    "output_type=DT_INT32": "ExtractJpegShape",
     "shape_type": "TensorListElementShape",
     "type": "Bitcast",
 }

@@ -16,8 +16,8 @@ FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor)
 RaggedCountSparseOutput), ``sparse_minmax`` (SparseSparseMaximum, SparseSparseMinimum), ``padded_raw``
 (DecodePaddedRaw), ``gamma`` (Igamma, Igammac, Betainc, Zeta, Polygamma), ``fractional_pool``
 (FractionalMaxPool, FractionalAvgPool), ``shuffle`` (StatelessShuffle, RandomShuffle), ``param_truncated``
-(StatelessParameterizedTruncatedNormal), ``half`` (float16
-Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation`` (Dilation2D). Tests:
+(StatelessParameterizedTruncatedNormal), ``jpeg_crop`` (DecodeAndCropJpeg, ExtractJpegShape), ``set_size``,
+``half`` (float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation`` (Dilation2D). Tests:
 tests/test_kernels_<group>_cases.py.
 """
 
@@ -1288,6 +1288,74 @@ def param_truncated(g: Group) -> None:
     case("bad_shape", [4, 2], [0.0, 1.0, 2.0], 1.0, -1.0, 1.0)
 
 
+# --- jpeg_crop ----------------------------------------------------------------------------------------------
+
+
+def jpeg_crop(g: Group) -> None:
+    """DecodeAndCropJpeg and ExtractJpegShape on JPEGs TensorFlow encoded: RGB without chroma subsampling
+    and grayscale (whose cropped decode is the full decode's window), windows at the edges, a window past
+    the image and bytes that are no JPEG (refused)."""
+    rng = np.random.default_rng(21)
+    rgb = rng.integers(0, 256, (20, 24, 3)).astype(np.uint8)
+    full = tf.io.encode_jpeg(rgb, quality=85, chroma_downsampling=False).numpy()
+    gray = tf.io.encode_jpeg(rgb[..., :1], quality=85).numpy()
+    for name, data, ch in (("rgb444", full, 3), ("gray", gray, 1)):
+        for w_name, window in (
+            ("inner", [3, 5, 9, 11]),
+            ("corner", [0, 0, 20, 24]),
+            ("edge", [10, 17, 10, 7]),
+        ):
+            g.case(
+                f"crop_{name}_{w_name}",
+                "DecodeAndCropJpeg",
+                {"contents": np.array(data, object), "crop_window": np.array(window, I32)},
+                channels=ch,
+            )
+        g.case(f"shape_{name}", "ExtractJpegShape", {"contents": np.array(data, object)})
+    g.case(
+        "crop_outside",
+        "DecodeAndCropJpeg",
+        {"contents": np.array(full, object), "crop_window": np.array([15, 20, 10, 10], I32)},
+    )
+    g.case("shape_not_jpeg", "ExtractJpegShape", {"contents": np.array(b"\x89PNG not a jpeg", object)})
+
+
+# --- set_size -----------------------------------------------------------------------------------------------
+
+
+def set_size(g: Group) -> None:
+    """SetSize (``tf.sets.size``): distinct values per set of a SparseTensor, rank 2 and 3, strings, empty
+    sets, and indices out of order (refused when validated)."""
+    idx = np.array([[0, 0], [0, 1], [0, 2], [2, 0], [2, 3]], I64)
+    g.case(
+        "rank2",
+        "SetSize",
+        {
+            "set_indices": idx,
+            "set_values": np.array([4, 4, 1, 7, 7], I32),
+            "set_shape": np.array([3, 5], I64),
+        },
+    )
+    g.case(
+        "rank3_strings",
+        "SetSize",
+        {
+            "set_indices": np.array([[0, 0, 0], [0, 0, 1], [1, 1, 0], [1, 1, 2]], I64),
+            "set_values": S("a", "b", "c", "c"),
+            "set_shape": np.array([2, 2, 3], I64),
+        },
+    )
+    g.case(
+        "unordered",
+        "SetSize",
+        {
+            "set_indices": idx[::-1].copy(),
+            "set_values": np.array([4, 4, 1, 7, 7], I32),
+            "set_shape": np.array([3, 5], I64),
+        },
+    )
+
+
 # --- half_softplus ------------------------------------------------------------------------------------------
 
 
@@ -1824,6 +1892,8 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "fractional_pool": fractional_pool,
     "shuffle": shuffle,
     "param_truncated": param_truncated,
+    "jpeg_crop": jpeg_crop,
+    "set_size": set_size,
     "dilation": dilation,
     "linalg_extra": linalg_extra,
     "random_dists": random_dists,
