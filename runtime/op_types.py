@@ -24,30 +24,31 @@ _BY_SPEC = {
         "Abs Acos Acosh Add AddN AddV2 Asin Asinh Assign AssignAdd AssignSub Atan Atan2 Atanh AvgPool "
         "AvgPool3D BatchMatMul BatchMatMulV2 BatchNormWithGlobalNormalization BatchToSpace BatchToSpaceND "
         "BesselI0 BesselI0e BesselI1 BesselI1e BesselJ0 BesselJ1 BesselK0 BesselK0e BesselK1 BesselK1e "
-        "BesselY0 BesselY1 BiasAdd BiasAddV1 Bincount BitwiseAnd BitwiseOr BitwiseXor BroadcastTo Ceil "
-        "CheckNumerics CheckNumericsV2 Cholesky ClipByValue Concat ConcatV2 Conv2D Conv2DBackpropInput "
-        "Conv3D Conv3DBackpropInput Conv3DBackpropInputV2 Cos Cosh Cross Cumprod Cumsum "
-        "CumulativeLogsumexp Dawsn DenseBincount DepthToSpace DepthwiseConv2dNative Diag DiagPart Digamma "
-        "Dilation2D Div DivNoNan DynamicStitch Einsum Elu EnsureShape Enter Erf Erfc Erfinv EuclideanNorm "
-        "Exit Exp ExpandDims Expint Expm1 ExtractImagePatches Fill Floor FloorDiv FloorMod FresnelCos "
-        "FresnelSin Identity Inv Invert L2Loss LeftShift Lgamma LinSpace Log Log1p LogSoftmax MatMul "
-        "MatrixBandPart MatrixDeterminant MatrixDiag MatrixDiagPart MatrixDiagPartV2 MatrixDiagPartV3 "
-        "MatrixDiagV2 MatrixDiagV3 MatrixInverse MatrixLogarithm MatrixSetDiag MatrixSetDiagV2 "
-        "MatrixSetDiagV3 MatrixSolve MatrixSquareRoot MatrixTriangularSolve Max MaxPool3D Maximum Mean "
-        "Min Minimum MirrorPad Mul Ndtri Neg NextIteration OneHot OnesLike Pack Pad PadV2 "
-        "ParallelDynamicStitch Pow PreventGradient Print Prod QuantizeAndDequantizeV2 "
-        "QuantizeAndDequantizeV3 QuantizeAndDequantizeV4 RaggedBincount RaggedTensorToTensor RealDiv "
-        "Reciprocal RefEnter RefExit RefNextIteration Relu Relu6 Reshape ResizeNearestNeighbor Reverse "
-        "ReverseSequence ReverseV2 RightShift Rint Roll Round Rsqrt ScatterNd SegmentMax SegmentMean "
-        "SegmentMin SegmentProd SegmentSum Select SelectV2 Selu Sigmoid Sign Sin Sinh Slice Snapshot "
-        "Softmax Softplus Softsign SpaceToBatch SpaceToBatchND SpaceToDepth SparseReduceMax "
-        "SparseReduceSum SparseSegmentMean SparseSegmentMeanWithNumSegments SparseSegmentSqrtN "
-        "SparseSegmentSqrtNWithNumSegments SparseSegmentSum SparseSegmentSumWithNumSegments SparseSoftmax "
-        "SparseTensorDenseMatMul SparseToDense Spence Sqrt Square SquaredDifference Squeeze StopGradient "
-        "StridedSlice Sub Sum Tan Tanh TensorScatterAdd TensorScatterMax TensorScatterMin "
-        "TensorScatterSub TensorScatterUpdate Tile Transpose TridiagonalSolve TruncateDiv TruncateMod "
-        "UnsortedSegmentMax UnsortedSegmentMin UnsortedSegmentProd UnsortedSegmentSum Xdivy Xlog1py Xlogy "
-        "ZerosLike _FusedConv2D _FusedDepthwiseConv2dNative _FusedMatMul"
+        "BesselY0 BesselY1 Betainc BiasAdd BiasAddV1 Bincount BitwiseAnd BitwiseOr BitwiseXor BroadcastTo "
+        "Ceil CheckNumerics CheckNumericsV2 Cholesky ClipByValue Concat ConcatV2 Conv2D "
+        "Conv2DBackpropInput Conv3D Conv3DBackpropInput Conv3DBackpropInputV2 Cos Cosh Cross Cumprod "
+        "Cumsum CumulativeLogsumexp Dawsn DenseBincount DepthToSpace DepthwiseConv2dNative Diag DiagPart "
+        "Digamma Dilation2D Div DivNoNan DynamicStitch Einsum Elu EnsureShape Enter Erf Erfc Erfinv "
+        "EuclideanNorm Exit Exp ExpandDims Expint Expm1 ExtractImagePatches Fill Floor FloorDiv FloorMod "
+        "FresnelCos FresnelSin Identity Igamma Igammac Inv Invert L2Loss LeftShift Lgamma LinSpace Log "
+        "Log1p LogSoftmax MatMul MatrixBandPart MatrixDeterminant MatrixDiag MatrixDiagPart "
+        "MatrixDiagPartV2 MatrixDiagPartV3 MatrixDiagV2 MatrixDiagV3 MatrixInverse MatrixLogarithm "
+        "MatrixSetDiag MatrixSetDiagV2 MatrixSetDiagV3 MatrixSolve MatrixSquareRoot MatrixTriangularSolve "
+        "Max MaxPool3D Maximum Mean Min Minimum MirrorPad Mul MulNoNan Ndtri Neg NextIteration OneHot "
+        "OnesLike Pack Pad PadV2 ParallelDynamicStitch Polygamma Pow PreventGradient Print Prod "
+        "QuantizeAndDequantizeV2 QuantizeAndDequantizeV3 QuantizeAndDequantizeV4 RaggedBincount "
+        "RaggedTensorToTensor RandomShuffle RealDiv Reciprocal RefEnter RefExit RefNextIteration Relu "
+        "Relu6 Reshape ResizeNearestNeighbor Reverse ReverseSequence ReverseV2 RightShift Rint Roll Round "
+        "Rsqrt ScatterNd SegmentMax SegmentMean SegmentMin SegmentProd SegmentSum Select SelectV2 Selu "
+        "Sigmoid Sign Sin Sinh Slice Snapshot Softmax Softplus Softsign SpaceToBatch SpaceToBatchND "
+        "SpaceToDepth SparseReduceMax SparseReduceSum SparseSegmentMean SparseSegmentMeanWithNumSegments "
+        "SparseSegmentSqrtN SparseSegmentSqrtNWithNumSegments SparseSegmentSum "
+        "SparseSegmentSumWithNumSegments SparseSoftmax SparseTensorDenseMatMul SparseToDense Spence Sqrt "
+        "Square SquaredDifference Squeeze StatelessShuffle StopGradient StridedSlice Sub Sum Tan Tanh "
+        "TensorScatterAdd TensorScatterMax TensorScatterMin TensorScatterSub TensorScatterUpdate Tile "
+        "Transpose TridiagonalSolve TruncateDiv TruncateMod UnsortedSegmentMax UnsortedSegmentMin "
+        "UnsortedSegmentProd UnsortedSegmentSum Xdivy Xlog1py Xlogy ZerosLike Zeta _FusedConv2D "
+        "_FusedDepthwiseConv2dNative _FusedMatMul"
     ),
     "DT_BOOL": (
         "All Any ApproximateEqual Equal Greater GreaterEqual InTopK InTopKV2 IsFinite IsInf IsNan "
@@ -62,8 +63,9 @@ _BY_SPEC = {
     "dtype": (
         "Const Empty ImageProjectiveTransformV2 ImageProjectiveTransformV3 Placeholder "
         "PlaceholderWithDefault RandomStandardNormal RandomUniform ReadVariableOp ResourceGather "
-        "StatelessRandomGammaV2 StatelessRandomGammaV3 StatelessRandomPoisson StatelessRandomUniformInt "
-        "StatelessRandomUniformIntV2 TensorArrayGatherV3 TensorArrayReadV3 TruncatedNormal VariableV2"
+        "StatelessParameterizedTruncatedNormal StatelessRandomGammaV2 StatelessRandomGammaV3 "
+        "StatelessRandomPoisson StatelessRandomUniformInt StatelessRandomUniformIntV2 TensorArrayGatherV3 "
+        "TensorArrayReadV3 TruncatedNormal VariableV2"
     ),
     "": (
         "Assert AssignAddVariableOp AssignSubVariableOp AssignVariableOp ControlTrigger "
@@ -82,12 +84,12 @@ _BY_SPEC = {
     ),
     "DT_INT32": (
         "Bucketize NonMaxSuppression NonMaxSuppressionV2 NonMaxSuppressionV3 "
-        "NonMaxSuppressionWithOverlaps Rank StatelessRandomGetAlg StringLength TensorArraySizeV3 "
+        "NonMaxSuppressionWithOverlaps Rank SetSize StatelessRandomGetAlg StringLength TensorArraySizeV3 "
         "TensorListLength UnicodeScript"
     ),
     "T=DT_FLOAT": (
         "AdjustContrastv2 AdjustHue AdjustSaturation DrawBoundingBoxes DrawBoundingBoxesV2 HSVToRGB LRN "
-        "LeakyRelu MaxPool MaxPoolV2 RGBToHSV"
+        "LeakyRelu MaxPool MaxPoolV2 NextAfter RGBToHSV"
     ),
     "Tcomplex=DT_COMPLEX64": "FFT FFT2D FFT3D IFFT IFFT2D IFFT3D RFFT RFFT2D RFFT3D",
     "DT_INT64,T,DT_INT64": (
@@ -102,13 +104,15 @@ _BY_SPEC = {
         "Dequantize StatelessRandomNormal StatelessRandomNormalV2 StatelessRandomUniform "
         "StatelessRandomUniformV2 StatelessTruncatedNormal StatelessTruncatedNormalV2"
     ),
+    "DT_UINT8": "DecodeAndCropJpeg DecodeBmp DecodeGif DecodeJpeg Fingerprint PopulationCount",
     "[Tout]": "Case If PartitionedCall StatefulPartitionedCall StatelessCase StatelessIf",
     "DT_INT64": "LookupTableSizeV2 StringToHashBucket StringToHashBucketFast StringToHashBucketStrong Where",
-    "DT_UINT8": "DecodeBmp DecodeGif DecodeJpeg Fingerprint PopulationCount",
     "DT_RESOURCE": "HashTableV2 MutableDenseHashTableV2 MutableHashTableV2 VarHandleOp",
     "Tout=DT_FLOAT": "Angle ComplexAbs Imag Real",
     "out_type=DT_INT32": "LowerBound Shape Size UpperBound",
     "DT_INT64,DT_STRING,DT_INT64": "SparseCrossV2 StringSplit StringSplitV2",
+    "DT_INT64,T": "SparseReorder SparseSparseMaximum SparseSparseMinimum",
+    "DT_INT64,output_type,DT_INT64": "DenseCountSparseOutput RaggedCountSparseOutput SparseCountSparseOutput",
     "T,DT_INT32": "ApproxTopK Merge RefMerge",
     "T,out_idx=DT_INT32": "ListDiff Unique UniqueV2",
     "Tout": "BatchMatMulV3 LookupTableFindV2 RandomUniformInt",
@@ -117,12 +121,13 @@ _BY_SPEC = {
     "[T]": "IdentityN StatelessWhile While",
     "dtype=DT_UINT8": "DecodeImage DecodePng DecodeWebP",
     "element_dtype": "TensorListGather TensorListGetItem TensorListStack",
+    "out_type": "DecodePaddedRaw DecodeRaw ParseTensor",
     "T*num_split": "Split SplitV",
+    "T,DT_INT64,DT_INT64": "FractionalAvgPool FractionalMaxPool",
     "T,out_idx=DT_INT32,out_idx=DT_INT32": "UniqueWithCounts UniqueWithCountsV2",
     "Tidx=DT_INT32": "Range UnravelIndex",
     "dtype=DT_UINT64": "StatelessRandomUniformFullInt StatelessRandomUniformFullIntV2",
     "element_dtype,DT_INT64": "TensorListConcat TensorListConcatV2",
-    "out_type": "DecodeRaw ParseTensor",
     "output_dtype=DT_INT64": "Multinomial StatelessMultinomial",
     "output_type=DT_INT64": "ArgMax ArgMin",
     "DT_FLOAT,DT_FLOAT,DT_FLOAT,DT_INT32": "CombinedNonMaxSuppression",
@@ -139,7 +144,6 @@ _BY_SPEC = {
     "DT_INT64,DT_INT64": "SparseReshape",
     "DT_INT64,DT_INT64,DT_INT64": "SparseCrossHashed",
     "DT_INT64,DT_INT64,DT_INT64,T=DT_FLOAT": "CTCGreedyDecoder",
-    "DT_INT64,T": "SparseReorder",
     "DT_INT64,T,DT_BOOL,DT_INT64": "SparseFillEmptyRows",
     "DT_INT64,out_type,DT_INT64": "SparseCross",
     "DT_RESOURCE,DT_FLOAT": "TensorArrayV3",
@@ -176,6 +180,7 @@ _BY_SPEC = {
     "dtype=DT_INT64": "StatelessRandomBinomial",
     "out_type=DT_FLOAT": "StringToNumber",
     "out_type=DT_INT32*N": "ShapeN",
+    "output_type=DT_INT32": "ExtractJpegShape",
     "shape_type": "TensorListElementShape",
     "type": "Bitcast",
 }

@@ -105,6 +105,23 @@ def test_topological_order_and_pruning():
     assert evaluate(g, [z], {x: 2.0}) == [4.0]
 
 
+@pytest.mark.parametrize(
+    ("op", "why"),
+    [
+        ("XlaCallModule", "StableHLO module .* native_serialization=False"),
+        ("XlaDotV2", "XLA operation .* no CPU kernel"),
+        ("TPUPartitionedCall", "TPU cores"),
+    ],
+)
+def test_an_op_only_xla_runs_is_refused_saying_why(op, why):
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [2])
+    g = b.graph_def
+    g.node.add(name="m", op=op, input=[x.split(":")[0]])
+    with Session(g) as s, pytest.raises(UnimplementedError, match=f"Op type not registered '{op}' .*{why}"):
+        s.run("m:0", {"x:0": [1.0, 2.0]})
+
+
 def test_load_binary_and_text(tmp_path):
     b = GraphBuilder()
     x = b.placeholder("x", np.float32, (2,))

@@ -5,9 +5,10 @@ type, batches, empty and 1x1 matrices, the permutation's two index types, tridia
 pivoting or are singular (NaN, not an error, as in TensorFlow) or perturbed, a real matrix with a negative
 eigenvalue (an all-NaN square root), and the shapes TensorFlow refuses.
 
-Eig's eigenvalues have no fixed order (LAPACK's here, Eigen's complex Schur form's in TensorFlow) and its
-eigenvectors are unique up to a phase, so they are compared as TensorFlow's own tests do: the eigenvalues
-sorted, and each eigenvector of ours parallel to TensorFlow's for the same eigenvalue."""
+Eig's eigenvalues come in Eigen's order (a real matrix's real Schur form's, a complex one's by magnitude),
+which TensorFlow documents nowhere, and its eigenvectors are unique up to a phase, so they are compared as
+TensorFlow's own tests do: the eigenvalues sorted, and each eigenvector of ours parallel to TensorFlow's for
+the same eigenvalue; and then, where rounding does not decide it, the order too."""
 
 from __future__ import annotations
 
@@ -87,3 +88,11 @@ def test_perturbing_needs_pivoting() -> None:
             [np.ones((3, 2)), np.ones((2, 1))],
             {"partial_pivoting": False, "perturb_singular": True},
         )
+
+
+@pytest.mark.parametrize("case", [c for c in EIG if "error" not in CASES.meta[c] and "symmetric" not in c])
+def test_eig_gives_eigenvalues_in_tensorflows_order(case: str) -> None:
+    """Eigen's order (runtime/kernels/_schur.py): a real matrix's real Schur form's, a complex one's by
+    magnitude. (The symmetric cases converge so fast that rounding noise decides their order in Eigen.)"""
+    got, want, _ = CASES.run(case)
+    np.testing.assert_allclose(got[0], want[0], atol=_atol(case) * 10, err_msg=case)

@@ -111,3 +111,21 @@ def test_shifts_clamp_the_count_to_the_bit_width():
     np.testing.assert_array_equal(right, np.array([-25, 100, -1], np.int32))
     unsigned = run_op("RightShift", [np.array([200, 5], np.uint8), np.array([100, 1], np.uint8)])
     np.testing.assert_array_equal(unsigned, np.array([1, 2], np.uint8))
+
+
+def test_mul_no_nan_is_zero_where_y_is_zero_whatever_x_is():
+    x = np.array([INF, NAN, 2.0, -3.0], np.float32)
+    y = np.array([0.0, -0.0, 0.5, INF], np.float32)
+    assert_close(run_op("MulNoNan", [x, y]), np.array([0, 0, 1, -INF], np.float32), rtol=0, atol=0)
+    z = run_op("MulNoNan", [np.array([1 + 2j, INF], np.complex64), np.array([0j, 2j], np.complex64)])
+    assert z.dtype == np.complex64 and z[0] == 0 and np.isnan(z[1].real) and z[1].imag == INF
+
+
+def test_next_after_steps_one_float_toward_x2():
+    got = run_op(
+        "NextAfter", [np.array([1.0, 0.0, -1.0], np.float32), np.array([2.0, -1.0, -1.0], np.float32)]
+    )
+    assert got.dtype == np.float32
+    assert got.tolist() == [1.0000001192092896, -1.401298464324817e-45, -1.0]  # TensorFlow's
+    with pytest.raises(InvalidArgumentError, match="attr 'T' must be float32 or float64"):
+        run_op("NextAfter", [np.array([1.0], np.float16), np.array([2.0], np.float16)])

@@ -99,3 +99,35 @@ def test_the_rules_tensorflow_enforces() -> None:
             sess.run(r2)
         with pytest.raises(InvalidArgumentError, match="because it has not yet been written to"):
             sess.run(unwritten)
+
+
+def test_strings_written_and_scattered_stay_strings() -> None:
+    """A scalar string from a slice (bytes), and a string vector scattered element by element."""
+    string = np.dtype(object)
+    b = GraphBuilder()
+    x = b.placeholder("x", string, (None,))
+    handle, flow = b.op(
+        "TensorArrayV3",
+        [b.constant(np.int32(3))],
+        {"dtype": string, "element_shape": _unknown()},
+        name="ta",
+        num_outputs=2,
+    )
+    flow = b.op(
+        "TensorArrayScatterV3", [handle, b.constant(np.asarray([0, 1], np.int32)), x, flow], {"T": string}
+    )
+    last = b.op(
+        "StridedSlice",
+        [x, *(b.constant(np.asarray([v], np.int32)) for v in (0, 1, 1))],
+        {"Index": np.int32, "shrink_axis_mask": 1},
+    )
+    flow = b.op("TensorArrayWriteV3", [handle, b.constant(np.int32(2)), last, flow], {"T": string})
+    stacked = b.op(
+        "TensorArrayGatherV3",
+        [handle, b.constant(np.asarray([2, 1, 0], np.int32)), flow],
+        {"dtype": string, "element_shape": _unknown()},
+        name="gather",
+    )
+    with Session(b.graph_def) as sess:
+        got = sess.run(stacked, {"x:0": np.array([b"a", b"bc"], object)})
+    assert got.dtype == object and list(got) == [b"a", b"bc", b"a"]

@@ -290,3 +290,30 @@ def test_concat_takes_an_unset_elements_first_dimension_from_leading_dims() -> N
     np.testing.assert_array_equal(
         values, np.concatenate([np.zeros((1, 2)), np.ones((4, 2)), np.zeros((3, 2))])
     )
+
+
+def test_a_scalar_string_a_slice_returns_sets_a_string_list_item() -> None:
+    """``s[i]`` of a string vector is a scalar string (bytes): a list of strings takes it as a string tensor
+    (a TF1 while loop writing ``table.lookup(s)[i] + "/" + s[i]`` to a TensorArray)."""
+    string = np.dtype(object)
+    b = GraphBuilder()
+    x = b.placeholder("x", string, (None,))
+    lst = b.op(
+        "TensorListReserve",
+        [b.constant(np.asarray([], np.int32)), b.constant(np.int32(2))],
+        {"element_dtype": string, "shape_type": np.int32},
+    )
+    first = b.op(
+        "StridedSlice",
+        [x, *(b.constant(np.asarray([v], np.int32)) for v in (1, 2, 1))],
+        {"Index": np.int32, "shrink_axis_mask": 1},
+    )
+    joined = b.op("Add", [first, b.constant(np.asarray(b"!", object))], {"T": string})
+    lst = b.op("TensorListSetItem", [lst, b.constant(np.int32(0)), joined], {"element_dtype": string})
+    lst = b.op("TensorListPushBack", [lst, first], {"element_dtype": string})
+    stacked = b.op(
+        "TensorListStack", [lst, b.constant(np.asarray([], np.int32))], {"element_dtype": string}, name="out"
+    )
+    with Session(b.graph_def) as sess:
+        got = sess.run(stacked, {"x:0": np.array([b"a", b"bc"], object)})
+    assert got.dtype == object and list(got) == [b"bc!", b"", b"bc"]

@@ -566,3 +566,18 @@ def test_what_is_not_per_channel_arithmetic_on_a_product_is_left_alone(case: str
         assert "pre_mul" in names and ops(md)["_FusedConv2D"] == 1  # only what follows the product folds
     else:
         assert {"conv", "mul", "act"} <= names and not any(op.startswith("_Fused") for op in ops(md))
+
+
+def test_pow_by_a_constant_three_runs_as_x_times_its_square() -> None:
+    """Grappler's ConvertPow: float16 x ** 3 (tanh-GELU's) is x * Square(x), two roundings; TensorFlow 2.21's
+    answers for these inputs in a graph, where pow rounded once gives -4.125, 0.594, 3.355 and -15.01."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float16, [None])
+    b.op("Pow", [x, b.constant(np.float16(3))], {"T": np.float16}, name="cube")
+    feeds = {"x:0": np.array([-1.604, 0.841, 1.497, -2.467], np.float16)}
+    (got,), _ = run(b.graph_def, ["cube:0"], feeds)
+    assert got.tolist() == np.array([-4.12, 0.5947, 3.357, -15.016], np.float16).tolist()
+    (plain,), _ = run(
+        b.graph_def, ["cube:0"], feeds, rewrite_config(arithmetic_optimization=config_pb2.RewriterConfig.OFF)
+    )
+    assert plain.tolist() == np.array([-4.125, 0.594, 3.355, -15.01], np.float16).tolist()

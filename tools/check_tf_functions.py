@@ -30,6 +30,7 @@ TOL = 1e-5
 _weights: Any = None
 _bias: Any = None
 _counts: Any = None
+_tables: list[Any] = []
 HERE = Path(__file__).resolve().parent
 
 
@@ -40,6 +41,7 @@ def _cases(tf: Any) -> dict[str, tuple[Callable[..., Any], list[Any], list[np.nd
     f32 = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     C: dict[str, tuple[Callable[..., Any], list[Any], list[np.ndarray]]] = {}
     global _weights, _bias, _counts
+    _tables.clear()
     _weights = tf.Variable(rng.standard_normal((3, 2)).astype(np.float32))
     _bias = tf.Variable(np.float32([0.5, -1.0]))
     _counts = tf.Variable(np.int64([3, 4]))
@@ -985,6 +987,398 @@ def _cases(tf: Any) -> dict[str, tuple[Callable[..., Any], list[Any], list[np.nd
     def _(x):
         return tf.matmul(x, _weights) + _bias, tf.reduce_sum(_counts)
 
+    # --- third batch: serving pipelines (lookup tables, detection, attention, audio, text, sparse) ---
+    _tables.append(
+        tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(["cat", "dog", "bird"]), tf.constant([0, 1, 2], tf.int64)
+            ),
+            default_value=-1,
+        )
+    )
+    _tables.append(
+        tf.lookup.StaticVocabularyTable(
+            tf.lookup.KeyValueTensorInitializer(tf.constant(["cat", "dog"]), tf.constant([0, 1], tf.int64)),
+            num_oov_buckets=3,
+        )
+    )
+
+    _tables.append(
+        tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(tf.constant([1, 2], tf.int64), tf.constant(["one", "two"])),
+            default_value="?",
+        )
+    )
+
+    @add(
+        "lookup_static_tables", [S([None], tf.string)], [np.array([b"dog", b"fish", b"cat", b"a b"], object)]
+    )
+    def _(s):
+        return (
+            _tables[0].lookup(s),
+            _tables[1].lookup(s),
+            _tables[0].size(),
+            _tables[2].lookup(tf.cast(tf.strings.length(s), tf.int64)),
+            _tables[0].lookup(tf.strings.split(s).flat_values),
+        )
+
+    @add("while_tensorarray_greedy_decode", [S([None, 4], tf.float32)], [f32(3, 4)])
+    def _(emb):
+        w = tf.constant(rng.standard_normal((4, 6)).astype(np.float32))
+        tokens = tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[])
+        scores = tf.TensorArray(tf.float32, size=5)
+        h = tf.reduce_mean(emb, 0)
+        tok = tf.constant(0)
+        for t in tf.range(5):
+            logits = tf.linalg.matvec(w, h, transpose_a=True)
+            tok = tf.argmax(logits, output_type=tf.int32)
+            tokens = tokens.write(t, tok)
+            scores = scores.write(t, tf.reduce_max(tf.nn.log_softmax(logits)))
+            h = tf.tanh(h + emb[tok % tf.shape(emb)[0]])
+            if tok == 5:
+                break
+        return tokens.stack(), scores.gather([0, 2]), tokens.size(), scores.read(4)
+
+    @add(
+        "attention_block",
+        [S([None, 5, 8], tf.float32), S([None, 5], tf.int32)],
+        [f32(2, 5, 8), np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32)],
+    )
+    def _(x, mask):
+        r = np.random.default_rng(11)
+        wq, wk, wv, wo = (
+            tf.constant(r.standard_normal((8, 2, 4)).astype(np.float32) * 0.3) for _ in range(4)
+        )
+        q = tf.einsum("btd,dhk->bhtk", x, wq)
+        k = tf.einsum("btd,dhk->bhtk", x, wk)
+        v = tf.einsum("btd,dhk->bhtk", x, wv)
+        logits = tf.einsum("bhqk,bhtk->bhqt", q, k) / tf.sqrt(4.0)
+        causal = tf.linalg.band_part(tf.ones([5, 5]), -1, 0)
+        keep = causal[None, None] * tf.cast(mask, tf.float32)[:, None, None, :]
+        logits += (1.0 - keep) * -1e9
+        att = tf.nn.softmax(logits, axis=-1)
+        y = tf.einsum("bhqt,bhtk->bqhk", att, v)
+        y = tf.einsum("bqhk,dhk->bqd", y, wo) + x
+        mean, var = tf.nn.moments(y, axes=[-1], keepdims=True)
+        y = (y - mean) * tf.math.rsqrt(var + 1e-6)
+        return tf.nn.gelu(y), tf.reduce_sum(att, -1)
+
+    @add("conv_block", [S([None, 8, 8, 3], tf.float32)], [f32(2, 8, 8, 3)])
+    def _(x):
+        r = np.random.default_rng(12)
+        k = tf.constant(r.standard_normal((3, 3, 3, 4)).astype(np.float32) * 0.3)
+        dw = tf.constant(r.standard_normal((3, 3, 4, 2)).astype(np.float32) * 0.3)
+        pw = tf.constant(r.standard_normal((1, 1, 8, 5)).astype(np.float32) * 0.3)
+        y = tf.nn.relu6(tf.nn.conv2d(x, k, 1, "SAME"))
+        y2 = tf.nn.separable_conv2d(y, dw, pw, [1, 2, 2, 1], "SAME")
+        y3 = tf.nn.conv2d_transpose(y2, tf.ones([3, 3, 4, 5]) * 0.1, [2, 8, 8, 4], 2, "SAME")
+        mp, argmax = tf.nn.max_pool_with_argmax(y, 2, 2, "VALID", include_batch_in_index=True)
+        bn = tf.compat.v1.nn.fused_batch_norm(
+            y3, tf.ones([4]), tf.zeros([4]), tf.fill([4], 0.1), tf.fill([4], 2.0), is_training=False
+        )[0]
+        return (
+            tf.reduce_mean(y2, [1, 2]),
+            bn,
+            mp,
+            argmax,
+            tf.nn.avg_pool2d(y, 3, 2, "SAME"),
+            tf.nn.depthwise_conv2d(y, dw, [1, 1, 1, 1], "VALID", dilations=[2, 2]),
+            tf.nn.conv2d(x, k, 2, [[0, 0], [1, 2], [2, 1], [0, 0]]),
+        )
+
+    @add(
+        "detection_postprocess",
+        [S([1, 6, 4], tf.float32), S([1, 6, 3], tf.float32)],
+        [
+            np.array(
+                [
+                    [
+                        [0.1, 0.1, 0.5, 0.5],
+                        [0.12, 0.1, 0.52, 0.5],
+                        [0.6, 0.6, 0.9, 0.95],
+                        [0.0, 0.5, 0.3, 0.9],
+                        [0.61, 0.6, 0.9, 0.9],
+                        [0.2, 0.2, 0.3, 0.25],
+                    ]
+                ],
+                np.float32,
+            ),
+            rng.uniform(0, 1, (1, 6, 3)).astype(np.float32),
+        ],
+    )
+    def _(boxes, scores):
+        nms = tf.image.combined_non_max_suppression(boxes[:, :, None, :], scores, 4, 5, 0.5, 0.2)
+        nms_pc = tf.image.combined_non_max_suppression(
+            tf.tile(boxes[:, :, None, :], [1, 1, 3, 1]),
+            scores,
+            3,
+            6,
+            0.4,
+            0.1,
+            pad_per_class=True,
+            clip_boxes=False,
+        )
+        img = tf.reshape(tf.range(1 * 10 * 12 * 2, dtype=tf.float32), [1, 10, 12, 2])
+        return (
+            nms.nmsed_boxes,
+            nms.nmsed_scores,
+            nms.nmsed_classes,
+            nms.valid_detections,
+            nms_pc.nmsed_boxes,
+            nms_pc.valid_detections,
+            tf.image.crop_and_resize(img, boxes[0], tf.zeros([6], tf.int32), [3, 4]),
+            tf.image.crop_and_resize(
+                img, boxes[0, :2], [0, 0], [2, 2], method="nearest", extrapolation_value=-1.0
+            ),
+            tf.image.non_max_suppression_padded(
+                boxes[0], scores[0, :, 0], 4, 0.5, 0.1, pad_to_max_output_size=True
+            )[0],
+            tf.image.non_max_suppression_overlaps(tf.eye(6) * 0.0 + 0.3, scores[0, :, 1], 3, 0.5),
+            tf.image.draw_bounding_boxes(img[..., :1] / 240.0, boxes, tf.constant([[0.5], [1.0]])),
+            tf.image.resize_with_crop_or_pad(img, 6, 15),
+        )
+
+    @add("audio_frontend", [S([None, 400], tf.float32)], [f32(2, 400)])
+    def _(pcm):
+        stft = tf.signal.stft(pcm, 64, 32, 64, window_fn=tf.signal.hann_window, pad_end=True)
+        mag = tf.abs(stft)
+        mel = tf.signal.linear_to_mel_weight_matrix(20, 33, 8000, 20.0, 4000.0)
+        logmel = tf.math.log(tf.tensordot(mag, mel, 1) + 1e-6)
+        inv = tf.signal.inverse_stft(stft, 64, 32, 64, window_fn=tf.signal.inverse_stft_window_fn(32))
+        return (
+            logmel,
+            tf.signal.mfccs_from_log_mel_spectrograms(logmel)[..., :13],
+            inv,
+            tf.signal.overlap_and_add(tf.signal.frame(pcm, 50, 25), 25),
+            tf.signal.hamming_window(10, periodic=False),
+            tf.signal.kaiser_window(8),
+            tf.signal.vorbis_window(8),
+            tf.signal.idct(tf.signal.dct(pcm[:, :16], type=3), type=3),
+            tf.signal.dct(pcm[:, :16], type=1),
+            tf.signal.irfft(tf.signal.rfft(pcm[:, :32])),
+            tf.signal.fftshift(pcm[:, :6], axes=-1),
+        )
+
+    @add(
+        "text_preprocess",
+        [S([None], tf.string)],
+        [np.array([b"The quick  brown fox!", "Ünïcode \u2013 text, 123".encode(), b""], object)],
+    )
+    def _(s):
+        low = tf.strings.lower(s, encoding="utf-8")
+        clean = tf.strings.regex_replace(low, r"[^\w\s]", "")
+        clean = tf.strings.regex_replace(clean, r"\s+", " ")
+        toks = tf.strings.split(tf.strings.strip(clean))
+        chars = tf.strings.unicode_split(low, "UTF-8")
+        ids = tf.strings.to_hash_bucket_fast(toks, 100)
+        return (
+            clean,
+            tf.strings.ngrams(toks, 2, separator="_").to_tensor(),
+            tf.strings.ngrams(toks, (1, 3), pad_values=("<s>", "</s>"), padding_width=1).flat_values,
+            chars.to_tensor(),
+            ids.to_tensor(-1),
+            tf.strings.unicode_encode(tf.strings.unicode_decode(s, "UTF-8"), "UTF-8"),
+            tf.strings.length(s, unit="UTF8_CHAR"),
+            tf.strings.format("{} has {} tokens", (s[0], toks.row_lengths()[0])),
+            tf.strings.unicode_transcode(s, "UTF-8", "UTF-16-BE"),
+            tf.strings.join([s, tf.strings.as_string(tf.strings.length(s))], separator="#"),
+            toks.to_sparse().indices,
+            tf.strings.regex_replace(s, r"(\d)", r"<\1>"),
+        )
+
+    @add(
+        "sparse_features",
+        [S([None], tf.string), S([None, 3], tf.int64)],
+        [np.array([b"a,b,a", b"", b"c,b"], object), np.array([[1, 5, 2], [0, 0, 7], [3, 3, 3]], np.int64)],
+    )
+    def _(s, ids):
+        sp = tf.strings.split(s, ",").to_sparse()
+        hashed = tf.sparse.SparseTensor(
+            sp.indices, tf.strings.to_hash_bucket_fast(sp.values, 10), sp.dense_shape
+        )
+        ids_sp = tf.sparse.from_dense(ids)
+        emb = tf.constant(np.arange(40, dtype=np.float32).reshape(10, 4) * 0.1)
+        return (
+            tf.sparse.to_dense(hashed, default_value=-1),
+            tf.sparse.to_dense(tf.sparse.bincount(hashed, minlength=10, binary_output=True)),
+            tf.sparse.to_dense(tf.sparse.bincount(ids_sp, minlength=8, axis=-1)),
+            tf.nn.safe_embedding_lookup_sparse(emb, hashed, combiner="mean"),
+            tf.nn.embedding_lookup_sparse(emb, ids_sp, None, combiner="sqrtn"),
+            tf.sparse.reduce_max(
+                tf.sparse.SparseTensor(
+                    ids_sp.indices, tf.cast(ids_sp.values, tf.float32), ids_sp.dense_shape
+                ),
+                axis=1,
+            ),
+            tf.sparse.to_dense(tf.sparse.concat(1, [hashed, hashed])),
+            tf.sparse.to_dense(tf.sparse.slice(ids_sp, [0, 1], [2, 2])),
+            tf.sparse.to_dense(tf.sparse.retain(ids_sp, ids_sp.values > 2)),
+            tf.math.bincount(tf.cast(ids, tf.int32), minlength=8, axis=-1),
+            tf.sparse.to_dense(tf.sparse.transpose(ids_sp)),
+            tf.sparse.to_dense(tf.sparse.expand_dims(ids_sp, 0)),
+        )
+
+    @add(
+        "ragged_segments",
+        [S([None], tf.float32), S([None], tf.int64)],
+        [f32(7), np.array([3, 0, 2, 2], np.int64)],
+    )
+    def _(v, lens):
+        rt = tf.RaggedTensor.from_row_lengths(v, lens)
+        seg = rt.value_rowids()
+        nrows = rt.nrows()
+        return (
+            tf.math.segment_sum(v, seg),
+            tf.math.unsorted_segment_max(v, seg, nrows),
+            tf.reduce_sum(rt, axis=1),
+            tf.reduce_mean(rt, axis=1),
+            tf.reduce_max(rt, axis=1),
+            tf.math.cumsum(rt.to_tensor(), axis=1),
+            tf.ragged.range(lens).flat_values,
+            seg,
+            (rt * 2.0).to_tensor(default_value=-1.0, shape=[4, 4]),
+            tf.math.cumulative_logsumexp(v, exclusive=True),
+            tf.math.unsorted_segment_prod(v, seg, nrows),
+            tf.map_fn(tf.reduce_sum, rt, fn_output_signature=tf.float32),
+            rt.row_splits,
+        )
+
+    @add("quantize_fake", [S([2, 5], tf.float32)], [f32(2, 5) * 3])
+    def _(x):
+        return (
+            tf.quantization.fake_quant_with_min_max_vars(x, -2.0, 2.5, num_bits=8),
+            tf.quantization.fake_quant_with_min_max_args(x, -1.0, 1.0, num_bits=4, narrow_range=True),
+            tf.quantization.fake_quant_with_min_max_vars_per_channel(
+                x, tf.fill([5], -1.5), tf.fill([5], 1.5)
+            ),
+            tf.quantization.quantize_and_dequantize_v2(x, -2.0, 2.0, range_given=True),
+            tf.quantization.quantize_and_dequantize_v2(x, 0.0, 0.0, range_given=False, num_bits=6),
+            tf.quantization.quantize(x, -3.0, 3.0, tf.quint8).output,
+            tf.quantization.dequantize(
+                tf.quantization.quantize(x, -3.0, 3.0, tf.qint8, mode="SCALED").output,
+                -3.0,
+                3.0,
+                mode="SCALED",
+            ),
+        )
+
+    @add("ctc_lrn_pool", [S([6, 2, 5], tf.float32)], [f32(6, 2, 5)])
+    def _(logits):
+        dec, lp = tf.nn.ctc_beam_search_decoder(logits, tf.constant([6, 4]), beam_width=4, top_paths=2)
+        g, glp = tf.nn.ctc_greedy_decoder(logits, tf.constant([6, 4]), blank_index=0)
+        img = tf.reshape(logits, [1, 6, 2, 5])
+        return (
+            tf.sparse.to_dense(dec[0], default_value=-1),
+            tf.sparse.to_dense(dec[1], default_value=-1),
+            lp,
+            tf.sparse.to_dense(g[0]),
+            glp,
+            tf.nn.local_response_normalization(img, depth_radius=2, bias=1.5, alpha=0.3, beta=0.6),
+        )
+
+    @add("fractional_pool", [S([1, 9, 9, 2], tf.float32)], [f32(1, 9, 9, 2)])
+    def _(x):
+        mp = tf.nn.fractional_max_pool(x, [1.0, 1.5, 1.5, 1.0], pseudo_random=True, overlapping=True, seed=7)
+        ap = tf.nn.fractional_avg_pool(x, [1.0, 2.0, 1.44, 1.0], pseudo_random=False, seed=3)
+        return mp[0], mp[1], mp[2], ap[0], ap[1], ap[2]
+
+    @add("math_bucketize_misc", [S([9], tf.float32)], [f32(9) * 3])
+    def _(x):
+        return (
+            tf.raw_ops.Bucketize(input=x, boundaries=[-1.0, 0.0, 0.5, 2.0]),
+            tf.math.bincount(tf.raw_ops.Bucketize(input=x, boundaries=[-1.0, 0.0, 2.0]), minlength=4),
+            tf.math.cumulative_logsumexp(tf.reshape(x, [3, 3]), axis=1, exclusive=True, reverse=True),
+            tf.math.approx_max_k(x, 3)[0],
+            tf.math.reduce_logsumexp(tf.reshape(x, [3, 3]), axis=0),
+            tf.math.segment_mean(x, [0, 0, 0, 1, 1, 2, 2, 2, 2]),
+            tf.math.floormod(x, 1.5),
+            tf.math.nextafter(x, 0.0),
+            tf.math.truediv(tf.range(5), 2),
+            tf.math.divide_no_nan(x, tf.round(x)),
+            tf.math.multiply_no_nan(x, tf.zeros_like(x)),
+            tf.math.squared_difference(x, 1.0),
+            tf.math.reduce_variance(tf.reshape(x, [3, 3]), axis=1),
+            tf.histogram_fixed_width_bins(x, [-3.0, 3.0], nbins=5),
+        )
+
+    # --- fourth batch: bytes in (images, audio), sets, ragged construction ---
+    img_rgb = rng.uniform(0, 255, (6, 8, 3)).astype(np.uint8)
+
+    @add(
+        "image_bytes_pipeline",
+        [S([], tf.string), S([], tf.string)],
+        [
+            tf.io.encode_png(img_rgb).numpy(),
+            tf.io.encode_jpeg(img_rgb, quality=90).numpy(),
+        ],
+    )
+    def _(png, jpeg):
+        a = tf.io.decode_png(png, channels=3)
+        b = tf.io.decode_jpeg(jpeg, channels=3)
+        c = tf.io.decode_image(png, channels=3, expand_animations=False)
+        x = tf.image.convert_image_dtype(a, tf.float32)
+        return (
+            a,
+            b,
+            c,
+            tf.image.resize(x[None], [4, 4])[0],
+            tf.image.rgb_to_grayscale(b),
+            tf.image.crop_to_bounding_box(a, 1, 2, 3, 4),
+            tf.io.extract_jpeg_shape(jpeg),
+            tf.image.decode_and_crop_jpeg(jpeg, [1, 1, 4, 5], channels=3),
+            tf.shape(tf.io.decode_png(png, channels=1)),
+            tf.io.encode_png(a[:2, :2]),
+        )
+
+    pcm = (np.sin(np.arange(800) / 7.0) * 0.5).astype(np.float32).reshape(-1, 1)
+
+    @add("audio_wav_pipeline", [S([], tf.string)], [tf.audio.encode_wav(pcm, 8000).numpy()])
+    def _(wav):
+        audio, rate = tf.audio.decode_wav(wav, desired_channels=1)
+        x = tf.squeeze(audio, -1)
+        spec = tf.abs(tf.signal.stft(x, 128, 64))
+        return audio[:5], rate, spec, tf.audio.encode_wav(audio[:10], rate)
+
+    @add(
+        "sets_ops",
+        [S([None, 4], tf.int32), S([None, 3], tf.int32)],
+        [
+            np.array([[1, 2, 3, 4], [5, 5, 6, 7]], np.int32),
+            np.array([[2, 4, 9], [5, 8, 7]], np.int32),
+        ],
+    )
+    def _(a, b):
+        return (
+            tf.sparse.to_dense(tf.sets.intersection(a, b)),
+            tf.sparse.to_dense(tf.sets.union(a, b)),
+            tf.sparse.to_dense(tf.sets.difference(a, b)),
+            tf.sets.size(tf.sets.union(a, b)),
+            tf.sparse.to_dense(tf.sets.difference(b, a, aminusb=False)),
+        )
+
+    @add(
+        "ragged_construct",
+        [S([None], tf.float32), S([None], tf.int64)],
+        [f32(6), np.array([0, 0, 2, 2, 2, 3], np.int64)],
+    )
+    def _(v, rows):
+        rt = tf.RaggedTensor.from_value_rowids(v, rows, nrows=4)
+        nested = tf.RaggedTensor.from_row_lengths(rt, [2, 2])
+        st = rt.to_sparse()
+        return (
+            rt.to_tensor(),
+            nested.merge_dims(0, 1).to_tensor(),
+            tf.ragged.stack([rt, rt * 2], axis=1).flat_values,
+            st.indices,
+            tf.RaggedTensor.from_sparse(st).row_lengths(),
+            tf.ragged.boolean_mask(rt, rt > 0).to_tensor(),
+            rt.with_flat_values(tf.nn.relu(rt.flat_values)).to_tensor(),
+            tf.concat([rt, rt], axis=0).nrows(),
+            tf.RaggedTensor.from_tensor(tf.reshape(v, [2, 3]), lengths=[1, 3]).flat_values,
+            tf.gather(rt, [3, 0]).to_tensor(),
+            tf.reduce_sum(nested, axis=[1, 2]),
+        )
+
     return C
 
 
@@ -1232,6 +1626,22 @@ def _v1_cases(tf: Any) -> dict[str, tuple[Callable[[], tuple[list[Any], list[Any
         )
         return [x], [tf.stack(outs, 1), st.c, tf.stack(both, 1), fw, bw]
 
+    @add("v1_lookup_index_table", [np.array([b"b", b"zz", b"a", b"c"], object)])
+    def _():
+        s = v1.placeholder(tf.string, [None], "s")
+        words = tf.constant(["a", "b", "c"])
+        idx = tf.lookup.StaticVocabularyTable(
+            tf.lookup.KeyValueTensorInitializer(words, tf.range(3, dtype=tf.int64)), num_oov_buckets=2
+        ).lookup(s)
+        rev = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(tf.range(3, dtype=tf.int64), words), "UNK"
+        ).lookup(idx)
+        ta = tf.TensorArray(tf.string, size=tf.size(s))
+        _, ta = v1.while_loop(
+            lambda i, ta: i < tf.size(s), lambda i, ta: (i + 1, ta.write(i, rev[i] + "/" + s[i])), [0, ta]
+        )
+        return [s], [idx, rev, ta.stack()]
+
     return C
 
 
@@ -1259,6 +1669,7 @@ def build(only: set[str] | None, out: Path) -> list[str]:
         try:
             mod = tf.Module()
             mod.v = [_weights, _bias, _counts]
+            mod.tables = list(_tables)
             mod.f = tf.function(_serving(fn), input_signature=specs)
             tf.saved_model.save(mod, str(out / name), signatures={"serving_default": mod.f})
             loaded = tf.saved_model.load(str(out / name))
@@ -1299,11 +1710,17 @@ def build(only: set[str] | None, out: Path) -> list[str]:
             with g.as_default():
                 tf.compat.v1.set_random_seed(3)
                 phs, fetches = builder()
+                # lookup tables are filled by an init op the caller runs first, as TF1 servers do
+                tables = g.get_collection(tf.compat.v1.GraphKeys.TABLE_INITIALIZERS)
+                init = [tf.compat.v1.tables_initializer(name="init_all_tables")] if tables else []
+                (out / f"{name}.init").unlink(missing_ok=True)
+                if init:
+                    (out / f"{name}.init").write_text(init[0].name)
                 with tf.compat.v1.Session() as sess:
-                    sess.run(tf.compat.v1.global_variables_initializer())
+                    sess.run([tf.compat.v1.global_variables_initializer(), *init])
                     vals = sess.run(fetches, dict(zip(phs, feeds, strict=True)))
                     gd = tf.compat.v1.graph_util.convert_variables_to_constants(
-                        sess, g.as_graph_def(), [f.op.name for f in fetches]
+                        sess, g.as_graph_def(), [f.op.name for f in fetches] + [i.name for i in init]
                     )
             (out / f"{name}.pb").write_bytes(gd.SerializeToString())
             np.savez(
@@ -1354,6 +1771,8 @@ def worker(names: list[str], out: Path) -> dict[str, str]:
         try:
             if (out / f"{name}.pb").exists():
                 with Session(load_graph_def(out / f"{name}.pb")) as s:
+                    if (out / f"{name}.init").exists():
+                        s.run((out / f"{name}.init").read_text())
                     vals = s.run(list(outs), ins)
                 got = dict(zip(outs, vals, strict=True))
             else:

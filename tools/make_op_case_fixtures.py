@@ -11,9 +11,13 @@ SparseCrossV2, Fingerprint), ``sparse`` (sparse reductions, SparseAdd, SparseCon
 SparseSoftmax), ``ragged`` (RaggedRange, RaggedGather, RaggedTensorToSparse), ``sets`` (set operations,
 UnravelIndex, AdjustHue, AdjustSaturation), ``csv`` (DecodeCSV), ``segment_join`` (UnsortedSegmentJoin),
 ``full_int`` (StatelessRandomUniformFullInt and V2), ``sequence_features`` (ParseExampleV2 with
-FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``, ``half``
-(float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation``
-(Dilation2D). Tests:
+FixedLenSequenceFeatures), ``serialized_tensors`` (SerializeTensor, ParseTensor), ``half_sigmoid``,
+``half_softplus``, ``count_sparse`` (DenseCountSparseOutput, SparseCountSparseOutput,
+RaggedCountSparseOutput), ``sparse_minmax`` (SparseSparseMaximum, SparseSparseMinimum), ``padded_raw``
+(DecodePaddedRaw), ``gamma`` (Igamma, Igammac, Betainc, Zeta, Polygamma), ``fractional_pool``
+(FractionalMaxPool, FractionalAvgPool), ``shuffle`` (StatelessShuffle, RandomShuffle), ``param_truncated``
+(StatelessParameterizedTruncatedNormal), ``jpeg_crop`` (DecodeAndCropJpeg, ExtractJpegShape), ``set_size``,
+``half`` (float16 Softmax, LogSoftmax, Sum, Mean, Rsqrt, Elu, Selu), ``dilation`` (Dilation2D). Tests:
 tests/test_kernels_<group>_cases.py.
 """
 
@@ -1030,6 +1034,355 @@ def half_sigmoid(g: Group) -> None:
     g.case("long", "Sigmoid", {"x": (rng.standard_normal((40, 53)) * 4).astype(np.float16)})
 
 
+# --- count_sparse -------------------------------------------------------------------------------------------
+
+
+def count_sparse(g: Group) -> None:
+    """The CountSparseOutput ops (``tf.sparse.bincount``): counts per row, sparse; weights, binary output,
+    minlength and maxlength, 1-d inputs, and a negative value (refused)."""
+    m = np.array([[1, 5, 2, 1], [0, 0, 7, 3], [3, 3, 3, 9]], I64)
+    w = np.arange(12, dtype=F32).reshape(3, 4) / 4
+    none = np.zeros(0, F32)
+    attrs = {"minlength": -1, "maxlength": -1, "binary_output": False}
+    g.case("dense_2d", "DenseCountSparseOutput", {"values": m, "weights": none}, **attrs)
+    g.case("dense_1d", "DenseCountSparseOutput", {"values": m[0], "weights": none}, **attrs)
+    g.case("dense_weights", "DenseCountSparseOutput", {"values": m, "weights": w}, **attrs)
+    g.case(
+        "dense_binary_min",
+        "DenseCountSparseOutput",
+        {"values": m.astype(I32), "weights": np.zeros(0, I64)},
+        minlength=12,
+        maxlength=-1,
+        binary_output=True,
+    )
+    g.case(
+        "dense_max",
+        "DenseCountSparseOutput",
+        {"values": m, "weights": w.astype(F64)},
+        minlength=-1,
+        maxlength=4,
+        binary_output=False,
+    )
+    g.case("dense_negative", "DenseCountSparseOutput", {"values": -m, "weights": none}, **attrs)
+    idx = np.array([[0, 0], [0, 3], [2, 1], [2, 2], [2, 5]], I64)
+    vals = np.array([4, 1, 4, 4, 0], I64)
+    sp = {"indices": idx, "values": vals, "dense_shape": np.array([4, 6], I64)}
+    g.case("sparse_2d", "SparseCountSparseOutput", {**sp, "weights": none}, **attrs)
+    g.case(
+        "sparse_weights",
+        "SparseCountSparseOutput",
+        {**sp, "weights": np.array([0.5, 1, 2, 3, 4], F32)},
+        **attrs,
+    )
+    g.case(
+        "sparse_1d",
+        "SparseCountSparseOutput",
+        {"indices": idx[:, 1:], "values": vals, "dense_shape": np.array([6], I64), "weights": none},
+        minlength=7,
+        maxlength=-1,
+        binary_output=True,
+    )
+    splits = np.array([0, 3, 3, 5], I64)
+    g.case(
+        "ragged",
+        "RaggedCountSparseOutput",
+        {"splits": splits, "values": vals, "weights": none},
+        **attrs,
+    )
+    g.case(
+        "ragged_weights_max",
+        "RaggedCountSparseOutput",
+        {"splits": splits, "values": vals.astype(I32), "weights": np.arange(5, dtype=F32)},
+        minlength=-1,
+        maxlength=4,
+        binary_output=False,
+    )
+
+
+# --- sparse_minmax ------------------------------------------------------------------------------------------
+
+
+def sparse_minmax(g: Group) -> None:
+    """SparseSparseMaximum and SparseSparseMinimum: the union of two operands' indices, 0 for the one that
+    holds none; empty operands, int64 values, and operands of different shapes (refused)."""
+    a_idx = np.array([[0, 0], [0, 3], [1, 1], [2, 2]], I64)
+    b_idx = np.array([[0, 1], [0, 3], [2, 0], [2, 2], [2, 3]], I64)
+    a = {"a_indices": a_idx, "a_values": np.array([1.5, -2, -0.5, 3], F32), "a_shape": np.array([3, 4], I64)}
+    b = {"b_indices": b_idx, "b_values": np.array([-1, 4, 2, 1, -3], F32), "b_shape": np.array([3, 4], I64)}
+    for op in ("SparseSparseMaximum", "SparseSparseMinimum"):
+        name = op[12:].lower()
+        g.case(name, op, {**a, **b})
+        g.case(
+            f"{name}_empty_b",
+            op,
+            {**a, "b_indices": np.zeros((0, 2), I64), "b_values": np.zeros(0, F32), "b_shape": b["b_shape"]},
+        )
+    g.case(
+        "maximum_int64",
+        "SparseSparseMaximum",
+        {**a, "a_values": np.array([5, -7, 0, 2], I64), **b, "b_values": np.array([-1, 9, -4, 2, 3], I64)},
+    )
+    g.case("maximum_shapes_differ", "SparseSparseMaximum", {**a, **b, "b_shape": np.array([3, 5], I64)})
+
+
+# --- padded_raw ---------------------------------------------------------------------------------------------
+
+
+def padded_raw(g: Group) -> None:
+    """DecodePaddedRaw (``tf.io.decode_raw`` with ``fixed_length``): strings cut or zero-padded, both byte
+    orders, a rank-2 input, and a length not a multiple of the type's size (refused)."""
+    s = S("abcdefgh", "xy", "", "0123456789ab")
+    g.case("uint8", "DecodePaddedRaw", {"input_bytes": s, "fixed_length": np.int32(6)}, out_type=tf.uint8)
+    g.case("int16_le", "DecodePaddedRaw", {"input_bytes": s, "fixed_length": np.int32(6)}, out_type=tf.int16)
+    g.case(
+        "int32_be",
+        "DecodePaddedRaw",
+        {"input_bytes": s.reshape(2, 2), "fixed_length": np.int32(8)},
+        out_type=tf.int32,
+        little_endian=False,
+    )
+    g.case("float32", "DecodePaddedRaw", {"input_bytes": s, "fixed_length": np.int32(4)}, out_type=tf.float32)
+    g.case(
+        "not_multiple", "DecodePaddedRaw", {"input_bytes": s, "fixed_length": np.int32(5)}, out_type=tf.int16
+    )
+
+
+# --- gamma --------------------------------------------------------------------------------------------------
+
+
+def gamma(g: Group) -> None:
+    """Igamma, Igammac, Betainc, Zeta and Polygamma in float32 and float64: both sides of the series /
+    continued fraction switch, large parameters, and the edges of the domains (0, inf, negatives, NaN)."""
+    rng = np.random.default_rng(19)
+    for dt in (F32, F64):
+        name = np.dtype(dt).name
+        big = 1e4 if dt == F64 else 300  # TensorFlow's float32 sums lose 3 digits at 1e4
+        a = np.r_[rng.uniform(0.05, 12, 40), [0.5, 3, 3, 100, big, 0, -1, 2, np.nan, 2]].astype(dt)
+        x = np.r_[rng.uniform(0, 15, 40), [0.0, 0.0, np.inf, 110, big, 1, 1, -1, 1, np.nan]].astype(dt)
+        g.case(f"igamma_{name}", "Igamma", {"a": a, "x": x})
+        g.case(f"igammac_{name}", "Igammac", {"a": a, "x": x})
+        p = np.r_[rng.uniform(0.1, 20, 30), [1, 0.5, 2, 500, 0, -1, 2, 2]].astype(dt)
+        q = np.r_[rng.uniform(0.1, 20, 30), [1, 0.5, 3, 400, 1, 2, 2, 2]].astype(dt)
+        t = np.r_[rng.uniform(0, 1, 30), [0.3, 0.999, 0, 0.55, 0.5, 0.5, 1.5, 1]].astype(dt)
+        g.case(f"betainc_{name}", "Betainc", {"a": p, "b": q, "x": t})
+        s = np.r_[rng.uniform(1.01, 12, 30), [1, 0.5, 2, 3, 2, 3, 2.5, 60]].astype(dt)
+        v = np.r_[rng.uniform(0.05, 20, 30), [1, 1, -2, -2, -1.5, -1.5, 0.1, 3]].astype(dt)
+        g.case(f"zeta_{name}", "Zeta", {"x": s, "q": v})
+        n = np.r_[rng.integers(0, 5, 20), [0.5, -1, 3]].astype(dt)
+        y = np.r_[rng.uniform(0.1, 10, 20), [1, 1, -2.5]].astype(dt)
+        g.case(f"polygamma_{name}", "Polygamma", {"a": n, "x": y})
+
+
+# --- fractional_pool ----------------------------------------------------------------------------------------
+
+
+def fractional_pool(g: Group) -> None:
+    """FractionalMaxPool and FractionalAvgPool with fixed seeds (deterministic): pseudo-random and random
+    regions, overlapping or not, ratios in (1, 2) and past 2, float64 and int32 inputs."""
+    rng = np.random.default_rng(20)
+    x = rng.standard_normal((1, 11, 9, 2)).astype(F32)
+    for op in ("FractionalMaxPool", "FractionalAvgPool"):
+        short = op[10:13].lower()
+        for name, ratio, pseudo, overlap, seeds in (
+            ("pseudo", [1.0, 1.44, 1.73, 1.0], True, False, (7, 3)),
+            ("pseudo_overlap", [1.0, 1.5, 1.5, 1.0], True, True, (87654321, 7)),
+            ("random", [1.0, 1.44, 1.73, 1.0], False, False, (1, 2)),
+            ("random_overlap_wide", [1.0, 2.6, 2.2, 1.0], False, True, (5, 0)),
+            ("pseudo_wide", [1.0, 3.1, 2.5, 1.0], True, False, (0, 9)),
+        ):
+            g.case(
+                f"{short}_{name}",
+                op,
+                {"value": x},
+                pooling_ratio=ratio,
+                pseudo_random=pseudo,
+                overlapping=overlap,
+                deterministic=True,
+                seed=seeds[0],
+                seed2=seeds[1],
+            )
+        g.case(
+            f"{short}_float64",
+            op,
+            {"value": x[:1].astype(F64)},
+            pooling_ratio=[1.0, 1.3, 1.6, 1.0],
+            pseudo_random=True,
+            deterministic=True,
+            seed=11,
+            seed2=12,
+        )
+    g.case(
+        "avg_int32",
+        "FractionalAvgPool",
+        {"value": (x * 10).astype(I32)},
+        pooling_ratio=[1.0, 1.6, 1.6, 1.0],
+        overlapping=True,
+        deterministic=True,
+        seed=4,
+        seed2=4,
+    )
+
+
+# --- shuffle ------------------------------------------------------------------------------------------------
+
+
+def shuffle(g: Group) -> None:
+    """StatelessShuffle (``tf.random.experimental.stateless_shuffle``) and seeded RandomShuffle
+    (``tf.random.shuffle``, its first run): vectors, matrices (rows moved whole), one row, both algorithm
+    ids (Philox and auto-select), and an algorithm TensorFlow refuses."""
+    key, counter = np.array([0x1234567890ABCDEF], np.uint64), np.array([5, 2**40 + 3], np.uint64)
+    v = np.arange(50, dtype=I64)
+    m = np.arange(21, dtype=F32).reshape(7, 3)
+    for name, value, alg in (
+        ("vector", v, 1),
+        ("matrix", m, 3),
+        ("one_row", m[:1], 1),
+        ("strings", S(*"abcde"), 1),
+    ):
+        g.case(
+            f"stateless_{name}",
+            "StatelessShuffle",
+            {"value": value, "key": key, "counter": counter, "alg": np.int32(alg)},
+        )
+    g.case(
+        "stateless_bad_alg",
+        "StatelessShuffle",
+        {"value": v, "key": key, "counter": counter, "alg": np.int32(2)},
+    )
+    g.case("random_vector", "RandomShuffle", {"value": v}, seed=7, seed2=11)
+    g.case("random_matrix", "RandomShuffle", {"value": m}, seed=87654321, seed2=3)
+
+
+# --- param_truncated ----------------------------------------------------------------------------------------
+
+
+def param_truncated(g: Group) -> None:
+    """StatelessParameterizedTruncatedNormal: each of its three samplers (normals kept, uniforms weighted,
+    an exponential proposal), a bound above the mean (flipped), parameters broadcast over batches, float64,
+    and the parameters and shapes TensorFlow refuses."""
+    seed = np.array([7, 11], I64)
+
+    def case(name: str, shape: list[int], mean: Any, std: Any, lo: Any, hi: Any, dt: Any = F32) -> None:
+        g.case(
+            name,
+            "StatelessParameterizedTruncatedNormal",
+            {
+                "shape": np.array(shape, I32),
+                "seed": seed,
+                **{
+                    k: np.asarray(v, dt)
+                    for k, v in zip(
+                        ("means", "stddevs", "minvals", "maxvals"), (mean, std, lo, hi), strict=True
+                    )
+                },
+            },
+        )
+
+    case("uniform", [50], 0.0, 1.0, -1.0, 1.0)
+    case("randn", [30], 0.5, 2.0, -6.0, 6.0)
+    case("exponential", [30], 0.0, 1.0, 2.0, np.inf)
+    case("flipped", [20], 5.0, 2.0, -np.inf, 1.0)
+    case("batches", [6, 3], [0.0, 1.0, -2.0], [1.0, 0.5, 3.0], [-1.0, 0.0, 1.5], 2.5)
+    case("float64", [12], 1.0, 0.3, -0.5, 2.0, F64)
+    case("bad_stddev", [4], 0.0, -1.0, -1.0, 1.0)
+    case("bad_shape", [4, 2], [0.0, 1.0, 2.0], 1.0, -1.0, 1.0)
+
+
+# --- jpeg_crop ----------------------------------------------------------------------------------------------
+
+
+def jpeg_crop(g: Group) -> None:
+    """DecodeAndCropJpeg and ExtractJpegShape on JPEGs TensorFlow encoded: RGB without chroma subsampling
+    and grayscale (whose cropped decode is the full decode's window), windows at the edges, a window past
+    the image and bytes that are no JPEG (refused)."""
+    rng = np.random.default_rng(21)
+    rgb = rng.integers(0, 256, (20, 24, 3)).astype(np.uint8)
+    full = tf.io.encode_jpeg(rgb, quality=85, chroma_downsampling=False).numpy()
+    gray = tf.io.encode_jpeg(rgb[..., :1], quality=85).numpy()
+    for name, data, ch in (("rgb444", full, 3), ("gray", gray, 1)):
+        for w_name, window in (
+            ("inner", [3, 5, 9, 11]),
+            ("corner", [0, 0, 20, 24]),
+            ("edge", [10, 17, 10, 7]),
+        ):
+            g.case(
+                f"crop_{name}_{w_name}",
+                "DecodeAndCropJpeg",
+                {"contents": np.array(data, object), "crop_window": np.array(window, I32)},
+                channels=ch,
+            )
+        g.case(f"shape_{name}", "ExtractJpegShape", {"contents": np.array(data, object)})
+    g.case(
+        "crop_outside",
+        "DecodeAndCropJpeg",
+        {"contents": np.array(full, object), "crop_window": np.array([15, 20, 10, 10], I32)},
+    )
+    g.case("shape_not_jpeg", "ExtractJpegShape", {"contents": np.array(b"\x89PNG not a jpeg", object)})
+
+
+# --- set_size -----------------------------------------------------------------------------------------------
+
+
+def set_size(g: Group) -> None:
+    """SetSize (``tf.sets.size``): distinct values per set of a SparseTensor, rank 2 and 3, strings, empty
+    sets, and indices out of order (refused when validated)."""
+    idx = np.array([[0, 0], [0, 1], [0, 2], [2, 0], [2, 3]], I64)
+    g.case(
+        "rank2",
+        "SetSize",
+        {
+            "set_indices": idx,
+            "set_values": np.array([4, 4, 1, 7, 7], I32),
+            "set_shape": np.array([3, 5], I64),
+        },
+    )
+    g.case(
+        "rank3_strings",
+        "SetSize",
+        {
+            "set_indices": np.array([[0, 0, 0], [0, 0, 1], [1, 1, 0], [1, 1, 2]], I64),
+            "set_values": S("a", "b", "c", "c"),
+            "set_shape": np.array([2, 2, 3], I64),
+        },
+    )
+    g.case(
+        "unordered",
+        "SetSize",
+        {
+            "set_indices": idx[::-1].copy(),
+            "set_values": np.array([4, 4, 1, 7, 7], I32),
+            "set_shape": np.array([3, 5], I64),
+        },
+    )
+
+
+# --- half_softplus ------------------------------------------------------------------------------------------
+
+
+def half_softplus(g: Group) -> None:
+    """float16 Softplus: log1p(exp(x)) in half steps, and the cut-offs at +-7.008 (Eigen's half epsilon)."""
+    rng = np.random.default_rng(18)
+    edges = [
+        0,
+        -0.0,
+        7.0,
+        7.008,
+        7.016,
+        -7.0,
+        -7.008,
+        -7.016,
+        11.0,
+        -20.0,
+        65504,
+        -65504,
+        np.inf,
+        -np.inf,
+        np.nan,
+    ]
+    g.case("edges", "Softplus", {"features": np.array(edges, np.float16)})
+    g.case("normal", "Softplus", {"features": (rng.standard_normal((30, 40)) * 4).astype(np.float16)})
+
+
 # --- half ---------------------------------------------------------------------------------------------------
 
 
@@ -1531,6 +1884,16 @@ GROUPS: dict[str, Callable[[Group], None]] = {
     "serialized_tensors": serialized_tensors,
     "half_sigmoid": half_sigmoid,
     "half": half,
+    "half_softplus": half_softplus,
+    "count_sparse": count_sparse,
+    "sparse_minmax": sparse_minmax,
+    "padded_raw": padded_raw,
+    "gamma": gamma,
+    "fractional_pool": fractional_pool,
+    "shuffle": shuffle,
+    "param_truncated": param_truncated,
+    "jpeg_crop": jpeg_crop,
+    "set_size": set_size,
     "dilation": dilation,
     "linalg_extra": linalg_extra,
     "random_dists": random_dists,

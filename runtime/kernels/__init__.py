@@ -15,8 +15,10 @@ from poolserve.runtime.kernels import (  # noqa: F401
     diag_ops,
     erf_ops,
     fft_ops,
+    fractional_pool_ops,
     functional_ops,
     fused_ops,
+    gamma_ops,
     gather_ops,
     image_decode_ops,
     image_encode_ops,
@@ -46,6 +48,7 @@ from poolserve.runtime.kernels import (  # noqa: F401
     state_ops,
     string_ops,
     tensor_array_ops,
+    truncated_normal_ops,
     unicode_ops,
 )
 from poolserve.runtime.kernels.registry import (

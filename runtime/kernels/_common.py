@@ -105,6 +105,17 @@ def _matmul(a: Any, b: Any, out: Any = None) -> Any:
     return y
 
 
+def as_item(value: Any) -> Any:
+    """A kernel input as an array: a scalar string (bytes, as indexing a string vector gives) as a 0-d string
+    tensor, not numpy's fixed-width bytes."""
+    return np.array(value, dtype=object) if isinstance(value, bytes) else np.asarray(value)
+
+
+def zeros(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+    """TensorFlow's zeros of ``dtype``: empty strings for a string tensor (numpy's would be int 0s)."""
+    return np.full(shape, b"", dtype=object) if dtype.kind == "O" else np.zeros(shape, dtype)
+
+
 # Rows up to this long are summed by BLAS (``row_sums``): float32 accumulates in blocks there, as in
 # TensorFlow's Eigen reductions.
 _ROW_SUM_MAX = 8192

@@ -111,6 +111,19 @@ def selu(x: Any) -> Any:
     return np.where(x < 0, neg, _round(_F(_SELU_SCALE) * x.astype(_F)))
 
 
+# Softplus's cut-offs, log(epsilon) + 2 in half steps, past -threshold x and below threshold exp(x); Eigen's
+# half epsilon is 2^-13 (raw 0x0800), not numpy's 2^-10: the threshold is -7.008, not -4.93
+_SOFTPLUS_THRESHOLD = _round(_round(np.log(_F(2.0**-13))).astype(_F) + 2)
+
+
+def softplus(x: Any) -> Any:
+    """TensorFlow's Softplus functor in half steps: log1p(exp(x)), exp rounded to half before log1p."""
+    with np.errstate(over="ignore"):
+        e = _round(np.exp(x.astype(_F)))
+        mid = _round(np.log1p(e.astype(_F)))
+    return np.where(x > -_SOFTPLUS_THRESHOLD, x, np.where(x < _SOFTPLUS_THRESHOLD, e, mid))
+
+
 def rsqrt(x: Any) -> Any:
     """Eigen's half rsqrt: 1 / sqrt in float rounded once on whole 8-lane packets, but in two roundings
     (sqrt to half, then its reciprocal) on the scalar tail, the last size % 8 values of the flat tensor."""

@@ -1,6 +1,6 @@
-"""Bucketing and counting: Bucketize, Bincount, DenseBincount and RaggedBincount, what Keras'
-Discretization, CategoryEncoding and TextVectorization layers (and feature columns) leave in a serving
-graph, and HistogramFixedWidth (``tf.histogram_fixed_width``)."""
+"""Bucketing and counting: Bucketize, Bincount, DenseBincount, RaggedBincount and the CountSparseOutput ops
+(``tf.sparse.bincount``), what Keras' Discretization, CategoryEncoding and TextVectorization layers (and
+feature columns) leave in a serving graph, and HistogramFixedWidth (``tf.histogram_fixed_width``)."""
 
 from __future__ import annotations
 
@@ -177,3 +177,108 @@ def histogram_fixed_width(node: Node) -> Compute:
 def _number(v: Any) -> str:
     """A range bound as TensorFlow's StrCat prints it: six significant digits for floats."""
     return f"{v:g}" if isinstance(v, np.floating) else str(v)
+
+
+def _count_sparse(
+    node: Node, batches: Any, values: Any, weights: Any, num_batches: int, is_1d: bool
+) -> tuple[Any, ...]:
+    """The CountSparseOutput ops' counts per (batch, value) as a sparse tensor: values at or past
+    ``maxlength`` dropped, indices sorted, the width ``maxlength`` if set else max(largest value + 1,
+    ``minlength``) (TensorFlow's count_ops.cc)."""
+    minlength = node.attr_int("minlength", -1)
+    maxlength = node.attr_int("maxlength", -1)
+    binary = node.attr_bool("binary_output", False)
+    out_dtype = node.attr_dtype("output_type")
+    values = values.reshape(-1).astype(np.int64, copy=False)
+    if values.size and values.min() < 0:
+        raise InvalidArgumentError(f"Node '{node.name}': Input values must all be non-negative integers")
+    keep = values < maxlength if maxlength >= 0 else np.ones(values.shape, bool)
+    batches, kept = batches[keep], values[keep]
+    largest = int(kept.max()) if kept.size else 0
+    width = maxlength if maxlength > 0 else max(largest + 1, minlength)
+    # one entry per distinct (batch, value), in sorted order
+    keys, where = np.unique(batches * (largest + 1) + kept, return_inverse=True)
+    if binary:
+        counts = np.ones(keys.shape, out_dtype)
+    elif weights.size:
+        counts = np.zeros(keys.shape, out_dtype)
+        np.add.at(counts, where, weights.reshape(-1)[keep].astype(out_dtype, copy=False))
+    else:
+        counts = np.bincount(where, minlength=keys.size).astype(out_dtype)
+    rows, cols = np.divmod(keys, largest + 1)
+    if is_1d:
+        return cols.reshape(-1, 1), counts, np.array([width], np.int64)
+    return np.stack([rows, cols], 1).astype(np.int64), counts, np.array([num_batches, width], np.int64)
+
+
+def _check_weights(node: Node, weights: Any, values: Any) -> None:
+    if weights.size and weights.shape != values.shape:
+        raise InvalidArgumentError(
+            f"Node '{node.name}': Weights and values must have the same shape. Weight shape: "
+            f"{_dims(weights.shape)}; values shape: {_dims(values.shape)}"
+        )
+
+
+@kernel("DenseCountSparseOutput", outputs=3)
+def dense_count_sparse_output(node: Node) -> Compute:
+    """``tf.sparse.bincount`` of a dense tensor: counts per row (of a matrix) or of a vector, sparse."""
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        values, weights = inputs
+        if values.ndim not in (1, 2):
+            raise InvalidArgumentError(f"Node '{node.name}': Input must be a 1 or 2-dimensional tensor")
+        _check_weights(node, weights, values)
+        is_1d = values.ndim == 1
+        batches = (
+            np.zeros(values.size, np.int64)
+            if is_1d
+            else np.repeat(np.arange(values.shape[0]), values.shape[1])
+        )
+        return _count_sparse(node, batches, values, weights, 1 if is_1d else values.shape[0], is_1d)
+
+    return compute
+
+
+@kernel("SparseCountSparseOutput", outputs=3)
+def sparse_count_sparse_output(node: Node) -> Compute:
+    """``tf.sparse.bincount`` of a SparseTensor (Keras' CategoryEncoding and Hashing on sparse inputs):
+    counts per row, by the first index of each value."""
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        indices, values, dense_shape, weights = inputs
+        _check_weights(node, weights, values)
+        is_1d = dense_shape.size == 1
+        num_batches = 1 if is_1d else int(dense_shape[0])
+        if indices.ndim != 2 or indices.shape[0] != values.size:
+            raise InvalidArgumentError(
+                f"Node '{node.name}': indices must be a matrix with one row per value, got shape "
+                f"{_dims(indices.shape)} for {values.size} values"
+            )
+        batches = np.zeros(values.size, np.int64) if is_1d else indices[:, 0].astype(np.int64)
+        if batches.size and (batches.max() >= num_batches or batches.min() < 0):
+            raise InvalidArgumentError(
+                f"Node '{node.name}': Indices value along the first dimension must be lower than the first "
+                "index of the shape."
+            )
+        return _count_sparse(node, batches, values, weights, num_batches, is_1d)
+
+    return compute
+
+
+@kernel("RaggedCountSparseOutput", outputs=3)
+def ragged_count_sparse_output(node: Node) -> Compute:
+    """``tf.sparse.bincount`` of a RaggedTensor: counts per row of its splits, sparse."""
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        splits_t, values, weights = inputs
+        _check_weights(node, weights, values)
+        splits = splits_t.reshape(-1).astype(np.int64)
+        if not splits.size or splits[0] != 0 or splits[-1] != values.size:
+            raise InvalidArgumentError(
+                f"Node '{node.name}': Splits must be non-empty, start with 0 and end with the number of "
+                f"values ({values.size}), got {_dims(splits.shape)} splits"
+            )
+        batches = np.searchsorted(np.maximum.accumulate(splits), np.arange(values.size), side="right") - 1
+        return _count_sparse(node, batches, values, weights, splits.size - 1, False)
+
+    return compute

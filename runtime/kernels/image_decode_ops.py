@@ -1,5 +1,6 @@
-"""Image decoding: DecodeJpeg, DecodePng, DecodeGif, DecodeBmp, DecodeWebP and DecodeImage (whichever of them
-the bytes are), what a serving graph that takes encoded images holds (TF Serving's ``{"b64": ...}`` JPEGs).
+"""Image decoding: DecodeJpeg (and DecodeAndCropJpeg, ExtractJpegShape), DecodePng, DecodeGif, DecodeBmp,
+DecodeWebP and DecodeImage (whichever of them the bytes are), what a serving graph that takes encoded images
+holds (TF Serving's ``{"b64": ...}`` JPEGs).
 
 Decoders, each giving TensorFlow's pixels:
 
@@ -209,6 +210,87 @@ def decode_jpeg(node: Node) -> Compute:
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         return (_jpeg(_contents(node, inputs[0]), channels, ratio, fancy, dct),)
+
+    return compute
+
+
+@kernel("DecodeAndCropJpeg", expensive=True)
+def decode_and_crop_jpeg(node: Node) -> Compute:
+    """``tf.image.decode_and_crop_jpeg`` (ResNet-style preprocessing): the window [y, x, height, width] of
+    the decoded image, which must lie inside it. TensorFlow's libjpeg-turbo decodes only the window's
+    columns, so with chroma subsampling (4:2:0, its encoder's default) it upsamples the window's last column
+    (and its first, past the first 16) without the chroma outside: those pixels differ from the full
+    decode's by a few levels, which is what this gives. Grayscale and 4:4:4 JPEGs are TensorFlow's exactly."""
+    channels = _channels(node, (0, 1, 3))
+    ratio = node.attr_int("ratio", 1)
+    if ratio not in (1, 2, 4, 8):
+        raise _bad_attr(node, "ratio", f"must be 1, 2, 4 or 8, got {ratio}")
+    fancy = node.attr_bool("fancy_upscaling", True)
+    dct = node.attr_str("dct_method", "")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        data, window = _contents(node, inputs[0]), inputs[1]
+        if window.ndim != 1:
+            raise InvalidArgumentError(f"crop_window must be 1-D, got shape {list(window.shape)}")
+        if window.shape[0] != 4:
+            raise InvalidArgumentError(f"crop_size must have four elements {list(window.shape)}")
+        y, x, h, w = (int(v) for v in window)
+        image = _jpeg(data, channels, ratio, fancy, dct)
+        if not (
+            h > 0 and w > 0 and x >= 0 and y >= 0 and y + h <= image.shape[0] and x + w <= image.shape[1]
+        ):
+            raise InvalidArgumentError(
+                "jpeg::Uncompress failed. Invalid JPEG data or crop window. (The window "
+                f"[y={y}, x={x}, height={h}, width={w}] is not inside the {image.shape[0]}x{image.shape[1]} "
+                "image.)"
+            )
+        return (np.ascontiguousarray(image[y : y + h, x : x + w]),)
+
+    return compute
+
+
+def _jpeg_header(data: bytes) -> tuple[int, int, int] | None:
+    """(height, width, components) from a JPEG's start-of-frame marker, or None: the header only, as
+    libjpeg's jpeg_read_header reads it."""
+    if data[:2] != b"\xff\xd8":
+        return None
+    i = 2
+    while i + 4 <= len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD8)):  # no length
+            i += 2
+            continue
+        length = int.from_bytes(data[i + 2 : i + 4], "big")
+        if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF):
+            if i + 10 > len(data):
+                return None
+            height = int.from_bytes(data[i + 5 : i + 7], "big")
+            width = int.from_bytes(data[i + 7 : i + 9], "big")
+            return height, width, data[i + 9]
+        if marker in (0xD9, 0xDA):  # end of image, or scan data before any frame header
+            return None
+        i += 2 + length
+    return None
+
+
+@kernel("ExtractJpegShape")
+def extract_jpeg_shape(node: Node) -> Compute:
+    """``tf.io.extract_jpeg_shape``: [height, width, channels] from the header, without decoding."""
+    out = node.attr_dtype("output_type", 3)  # DT_INT32
+    if out not in (np.int32, np.int64):
+        raise _bad_attr(node, "output_type", f"must be int32 or int64, got {out}")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        data = _contents(node, inputs[0])
+        shape = _jpeg_header(data)
+        if shape is None:
+            raise InvalidArgumentError(f"Invalid JPEG data, size {len(data)}")
+        return (np.array(shape, out),)
 
     return compute
 

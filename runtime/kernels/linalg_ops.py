@@ -12,8 +12,9 @@ failed SVD (a non-finite input) gives NaN (both give 0 for complex types: Tensor
 determinant, and the outputs ``compute_uv``/``compute_v`` leave out are 0-d (TensorFlow 2.21 leaves them
 uninitialised: zeros here).
 Singular vectors and eigenvectors are unique only up to sign (phase), which LAPACK and Eigen choose
-differently: compare reconstructions, not vectors. Eig's eigenvalues come in LAPACK's order, not in the
-one Eigen's complex Schur form leaves (TensorFlow documents no order): compare them as sets.
+differently: compare reconstructions, not vectors. Eig's eigenvalues are LAPACK's, put in the order Eigen
+gives them (``_schur.py``: a real matrix's real Schur form's, a complex one's by magnitude), except where
+rounding decides that order.
 MatrixSquareRoot and MatrixLogarithm work from the eigendecomposition where Eigen works from the Schur
 form; a defective matrix (dependent eigenvectors) goes through Denman and Beavers' iteration instead.
 """
@@ -26,6 +27,7 @@ import numpy as np
 
 from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.kernels._common import _bad_attr, _dims, _index_type
+from poolserve.runtime.kernels._schur import in_eigen_order
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
@@ -629,6 +631,7 @@ def eig(node: Node) -> Compute:
             e, v = np.zeros((*x.shape[:-2], n), out), np.zeros(x.shape, out)
         else:
             e, v = _finite_eig(x)  # eigenvectors of unit norm, as Eigen's
+            e, v = in_eigen_order(x, e, v)
         return e.astype(out), v.astype(out) if compute_v else unused
 
     return compute

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.runtime.errors import InvalidArgumentError
-from poolserve.runtime.kernels._common import _attrs_of, _shape_str
+from poolserve.runtime.kernels._common import _attrs_of, _shape_str, as_item, zeros
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
@@ -130,7 +130,7 @@ def _zeros(node: Node, lst: TensorList, requested: Shape, what: str) -> Any:
             node.name,
         )
     assert shape is not None
-    return np.zeros(shape, dtype=lst.element_dtype)
+    return zeros(shape, lst.element_dtype)
 
 
 def _index(node: Node, value: Any) -> int:
@@ -463,7 +463,7 @@ def tensor_list_set_item(node: Node) -> Compute:
         lst = _list(node, inputs[0])
         _check_dtype(node, lst, dtype)
         i = _index(node, inputs[1])
-        item = np.asarray(inputs[2])
+        item = as_item(inputs[2])
         _check_item(node, lst, item)
         elements = list(lst.elements)
         if resize and i >= len(elements):
@@ -487,7 +487,7 @@ def tensor_list_push_back(node: Node) -> Compute:
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         lst = _list(node, inputs[0])
         _check_dtype(node, lst, dtype)
-        item = np.asarray(inputs[1])
+        item = as_item(inputs[1])
         _check_item(node, lst, item)
         if lst.max_num_elements != -1 and len(lst.elements) >= lst.max_num_elements:
             raise InvalidArgumentError(

@@ -177,14 +177,43 @@ def division(node: Node) -> Compute:
     return _binary(fn)
 
 
+@kernel("MulNoNan")
+def mul_no_nan(node: Node) -> Compute:
+    """x * y, but 0 where y is 0 whatever x is (inf or NaN included): tf.math.multiply_no_nan."""
+    kind = node.attr_dtype("T").kind
+    if kind not in "fc":
+        raise InvalidArgumentError(
+            f"Node '{node.name}' (op '{node.op}'): attr 'T' must be a floating-point or complex type",
+            node.name,
+        )
+    mul = _complex_mul if kind == "c" else np.multiply
+    return _binary(lambda x, y: np.where(np.equal(y, 0), 0, mul(x, y)))
+
+
+@kernel("NextAfter")
+def next_after(node: Node) -> Compute:
+    """``tf.math.nextafter``: the next representable float32 or float64 after x1 toward x2."""
+    if node.attr_dtype("T") not in (np.float32, np.float64):
+        raise InvalidArgumentError(
+            f"Node '{node.name}' (op '{node.op}'): attr 'T' must be float32 or float64", node.name
+        )
+    return _binary(np.nextafter)
+
+
 def _int_pow(x: Any, y: Any) -> Any:
     if np.any(np.less(y, 0)):
         raise InvalidArgumentError("Integers to negative integer powers are not allowed")
     return np.power(x, y)
 
 
+# the optimizer's mark on a Pow by a constant 3, which Grappler rewrites to x * Square(x) (two roundings)
+CUBE_ATTR = "_pow_as_cube"
+
+
 @kernel("Pow")
 def power(node: Node) -> Compute:
+    if node.attr_bool(CUBE_ATTR, False):
+        return _binary(lambda x, y: np.multiply(x, np.multiply(x, x)))
     return _binary(_int_pow if node.attr_dtype("T").kind == "i" else np.power)
 
 

@@ -392,6 +392,8 @@ def _selu(x: Any) -> Any:
 
 
 def _softplus(x: Any) -> Any:
+    if x.dtype == _F16:
+        return _half.softplus(x)
     # log(1 + e^x) without overflow; matches TensorFlow's thresholded form to float precision.
     return np.logaddexp(x, x.dtype.type(0))
 

@@ -386,6 +386,41 @@ def decode_raw(node: Node) -> Compute:
     return compute
 
 
+_PADDED_RAW_TYPES = frozenset(
+    np.dtype(t)
+    for t in ("float16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "int64")
+)
+
+
+@kernel("DecodePaddedRaw")
+def decode_padded_raw(node: Node) -> Compute:
+    """Bytes of any length to rows of ``fixed_length`` bytes of numbers (``tf.io.decode_raw`` with
+    ``fixed_length``): longer strings cut, shorter ones padded with zero bytes."""
+    out_type = node.attr_dtype("out_type")
+    if out_type not in _PADDED_RAW_TYPES:
+        raise InvalidArgumentError(
+            f"Node '{node.name}' (op '{node.op}'): attr 'out_type' cannot be {out_type.name}", node.name
+        )
+    wire = out_type.newbyteorder("<" if node.attr_bool("little_endian", True) else ">")
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        strings, length_t = inputs
+        if length_t.ndim != 0:
+            raise InvalidArgumentError(f"k must be scalar, got shape {_shape_text(length_t.shape)}")
+        length = int(length_t)
+        if length % out_type.itemsize:
+            raise InvalidArgumentError(
+                f"fixed_length ({length}) must be a multiple of the size of out_type ({out_type.itemsize})"
+            )
+        if length <= 0:
+            raise InvalidArgumentError(f"fixed_length ({length}) must be greater than zero.")
+        data = b"".join(bytes(s[:length]).ljust(length, b"\0") for s in strings.reshape(-1))
+        raw = np.frombuffer(data, wire).astype(out_type)
+        return (raw.reshape(*strings.shape, length // out_type.itemsize),)
+
+    return compute
+
+
 # --- CSV ---------------------------------------------------------------------------------------------
 
 _CSV_TYPES = (

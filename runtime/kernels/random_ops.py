@@ -295,9 +295,13 @@ class _Stream:
     def reserve(self, outputs: int) -> tuple[int, int, int, int]:
         """TensorFlow's ReserveRandomOutputs(outputs, 256): this run's counter; the stream skips 256 Philox
         calls an output (room for rejection sampling, whatever the distribution uses)."""
+        return self.reserve_calls(outputs * 256)
+
+    def reserve_calls(self, calls: int) -> tuple[int, int, int, int]:
+        """This run's counter; the stream moves on by ``calls`` Philox calls."""
         with self.lock:
             start = self.counter
-            self.counter = _add_counter(start, outputs * 256)
+            self.counter = _add_counter(start, calls)
             return start
 
 
@@ -384,5 +388,53 @@ def multinomial(node: Node) -> Compute:
         batch = logits.shape[0] if logits.ndim == 2 else 0
         counter = stream.reserve(batch * ((samples + 3) // 4 * 4))
         return (_multinomial(logits, samples, counter, stream.key, out_dtype),)
+
+    return compute
+
+
+# --- shuffles: StatelessShuffle (tf.random.experimental.stateless_shuffle) and RandomShuffle ----------------
+
+
+def _shuffle(x: Any, counter: Any, key: Any) -> Any:
+    """TensorFlow's RandomShuffle: the rows of x permuted by a Fisher-Yates pass from the front, swap i with
+    i + (draw % (n - i)), one 32-bit draw a swap (n - 1 of them)."""
+    if x.ndim == 0:
+        raise InvalidArgumentError("input must be at least 1-D, got a scalar")
+    n = x.shape[0]
+    if x.size <= 1 or n <= 1:
+        return x
+    bits = philox(counter, key, (n + 2) // 4).ravel()
+    perm = list(range(n))
+    for i in range(n - 1):
+        j = i + int(bits[i]) % (n - i)
+        perm[i], perm[j] = perm[j], perm[i]
+    return x[np.array(perm)]
+
+
+@kernel("StatelessShuffle")
+def stateless_shuffle(node: Node) -> Compute:
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        value, key_t, counter_t, alg_t = inputs
+        counter, key = key_counter(key_t, counter_t, alg_t)
+        return (_shuffle(value, counter, key),)
+
+    return compute
+
+
+@kernel("RandomShuffle", stateful=True)
+def random_shuffle(node: Node) -> Compute:
+    """``tf.random.shuffle``: each run continues the node's stream after the last run's draws."""
+    seed, seed2 = node.attr_int("seed", 0), node.attr_int("seed2", 0)
+    slot = ("random stream", node.name)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        (value,) = inputs
+        stream = ctx.resources.values.get(slot) or ctx.resources.values.setdefault(slot, _Stream(seed, seed2))
+        n = value.shape[0] if value.ndim else 0
+        if value.size <= 1 or n <= 1:
+            return (value,)
+        # ReserveSamples32(n - 1): the stream moves on by the Philox calls of the n - 1 draws
+        counter = stream.reserve_calls((n + 2) // 4)
+        return (_shuffle(value, counter, stream.key),)
 
     return compute

@@ -91,11 +91,32 @@ def kernel(
     return register
 
 
+# Ops TensorFlow itself runs only through XLA (no CPU kernel): why, for the error that refuses them
+_XLA_ONLY = {
+    "XlaCallModule": "it holds a StableHLO module (jax2tf's native serialization) that only XLA compiles; "
+    "export with jax2tf.convert(..., native_serialization=False) for TensorFlow ops",
+    "TPUPartitionedCall": "it runs a function on TPU cores; save the model outside a TPUStrategy to serve "
+    "it on CPU",
+}
+
+
+def _why_missing(op: str) -> str:
+    if op in _XLA_ONLY:
+        return f": {_XLA_ONLY[op]}"
+    if op.startswith("Xla"):
+        return (
+            ": it is an XLA operation (tf2xla, jax2tf) that TensorFlow runs only inside XLA-compiled "
+            "functions, with no CPU kernel"
+        )
+    return ""
+
+
 def lookup(node: Node) -> KernelDef:
     kdef = KERNELS.get(node.op)
     if kdef is None:
         raise NotFoundError(
-            f"Op type not registered '{node.op}' (node '{node.name}'): poolserve has no kernel for it",
+            f"Op type not registered '{node.op}' (node '{node.name}'): poolserve has no kernel for it"
+            + _why_missing(node.op),
             node.name,
         )
     return kdef

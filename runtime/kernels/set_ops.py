@@ -1,5 +1,5 @@
 """Set operations: DenseToDenseSetOperation and DenseToSparseSetOperation (``tf.sets.intersection``,
-``union`` and ``difference``).
+``union`` and ``difference``), and SetSize (``tf.sets.size``).
 
 Each set is the last dimension of a group: a dense [..., n] operand holds every one of its n values (repeats
 count once), a sparse one the values of the indices under the group. The result is a SparseTensor
@@ -118,5 +118,33 @@ def dense_to_sparse_set_operation(node: Node) -> Compute:
             for g, v in zip(groups.tolist(), values.tolist(), strict=True):
                 set2[g].add(v)
         return _result(op, group_shape, _dense_sets(set1), set2, set1.dtype)
+
+    return compute
+
+
+@kernel("SetSize")
+def set_size(node: Node) -> Compute:
+    """``tf.sets.size``: the number of distinct values in each set of a SparseTensor (its last dimension),
+    int32, of the shape of its groups."""
+    validate = node.attr_bool("validate_indices", True)
+
+    def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+        indices, values, shape_t = inputs
+        dims = tuple(int(d) for d in shape_t.reshape(-1).tolist())
+        _check_rank(dims)
+        if indices.ndim != 2 or values.ndim != 1 or indices.shape != (values.shape[0], len(dims)):
+            raise InvalidArgumentError(
+                f"set indices {_dims(indices.shape)}, values {_dims(values.shape)} and shape "
+                f"{_dims(shape_t.shape)} do not make one SparseTensor"
+            )
+        if validate:
+            _check_valid(indices.astype(_I64, copy=False), dims)
+        group_shape = dims[:-1]
+        sets: list[set[Any]] = [set() for _ in range(_groups(group_shape))]
+        if values.size:
+            groups = np.ravel_multi_index(tuple(indices[:, :-1].T), group_shape)
+            for g, v in zip(groups.tolist(), values.tolist(), strict=True):
+                sets[g].add(v)
+        return (np.array([len(s) for s in sets], np.int32).reshape(group_shape),)
 
     return compute

@@ -1,6 +1,6 @@
 """Arithmetic on SparseTensors: SparseReduceSum/Max (dense result) and their ``Sparse`` forms, SparseAdd,
-SparseConcat, SparseSlice and SparseSoftmax (``tf.sparse.reduce_sum``, ``tf.sparse.add``, ``concat``,
-``slice``, ``softmax``).
+SparseSparseMaximum/Minimum, SparseConcat, SparseSlice and SparseSoftmax (``tf.sparse.reduce_sum``,
+``tf.sparse.add``, ``maximum``, ``minimum``, ``concat``, ``slice``, ``softmax``).
 
 A SparseTensor travels as int64 ``indices`` [N, rank], ``values`` [N] and ``dense_shape`` [rank]. As in
 TensorFlow: reductions group the values by their index outside the reduced axes (an index with no value
@@ -218,6 +218,75 @@ def sparse_add(node: Node) -> Compute:
         return indices[keep], values[keep], a_shape.astype(_I64, copy=False)
 
     return compute
+
+
+# --- SparseSparseMaximum, SparseSparseMinimum ---------------------------------------------------------------
+
+
+def _union(a_idx: Any, a_val: Any, b_idx: Any, b_val: Any) -> tuple[Any, Any, Any]:
+    """TensorFlow's UnionSparseIndicesAndValues: the two cursors' merge in index order, each index with
+    its value in a and in b, 0 where an operand holds none."""
+    a_rows, b_rows = a_idx.tolist(), b_idx.tolist()
+    rows: list[Any] = []
+    pick_a: list[int] = []  # the position in a, or -1
+    pick_b: list[int] = []
+    i = j = 0
+    while i < len(a_rows) and j < len(b_rows):
+        if a_rows[i] == b_rows[j]:
+            rows.append(a_rows[i])
+            pick_a.append(i)
+            pick_b.append(j)
+            i, j = i + 1, j + 1
+        elif a_rows[i] < b_rows[j]:
+            rows.append(a_rows[i])
+            pick_a.append(i)
+            pick_b.append(-1)
+            i += 1
+        else:
+            rows.append(b_rows[j])
+            pick_a.append(-1)
+            pick_b.append(j)
+            j += 1
+    rows += a_rows[i:] + b_rows[j:]
+    pick_a += list(range(i, len(a_rows))) + [-1] * (len(b_rows) - j)
+    pick_b += [-1] * (len(a_rows) - i) + list(range(j, len(b_rows)))
+    ia, ib = np.array(pick_a, np.int64), np.array(pick_b, np.int64)
+    zero = np.zeros((), a_val.dtype)
+    av = np.where(ia >= 0, a_val[np.maximum(ia, 0)] if a_val.size else zero, zero)
+    bv = np.where(ib >= 0, b_val[np.maximum(ib, 0)] if b_val.size else zero, zero)
+    return np.array(rows, _I64).reshape(len(rows), a_idx.shape[1]), av, bv
+
+
+def _sparse_sparse(ufunc: np.ufunc) -> Any:
+    def factory(node: Node) -> Compute:
+        def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
+            a_idx, a_val, a_shape, b_idx, b_val, b_shape = inputs
+            if a_idx.ndim != 2 or b_idx.ndim != 2:
+                raise InvalidArgumentError(
+                    "Inputs a_indices and b_indices should be matrices but received shapes: "
+                    f"{_shape_str(a_idx.shape)}, {_shape_str(b_idx.shape)}"
+                )
+            _check_sparse(a_idx, a_val, a_shape, "a_")
+            _check_sparse(b_idx, b_val, b_shape, "b_")
+            if a_shape.shape != b_shape.shape:
+                raise InvalidArgumentError(
+                    f"Operands' shapes do not match: got {a_shape.size} and {b_shape.size} dimensions"
+                )
+            for d, (x, y) in enumerate(zip(a_shape.tolist(), b_shape.tolist(), strict=True)):
+                if x != y:
+                    raise InvalidArgumentError(
+                        f"Operands' shapes do not match: got {x} and {y} for dimension {d}"
+                    )
+            indices, av, bv = _union(a_idx, a_val, b_idx, b_val)
+            return indices, ufunc(av, bv)
+
+        return compute
+
+    return factory
+
+
+kernel("SparseSparseMaximum", outputs=2, expensive=True)(_sparse_sparse(np.maximum))
+kernel("SparseSparseMinimum", outputs=2, expensive=True)(_sparse_sparse(np.minimum))
 
 
 # --- SparseConcat ------------------------------------------------------------------------------------------

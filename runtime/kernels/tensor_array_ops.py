@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from poolserve.runtime.errors import InvalidArgumentError
-from poolserve.runtime.kernels._common import _shape_str
+from poolserve.runtime.kernels._common import _shape_str, as_item, zeros
 from poolserve.runtime.kernels.registry import Compute, OpContext, kernel
 from poolserve.runtime.node import Node
 
@@ -111,7 +111,7 @@ class TensorArray:
                     )
                 shape = self.element_shape
                 if gathering and shape is not None and all(d >= 0 for d in shape):
-                    return np.zeros(shape, self.dtype)
+                    return zeros(shape, self.dtype)
                 raise InvalidArgumentError(
                     f"TensorArray {self.name}: Could not read from TensorArray index {index} because it has "
                     "not yet been written to."
@@ -180,7 +180,7 @@ def tensor_array_v3(node: Node) -> Compute:
 def tensor_array_write_v3(node: Node) -> Compute:
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         ta = _array(node, inputs[0])
-        ta.write(_index(inputs[1]), np.asarray(inputs[2]))
+        ta.write(_index(inputs[1]), as_item(inputs[2]))
         return (_FLOW,)
 
     return compute
@@ -228,14 +228,14 @@ def tensor_array_scatter_v3(node: Node) -> Compute:
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         ta = _array(node, inputs[0])
         indices = _vector(inputs[1], "indices")
-        value = np.asarray(inputs[2])
+        value = as_item(inputs[2])
         if value.ndim < 1 or value.shape[0] != len(indices):
             raise InvalidArgumentError(
                 f"Expected len(indices) == values.shape[0], but saw: {len(indices)} vs. "
                 f"{value.shape[0] if value.ndim else 'a scalar'}"
             )
         for row, i in enumerate(indices):
-            ta.write(i, value[row])
+            ta.write(i, value[row, ...])
         return (_FLOW,)
 
     return compute
@@ -245,7 +245,7 @@ def tensor_array_scatter_v3(node: Node) -> Compute:
 def tensor_array_split_v3(node: Node) -> Compute:
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         ta = _array(node, inputs[0])
-        value = np.asarray(inputs[1])
+        value = as_item(inputs[1])
         lengths = _vector(inputs[2], "lengths")
         if value.ndim < 1 or sum(lengths) != value.shape[0]:
             raise InvalidArgumentError(
