@@ -199,14 +199,18 @@ def _channels(node: Node, allowed: tuple[int, ...]) -> int:
     return channels
 
 
-@kernel("DecodeJpeg", expensive=True)
-def decode_jpeg(node: Node) -> Compute:
+def _jpeg_attrs(node: Node) -> tuple[int, int, bool, str]:
+    """DecodeJpeg's and DecodeAndCropJpeg's channels, ratio, fancy_upscaling and dct_method."""
     channels = _channels(node, (0, 1, 3))
     ratio = node.attr_int("ratio", 1)
     if ratio not in (1, 2, 4, 8):
         raise _bad_attr(node, "ratio", f"must be 1, 2, 4 or 8, got {ratio}")
-    fancy = node.attr_bool("fancy_upscaling", True)
-    dct = node.attr_str("dct_method", "")
+    return channels, ratio, node.attr_bool("fancy_upscaling", True), node.attr_str("dct_method", "")
+
+
+@kernel("DecodeJpeg", expensive=True)
+def decode_jpeg(node: Node) -> Compute:
+    channels, ratio, fancy, dct = _jpeg_attrs(node)
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         return (_jpeg(_contents(node, inputs[0]), channels, ratio, fancy, dct),)
@@ -221,12 +225,7 @@ def decode_and_crop_jpeg(node: Node) -> Compute:
     columns, so with chroma subsampling (4:2:0, its encoder's default) it upsamples the window's last column
     (and its first, past the first 16) without the chroma outside: those pixels differ from the full
     decode's by a few levels, which is what this gives. Grayscale and 4:4:4 JPEGs are TensorFlow's exactly."""
-    channels = _channels(node, (0, 1, 3))
-    ratio = node.attr_int("ratio", 1)
-    if ratio not in (1, 2, 4, 8):
-        raise _bad_attr(node, "ratio", f"must be 1, 2, 4 or 8, got {ratio}")
-    fancy = node.attr_bool("fancy_upscaling", True)
-    dct = node.attr_str("dct_method", "")
+    channels, ratio, fancy, dct = _jpeg_attrs(node)
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         data, window = _contents(node, inputs[0]), inputs[1]
