@@ -59,8 +59,8 @@ BODY_IN_KEY = "poolserve.body_in"
 # set for an admitted body of declared length that is still to come: a ``WholeBody``, through which the app
 # may wait for all of it and take it as a view of the buffer it was read into, with no copy
 BODY_VIEW_KEY = "poolserve.whole_body"
-# set in every request's scope: the answer's body may be sent as memoryview parts (an ASGI server other than
-# this protocol, or Ray Serve's proxy, which pickles messages, takes bytes only: ``sends_views``)
+# set in every request's scope: the answer's body may be sent as memoryview parts (``server.hot`` joins them
+# into bytes for any other ASGI server, or Ray Serve's proxy, which pickles messages)
 SEND_VIEWS_KEY = "poolserve.send_views"
 # a KServe binary request's JSON header length: its tensors follow the header in the body
 _TENSORS_AT = b"inference-header-content-length"
