@@ -309,7 +309,7 @@ def response_parts(
         where = f"output '{name}'"
         if binary:
             data = codec.binary_data(where, array)
-            chunk = data if isinstance(data, bytes) else memoryview(data.reshape(-1).view(np.uint8))
+            chunk = data if isinstance(data, bytes) else data.reshape(-1).view(np.uint8).data
             entry["parameters"] = {"binary_data_size": len(chunk)}
             chunks.append(chunk)
         else:
