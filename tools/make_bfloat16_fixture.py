@@ -28,6 +28,7 @@ import keras
 import ml_dtypes
 import numpy as np
 import tensorflow as tf
+from make_case_fixtures import run_graph
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "models"
@@ -80,13 +81,7 @@ def main() -> None:
     x = rng.standard_normal((4, 6, 6, 3)).astype(np.float32)
     y = (rng.standard_normal((4, 4)) * 2).astype(BF16)
     feeds = dict(zip(inputs, [x, y], strict=True))
-    config = tf.compat.v1.ConfigProto()
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    g = tf.Graph()
-    with g.as_default():
-        tf.compat.v1.import_graph_def(graph_def, name="")
-    with tf.compat.v1.Session(graph=g, config=config) as sess:
-        results = sess.run(outputs, feeds)
+    results = run_graph(graph_def, feeds, outputs)
     arrays: dict[str, np.ndarray] = {f"in:{k}": v for k, v in feeds.items()}
     arrays.update({f"out:{k}": v for k, v in zip(outputs, results, strict=True)})
     bf16 = sorted(k for k, v in arrays.items() if v.dtype == BF16)

@@ -22,6 +22,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 import keras
 import numpy as np
 import tensorflow as tf
+from make_case_fixtures import run_graph
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "kernels"
@@ -75,13 +76,7 @@ def main() -> None:
         for s in specs
     ]
     feeds = dict(zip(inputs, values, strict=True))
-    config = tf.compat.v1.ConfigProto()
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    g = tf.Graph()
-    with g.as_default():
-        tf.compat.v1.import_graph_def(graph_def, name="")
-    with tf.compat.v1.Session(graph=g, config=config) as sess:
-        results = sess.run(outputs, feeds)
+    results = run_graph(graph_def, feeds, outputs)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "layer_norm.pb").write_bytes(graph_def.SerializeToString(deterministic=True))
     arrays = {f"in:{k}": v for k, v in feeds.items()}

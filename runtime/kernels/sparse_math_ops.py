@@ -33,6 +33,13 @@ def _sort(indices: Any) -> Any:
     return np.lexsort(indices.T[::-1])
 
 
+def _same_dims(a_shape: np.ndarray, b_shape: np.ndarray) -> None:
+    """Two sparse operands' dense shapes, of one rank, dimension by dimension (TensorFlow's message)."""
+    for d, (x, y) in enumerate(zip(a_shape.tolist(), b_shape.tolist(), strict=True)):
+        if x != y:
+            raise InvalidArgumentError(f"Operands' shapes do not match: got {x} and {y} for dimension {d}")
+
+
 def _check_sparse(indices: Any, values: Any, shape: Any, prefix: str = "input_") -> None:
     if indices.ndim != 2:
         raise InvalidArgumentError(
@@ -189,11 +196,7 @@ def sparse_add(node: Node) -> Compute:
             raise InvalidArgumentError(
                 f"Operands do not have the same ranks; got shapes: {_spaced(a_shape)} and {_spaced(b_shape)}"
             )
-        for d, (x, y) in enumerate(zip(a_shape.tolist(), b_shape.tolist(), strict=True)):
-            if x != y:
-                raise InvalidArgumentError(
-                    f"Operands' shapes do not match: got {x} and {y} for dimension {d}"
-                )
+        _same_dims(a_shape, b_shape)
         _check_sparse(a_idx, a_val, a_shape, "a_")
         _check_sparse(b_idx, b_val, b_shape, "b_")
         if not (_strictly_sorted(a_idx) and _strictly_sorted(b_idx)):
@@ -272,11 +275,7 @@ def _sparse_sparse(ufunc: np.ufunc) -> Any:
                 raise InvalidArgumentError(
                     f"Operands' shapes do not match: got {a_shape.size} and {b_shape.size} dimensions"
                 )
-            for d, (x, y) in enumerate(zip(a_shape.tolist(), b_shape.tolist(), strict=True)):
-                if x != y:
-                    raise InvalidArgumentError(
-                        f"Operands' shapes do not match: got {x} and {y} for dimension {d}"
-                    )
+            _same_dims(a_shape, b_shape)
             indices, av, bv = _union(a_idx, a_val, b_idx, b_val)
             return indices, ufunc(av, bv)
 
