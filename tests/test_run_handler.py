@@ -221,6 +221,43 @@ def test_pool_gives_each_kernel_its_share_of_the_cores():
     assert kt.current == kt.default  # idle: the process's own setting is back
 
 
+def test_a_closure_left_running_alone_gets_every_core_back():
+    # a lone residual CNN step ran its shortcut beside the main path once, and the main path's kernels kept
+    # half the cores to the end of the step: 16.5 ms with the pool against 14.4 without it
+    from poolserve.runtime.threadpool import KernelThreads
+
+    if KernelThreads.pinned:
+        pytest.skip("an earlier test pinned the BLAS threads (intra_op_parallelism_threads)")
+    pool = RunHandlerPool(num_threads=2)
+    kt = pool._kernel_threads
+    if kt.wanted(1) == kt.wanted(2):
+        pytest.skip("one core for kernels: a kernel's share is the same alone")
+    both = threading.Barrier(2, timeout=5)
+    seen = []
+
+    def main_path():
+        both.wait()
+        seen.append(kt.current)  # beside its sibling
+        both.wait()  # the sibling returns now
+        deadline = time.monotonic() + 2
+        while kt.current != kt.wanted(1) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        seen.append(kt.current)
+
+    def sibling():
+        both.wait()
+        both.wait()
+
+    h = pool.get()
+    done = threading.Semaphore(0)
+    h.schedule(lambda: (main_path(), done.release()))
+    h.schedule(lambda: (sibling(), done.release()))
+    for _ in range(2):
+        assert done.acquire(timeout=5)
+    assert seen == [kt.wanted(2), kt.wanted(1)]
+    h.release()
+
+
 def test_kernel_threads_follow_the_number_running():
     from threadpoolctl import ThreadpoolController
 
