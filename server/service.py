@@ -307,6 +307,7 @@ class InferenceService:
         if entry.batcher is not None:
             entry.batcher.observe = self._observe_batch(entry.name)
             entry.batcher.executed = entry.stats.executed
+            entry.batcher.busy = lambda: self.in_flight > 1
 
     @property
     def pool(self) -> RunHandlerPool:

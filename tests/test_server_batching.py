@@ -120,6 +120,52 @@ def test_auto_batches_again_when_requests_come_back_to_back_after_a_quiet_spell(
     assert [b.members for b in batches.values()] == [1, 15]
 
 
+def probe_due_then(rt: InferenceService, late: list[np.ndarray], after: float) -> Any:
+    """One request, a second right after it (back to back: a probe is due), and ``late`` requests sent
+    ``after`` seconds into the second one's probe; the second one's result and seconds, and the late ones'."""
+
+    async def go() -> tuple[InferResult, float, list[InferResult]]:
+        await rt.infer(InferRequest("add", {"x": rows(1, 0)}))
+        t0 = time.monotonic()
+        second = asyncio.ensure_future(rt.infer(InferRequest("add", {"x": rows(1, 1)})))
+        await asyncio.sleep(after)
+        others = await asyncio.gather(*(rt.infer(InferRequest("add", {"x": x})) for x in late))
+        result = await second
+        return result, time.monotonic() - t0, list(others)
+
+    return asyncio.run(go())
+
+
+def test_a_probe_that_finds_nobody_in_the_server_does_not_wait(tmp_path, monkeypatch):
+    # a client alone paid the probe's whole wait once every PROBE_EVERY_S (1 ms, a tenth of its requests
+    # at 40 a second); made 3 s here, it would hold the lone request that long
+    monkeypatch.setattr(batching, "PROBE_WAIT_S", 3.0)
+    rt = service(tmp_path, {"max_batch_size": 64})  # "auto"
+    try:
+        result, seconds, _ = probe_due_then(rt, [], 0.0)
+    finally:
+        rt.close()
+    np.testing.assert_array_equal(result.outputs["out"], rows(1, 1) * 2 + 1)
+    assert seconds < 1.5
+
+
+def test_a_probe_waits_for_requests_still_on_their_way(tmp_path, monkeypatch):
+    # other requests in the server (a body still being read or decoded): the probe waits its whole time,
+    # and a request that reaches the model meanwhile joins the probing one
+    monkeypatch.setattr(batching, "PROBE_WAIT_S", 3.0)
+    rt = service(tmp_path, {"max_batch_size": 64})
+    rt.model("add").batcher.busy = lambda: True
+    try:
+        result, _, (late,) = probe_due_then(rt, [rows(1, 2)], 0.1)
+    finally:
+        rt.close()
+    np.testing.assert_array_equal(result.outputs["out"], rows(1, 1) * 2 + 1)
+    np.testing.assert_array_equal(late.outputs["out"], rows(1, 2) * 2 + 1)
+    assert result.timings.batch is not None and late.timings.batch is not None
+    assert result.timings.batch.batch_id == late.timings.batch.batch_id
+    assert result.timings.batch.members == 2
+
+
 def test_a_batched_mlp_gives_what_each_request_gets_alone(tmp_path):
     graph = load_graph_def(FIXTURES / "mlp.pb")
     rng = np.random.default_rng(0)
