@@ -11,8 +11,9 @@ A batch forms as soon as its queue holds ``max_batch_size`` rows, or a preferred
   model's batches are running, one event loop iteration after the first member joined (so that requests
   the loop read together batch together; only while the model's requests overlap, see
   ``Batcher._company_wait``), else when one ends. Requests that arrive while the model computes wait for
-  it, so batches grow with the load and a lone request does not wait for company (but for a short probe
-  now and then while requests come back to back: ``PROBE_WAIT_S``);
+  it, so batches grow with the load and a lone request does not wait for company (a probe now and then
+  while requests come back to back yields two loop iterations, and waits up to ``PROBE_WAIT_S`` only while
+  other requests are in the server);
 - a number: when the oldest member has waited that long (Triton's ``max_queue_delay_microseconds``).
 
 Members are taken by priority, then arrival. One whose deadline passed while it waited is answered
