@@ -287,12 +287,23 @@ def worker_count(value: int | Literal["auto"]) -> int:
     return usable_cores() if value == "auto" else int(value)
 
 
+def _version() -> str:
+    """The installed distribution's version (what KServe's server metadata reports too)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("poolserve")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="poolserve", description="Serve TensorFlow GraphDefs on numpy kernels."
     )
+    parser.add_argument("--version", action="version", version=f"poolserve {_version()}")
     sub = parser.add_subparsers(dest="command")
-    s = sub.add_parser("serve", help="run the HTTP server")
+    s = sub.add_parser("serve", help="run the server (HTTP, and gRPC on server.grpc_port)")
     s.add_argument("--config", help="a TOML config (default: the embedded configs/default.toml)")
     s.add_argument("--host", help="address to listen on (overrides server.host)")
     s.add_argument("--port", type=_port_arg, help="port to listen on (overrides server.port)")

@@ -25,6 +25,15 @@ def test_cli_without_subcommand_prints_help(capsys: pytest.CaptureFixture[str]) 
     assert "usage: poolserve" in out and "serve" in out
 
 
+def test_cli_version_is_the_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"poolserve {importlib.metadata.version('poolserve')}"
+
+
 def test_cli_bad_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[server]\nport = -1\n")
