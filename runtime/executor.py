@@ -222,6 +222,9 @@ class Plan:
         # the last step of it that ended had no expensive node ready: it ran on one thread from start to
         # end, with nothing to hand off or to preempt (see Session._enter_pool)
         self.cheap = False
+        # its nodes in one topological order (callables.SerialProgram), made the first time a step of it
+        # runs from start to end on its caller's pool slot (Session._run_in_slot)
+        self.serial: Any = None
         pruned = graph.prune(fetches, targets, feeds)
         graph.runnable(pruned)  # a node poolserve cannot run fails the signature that needs it, here
         self.pruned = pruned

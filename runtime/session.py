@@ -22,7 +22,7 @@ import numpy as np
 
 from poolserve.proto import config_pb2, graph_pb2
 from poolserve.runtime import aio
-from poolserve.runtime.callables import SessionCallable
+from poolserve.runtime.callables import SerialProgram, SerialStep, SessionCallable, run_serial
 from poolserve.runtime.calls import Calls, Signature
 from poolserve.runtime.deadline import (
     OPERATION_TIMEOUT,
@@ -43,13 +43,14 @@ from poolserve.runtime.executor import (
     Plan,
     Step,
     StepTrace,
+    _step_ids,
     expected_cpu,
 )
 from poolserve.runtime.fetches import outputs
 from poolserve.runtime.frames import DEAD
 from poolserve.runtime.functions import FunctionLibrary
 from poolserve.runtime.graph import Graph
-from poolserve.runtime.kernels.registry import ResourceContainer
+from poolserve.runtime.kernels.registry import OpContext, ResourceContainer
 from poolserve.runtime.memory import keep_freed_memory
 from poolserve.runtime.metadata import OOM_HINT, fill_cost_graph, fill_step_stats, oom_report, plan_graph_def
 from poolserve.runtime.partial_run import PartialRuns
@@ -373,7 +374,7 @@ class Session:
         on_done: Callable[[Any, OpError | None], None],
         deadline: Deadline | None,
         timer: bool,
-    ) -> Step:
+    ) -> Step | SerialStep:
         """Runs a short step from start to end on this thread, on the pool slot ``_enter_pool`` took. Its
         cost is this thread's CPU time (wall time would count the GIL and the cores taken by others, and
         push a busy server's short plans off this path), measured on the plan's sampled steps; the others
@@ -387,19 +388,23 @@ class Session:
         try:
             if deadline is not None:
                 deadline.check("starting the step")
-            step, _ = self._launch(
-                sig,
-                feeds,
-                _CALLER,
-                options,
-                run_metadata,
-                on_done,
-                True,
-                None,
-                deadline,
-                timer,
-                slot_id=slot_id,
-            )
+            step: Step | SerialStep
+            if self._serial_ok(plan, options):
+                step = self._run_serial(sig, feeds, options, run_metadata, on_done, deadline, timer)
+            else:
+                step, _ = self._launch(
+                    sig,
+                    feeds,
+                    _CALLER,
+                    options,
+                    run_metadata,
+                    on_done,
+                    True,
+                    None,
+                    deadline,
+                    timer,
+                    slot_id=slot_id,
+                )
         finally:
             cpu = time.thread_time() - t0 if measure else plan.cpu
             kernel = kernel_clock.seconds - k0
@@ -415,6 +420,72 @@ class Session:
             )
         ):
             plan.learn_cpu(cpu, kernel)
+        return step
+
+    def _serial_ok(self, plan: Plan, options: config_pb2.RunOptions | None) -> bool:
+        """Whether a step on the caller's slot may run as a straight loop over the plan's nodes
+        (``_run_serial``): what the executor does there (every node inline, one thread), less its pending
+        counts, lock and hand-offs per node. Not for what only the executor's step records or handles:
+        traces and partition graphs, the OOM report, a memory limit, debug watches, v1 control flow."""
+        if plan.frames is not None or self._memory_limit is not None:
+            return False
+        return options is None or not (
+            options.trace_level
+            or options.output_partition_graphs
+            or options.report_tensor_allocations_upon_oom
+            or options.HasField("debug_options")
+        )
+
+    def _run_serial(
+        self,
+        sig: Signature,
+        feeds: list[Any],
+        options: config_pb2.RunOptions | None,
+        run_metadata: config_pb2.RunMetadata | None,
+        on_done: Callable[[Any, OpError | None], None],
+        deadline: Deadline | None,
+        timer: bool,
+    ) -> SerialStep:
+        """Runs a step on this thread as ``make_callable``'s calls do (``callables.run_serial``), and calls
+        ``on_done`` as ``_launch``'s step would. 200 elementwise nodes on [1, 256] (chain200.b1), one caller
+        on a pool slot: 500 us a step through the executor against 330 as a callable."""
+        plan = sig.plan
+        program = plan.serial
+        if program is None:
+            program = plan.serial = SerialProgram(plan)
+        step = SerialStep()
+        ctx = OpContext(self._resources, next(_step_ids))
+        ctx.cancelled = step.cancelled
+        values = plan.template.copy()
+        values[: len(feeds)] = feeds
+        with self._lock:
+            self._check_open()
+            self._active.add(step)  # close() cancels it as it cancels a Step
+        try:
+            if deadline is not None and timer:
+                deadline_timer.add(deadline, step)
+            run_serial(program, values, ctx, step)
+        finally:
+            step.finished = True
+            with self._lock:
+                self._active.discard(step)
+        error = step.status
+        result: Any = None
+        try:
+            if error is None:
+                # as the executor leaves a step that ran every node on one thread (Step._exit)
+                plan.parallel = False
+                plan.cheap = True
+                result = sig.mapper.build(outputs(values, sig.out_slots, len(plan.feeds)))
+            elif isinstance(error, ResourceExhaustedError) and "OOM" in error.message:
+                error = ResourceExhaustedError(f"{error.message}\n{OOM_HINT}", error.node_name)
+            if run_metadata is not None:
+                self._fill_metadata(run_metadata, plan, None, options)
+        except OpError as e:
+            error = error or e
+        except Exception as e:  # never leave a caller waiting
+            error = error or OpError(f"failed to build the run's results: {e}")
+        on_done(result, error)
         return step
 
     def _check_handler(self, handler: RunHandler, deadline: Deadline | None) -> RunHandler:
