@@ -20,7 +20,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from poolserve.runtime.node import Node
 from poolserve.runtime.step_memory import StepMemory
 from poolserve.runtime.threadpool import CallerThread, Scheduler, kernel_clock
 from poolserve.runtime.types import TensorId
+
+if TYPE_CHECKING:
+    from poolserve.runtime.callables import SerialProgram
 
 # A kernel whose learned cost is above this many microseconds is dispatched to the pool; below it, the
 # hand-off costs more than it saves: ~25 us to wake a thread, ~100 us when the sender holds the GIL,
@@ -224,7 +227,7 @@ class Plan:
         self.cheap = False
         # its nodes in one topological order (callables.SerialProgram), made the first time a step of it
         # runs from start to end on its caller's pool slot (Session._run_in_slot)
-        self.serial: Any = None
+        self.serial: SerialProgram | None = None
         pruned = graph.prune(fetches, targets, feeds)
         graph.runnable(pruned)  # a node poolserve cannot run fails the signature that needs it, here
         self.pruned = pruned

@@ -436,6 +436,22 @@ class Session:
             or options.HasField("debug_options")
         )
 
+    def _on_caller_only(
+        self, plan: Plan, scheduler: Scheduler, options: config_pb2.RunOptions | None
+    ) -> bool:
+        """Whether the executor would run a synchronous step of ``plan`` wholly on its caller's thread, as
+        a straight loop may (``_serial_ok``): the caller's thread is the scheduler
+        (``inter_op_thread_pool = -1``), or no node of the plan is expensive now (cheap nodes never leave
+        the thread that made them ready), as ``make_callable``'s calls decide."""
+        if not self._serial_ok(plan, options):
+            return False
+        if scheduler is _CALLER:
+            return True
+        program = plan.serial
+        if program is None:
+            program = plan.serial = SerialProgram(plan)
+        return program.all_cheap()
+
     def _run_serial(
         self,
         sig: Signature,
@@ -656,6 +672,8 @@ class Session:
             )
             if slot is not None:
                 self._run_in_slot(slot, sig, feeds, options, run_metadata, on_done, deadline, True)
+            elif not pooled and self._on_caller_only(sig.plan, scheduler, options):
+                self._run_serial(sig, feeds, options, run_metadata, on_done, deadline, True)
             else:
                 handler = self._take_handler(options, deadline) if pooled else None
                 self._launch(sig, feeds, scheduler, options, run_metadata, on_done, True, handler, deadline)
