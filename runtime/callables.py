@@ -25,9 +25,9 @@ import numpy as np
 
 from poolserve.proto import config_pb2
 from poolserve.runtime.calls import Signature
-from poolserve.runtime.deadline import Deadline, deadline_timer
+from poolserve.runtime.deadline import Deadline
 from poolserve.runtime.errors import CancelledError, OpError, ResourceExhaustedError
-from poolserve.runtime.executor import Plan, PlanNode, _step_ids, kernel_error
+from poolserve.runtime.executor import Plan, PlanNode, kernel_error
 from poolserve.runtime.fetches import as_output, outputs
 from poolserve.runtime.graph import Graph, prepare_feed
 from poolserve.runtime.kernels.registry import OpContext
@@ -286,26 +286,7 @@ class SessionCallable:
         return result
 
     def _run(self, program: SerialProgram, feeds: list[Any], deadline: Deadline | None) -> Any:
-        session = self._session
-        step = SerialStep()
-        ctx = OpContext(session._resources, next(_step_ids))
-        ctx.cancelled = step.cancelled
-        values = self._plan.template.copy()
-        values[: len(feeds)] = feeds
-        active = session._active
-        with session._lock:
-            session._check_open()
-            active.add(step)  # close() cancels it as it cancels a Step
-        try:
-            if deadline is not None:
-                deadline_timer.add(deadline, step)
-            with np.errstate(all="ignore"):
-                run_serial(program, values, ctx, step)
-        finally:
-            step.finished = True
-            with session._lock:
-                active.discard(step)
-        error = step.status
+        values, error = self._session._step_serially(program, feeds, deadline)
         if error is None:
             try:
                 if self._single is not None:

@@ -981,21 +981,27 @@ def test_reset_clears_and_closes_the_in_process_sessions():
         Session.reset("nope://x")
 
 
+def relu_chain(n: int) -> tuple[GraphBuilder, str, str, np.ndarray, np.ndarray]:
+    """x [None, 4] -> n times (add a constant, Relu): cheap nodes only. The graph, x, the chain's end, a
+    feed and what the chain gives for it."""
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None, 4])
+    y = x
+    feed = np.arange(8, dtype=np.float32).reshape(2, 4)
+    want = feed.copy()
+    for i in range(n):
+        y = b.op("Relu", [b.add(y, b.constant(np.float32(i - n // 2)))], {"T": np.float32}, name=f"r{i}")
+        want = np.maximum(want + np.float32(i - n // 2), 0)
+    return b, x, y, feed, want
+
+
 def test_a_step_on_the_callers_slot_runs_as_a_straight_loop():
     # a step that runs from start to end on its caller's pool slot runs the plan's nodes in one order, with
     # no pending counts, lock or hand-offs (chain200.b1: 689 -> 514 us a Session.run, 791 -> 475 an arun)
     import asyncio
 
-    b = GraphBuilder()
-    x = b.placeholder("x", np.float32, [None, 4])
-    y = x
-    for i in range(20):
-        y = b.op("Relu", [b.add(y, b.constant(np.float32(i - 10)))], {"T": np.float32}, name=f"r{i}")
+    b, x, y, feed, want = relu_chain(20)
     bad = b.op("Reshape", [x, b.constant(np.array([3], np.int32))], {"T": np.float32}, name="bad")
-    feed = np.arange(8, dtype=np.float32).reshape(2, 4)
-    want = feed.copy()
-    for i in range(20):
-        want = np.maximum(want + np.float32(i - 10), 0)
     pooled = config_pb2.RunOptions()
     pooled.experimental.use_run_handler_pool = True
     with Session(b.graph_def) as s:
@@ -1017,17 +1023,9 @@ def test_a_step_wholly_on_the_callers_thread_runs_as_a_straight_loop_without_the
     # no node expensive, or inter_op_thread_pool = -1: the executor would run every node on the caller's
     # thread (chain200.b1 650 -> 491 us a run, wide_and_deep 308 -> 236); deadlines still stop it between
     # nodes, and a failing node is named
-    b = GraphBuilder()
-    x = b.placeholder("x", np.float32, [None, 4])
-    y = x
-    for i in range(10):
-        y = b.op("Relu", [b.add(y, b.constant(np.float32(i - 5)))], {"T": np.float32}, name=f"r{i}")
+    b, x, y, feed, want = relu_chain(10)
     slow = b.op("Relu", [sleep_op(b, y, 0.2, "straight_sleep")], {"T": np.float32}, name="after_sleep")
     after = b.op("Relu", [slow], {"T": np.float32}, name="after")
-    feed = np.arange(8, dtype=np.float32).reshape(2, 4)
-    want = feed.copy()
-    for i in range(10):
-        want = np.maximum(want + np.float32(i - 5), 0)
     caller = config_pb2.RunOptions(inter_op_thread_pool=-1)
     with Session(b.graph_def) as s:
         np.testing.assert_array_equal(s.run(y, {x: feed}), want)
