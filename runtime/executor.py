@@ -226,7 +226,7 @@ class Plan:
         # end, with nothing to hand off or to preempt (see Session._enter_pool)
         self.cheap = False
         # its nodes in one topological order (callables.SerialProgram), made the first time a step of it
-        # runs from start to end on its caller's pool slot (Session._run_in_slot)
+        # may run from start to end on its caller's thread (Session._run_serial)
         self.serial: SerialProgram | None = None
         pruned = graph.prune(fetches, targets, feeds)
         graph.runnable(pruned)  # a node poolserve cannot run fails the signature that needs it, here

@@ -444,12 +444,7 @@ class Session:
         the thread that made them ready), as ``make_callable``'s calls decide."""
         if not self._serial_ok(plan, options):
             return False
-        if scheduler is _CALLER:
-            return True
-        program = plan.serial
-        if program is None:
-            program = plan.serial = SerialProgram(plan)
-        return program.all_cheap()
+        return scheduler is _CALLER or _serial_program(plan).all_cheap()
 
     def _step_serially(
         self, program: SerialProgram, feeds: list[Any], deadline: Deadline | None
@@ -490,10 +485,7 @@ class Session:
         ``on_done`` as ``_launch``'s step would, and says whether every node ran. 200 elementwise nodes on
         [1, 256] (chain200.b1), one caller on a pool slot: 689 us a step through the executor, 514 so."""
         plan = sig.plan
-        program = plan.serial
-        if program is None:
-            program = plan.serial = SerialProgram(plan)
-        values, error = self._step_serially(program, feeds, deadline if timer else None)
+        values, error = self._step_serially(_serial_program(plan), feeds, deadline if timer else None)
         ran = error is None
         result: Any = None
         try:
@@ -1068,6 +1060,14 @@ def get_default_session() -> Session | None:
 
 
 _CALLER = CallerThread()
+
+
+def _serial_program(plan: Plan) -> SerialProgram:
+    """The plan's nodes in one topological order, made once per plan (``Plan.serial``)."""
+    program = plan.serial
+    if program is None:
+        program = plan.serial = SerialProgram(plan)
+    return program
 
 
 __all__ = [
