@@ -40,6 +40,29 @@ def _check_rank(shape: tuple[int, ...]) -> None:
         raise InvalidArgumentError(f"Shape {_dims(shape)} has rank {len(shape)} < 2")
 
 
+def _sparse_dims(what: str, indices: Any, values: Any, shape_t: Any) -> tuple[int, ...]:
+    """The dense shape of a set operand given as a SparseTensor (``what`` names it in errors), checked: of
+    rank 2 or more, with indices and values that belong to it."""
+    dims = tuple(int(d) for d in shape_t.reshape(-1).tolist())
+    _check_rank(dims)
+    if indices.ndim != 2 or values.ndim != 1 or indices.shape != (values.shape[0], len(dims)):
+        raise InvalidArgumentError(
+            f"{what} indices {_dims(indices.shape)}, values {_dims(values.shape)} and shape "
+            f"{_dims(shape_t.shape)} do not make one SparseTensor"
+        )
+    return dims
+
+
+def _sparse_sets(indices: Any, values: Any, group_shape: tuple[int, ...]) -> list[set[Any]]:
+    """The set of each group (all dimensions but the last) of a checked SparseTensor, in row-major order."""
+    sets: list[set[Any]] = [set() for _ in range(_groups(group_shape))]
+    if values.size:
+        groups = np.ravel_multi_index(tuple(indices[:, :-1].T), group_shape)
+        for g, v in zip(groups.tolist(), values.tolist(), strict=True):
+            sets[g].add(v)
+    return sets
+
+
 def _result(
     op: str, group_shape: tuple[int, ...], set1: list[set[Any]], set2: list[set[Any]], dtype: Any
 ) -> tuple[Any, Any, Any]:
@@ -99,24 +122,13 @@ def dense_to_sparse_set_operation(node: Node) -> Compute:
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         set1, indices, values, shape_t = inputs
         _check_rank(set1.shape)
-        dims = tuple(int(d) for d in shape_t.reshape(-1).tolist())
-        _check_rank(dims)
-        if indices.ndim != 2 or values.ndim != 1 or indices.shape != (values.shape[0], len(dims)):
-            raise InvalidArgumentError(
-                f"set2 indices {_dims(indices.shape)}, values {_dims(values.shape)} and shape "
-                f"{_dims(shape_t.shape)} do not make one SparseTensor"
-            )
+        dims = _sparse_dims("set2", indices, values, shape_t)
         group_shape = set1.shape[:-1]
         if tuple(dims[:-1]) != group_shape:
             raise InvalidArgumentError(f"Mismatched shapes {_dims(group_shape)} vs {_dims(tuple(dims[:-1]))}")
         if validate:
             _check_valid(indices.astype(_I64, copy=False), dims)
-        n = _groups(group_shape)
-        set2: list[set[Any]] = [set() for _ in range(n)]
-        if values.size:
-            groups = np.ravel_multi_index(tuple(indices[:, :-1].T), group_shape)
-            for g, v in zip(groups.tolist(), values.tolist(), strict=True):
-                set2[g].add(v)
+        set2 = _sparse_sets(indices, values, group_shape)
         return _result(op, group_shape, _dense_sets(set1), set2, set1.dtype)
 
     return compute
@@ -130,21 +142,11 @@ def set_size(node: Node) -> Compute:
 
     def compute(ctx: OpContext, inputs: list[Any]) -> tuple[Any, ...]:
         indices, values, shape_t = inputs
-        dims = tuple(int(d) for d in shape_t.reshape(-1).tolist())
-        _check_rank(dims)
-        if indices.ndim != 2 or values.ndim != 1 or indices.shape != (values.shape[0], len(dims)):
-            raise InvalidArgumentError(
-                f"set indices {_dims(indices.shape)}, values {_dims(values.shape)} and shape "
-                f"{_dims(shape_t.shape)} do not make one SparseTensor"
-            )
+        dims = _sparse_dims("set", indices, values, shape_t)
         if validate:
             _check_valid(indices.astype(_I64, copy=False), dims)
         group_shape = dims[:-1]
-        sets: list[set[Any]] = [set() for _ in range(_groups(group_shape))]
-        if values.size:
-            groups = np.ravel_multi_index(tuple(indices[:, :-1].T), group_shape)
-            for g, v in zip(groups.tolist(), values.tolist(), strict=True):
-                sets[g].add(v)
+        sets = _sparse_sets(indices, values, group_shape)
         return (np.array([len(s) for s in sets], np.int32).reshape(group_shape),)
 
     return compute
