@@ -1249,3 +1249,34 @@ def test_an_interpreter_only_short_step_keeps_to_the_pool():
         acquired = pool.stats().handlers_acquired
         s.run(y, feed, options=pool_options())
         assert pool.stats().handlers_acquired == acquired + 1
+
+
+def test_callers_of_every_kind_get_slots_when_short_and_long_steps_wait_together():
+    """Whatever the mix of short and long steps of several kinds waiting, no free slot is left with callers
+    waiting and nobody woken to take it (each caller gets its slots within its 10 s timeout)."""
+    pool = RunHandlerPool(num_threads=2)
+    done = []
+    errors = []
+
+    def caller(i):
+        try:
+            for j in range(150):
+                short = (i + j) % 3 != 0
+                kind = ("A", "B", "C")[(i * 7 + j) % 3]
+                slot = pool.enter_wait(0, short, kind, 10.0)
+                assert slot is not None
+                if not short:
+                    time.sleep(0.0002)
+                pool.leave(kind, 0, 0.0001 if short else 0.001, 0.0, slot)
+            done.append(i)
+        except Exception as e:  # a DeadlineExceededError here is a caller left waiting: the bug
+            errors.append(e)
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and sorted(done) == list(range(12))
+    stats = pool.stats()
+    assert stats.running_closures == 0 and stats.waiting_requests == 0
