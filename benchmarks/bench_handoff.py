@@ -8,10 +8,10 @@ with no config, fed by the matrix's open loop (Poisson arrivals, 64 sender threa
 a second per graph, or at ``--fraction`` of the capacity measured first with the pool off. Rounds alternate
 the pool off and on. Per mode: each graph's served rate, p50 and p99, and the process's CPU in cores; with
 the pool, the time from each hand-off (a slot or a closure given to a parked thread: ``_Parker.unpark``) to
-that thread running Python again (its ``park`` returning, the GIL taken back). A core whose slot was handed
-to a thread still waiting for the GIL idles: on two cores, short_long at 4,600 + 57 req/s left the process
-at 1.1 cores with the pool against 1.7 without, and could not keep up. The parker is wrapped for the run
-to time it: a diagnostic, not something the pool records.
+that thread running Python again (its ``park`` returning: scheduled, the GIL taken back). A core whose slot
+was handed to a thread not yet running idles: on two cores, short_long at 4,600 + 57 req/s left the process
+at 1.1-1.5 cores with the pool against 1.6-1.7 without, and could fall behind. The parker is wrapped for
+the run to time it: a diagnostic, not something the pool records.
 """
 
 from __future__ import annotations
@@ -75,15 +75,8 @@ def cpu_seconds() -> float:
 
 
 def percentiles_ms(samples: list[float]) -> dict[str, float]:
-    if not samples:
-        return {"count": 0, "p50_ms": float("nan"), "p90_ms": float("nan"), "p99_ms": float("nan")}
-    ms = np.asarray(samples) * 1000.0
-    return {
-        "count": len(samples),
-        "p50_ms": float(np.percentile(ms, 50)),
-        "p90_ms": float(np.percentile(ms, 90)),
-        "p99_ms": float(np.percentile(ms, 99)),
-    }
+    ms = np.asarray(samples) * 1000.0  # (the harness's percentile is nan for no samples)
+    return {"count": len(samples), **{f"p{q}_ms": ph.percentile(ms, q) for q in (50, 90, 99)}}
 
 
 def run_round(
