@@ -441,32 +441,34 @@ def test_a_model_that_failed_to_load_makes_the_server_unready(tmp_path: Path) ->
     config_file.write_text(good)
     server = ServerProcess(config_file, tmp_path / "server.log")
     try:
-        http = httpx.Client(base_url=server.url, timeout=10)
-        channel = grpc.insecure_channel(server.grpc_address)
-        kserve = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        (tmp_path / "b.pb").write_bytes(b"")  # a failed load: a GraphDef with no nodes
-        config_file.write_text(good + '[[models]]\nname = "b"\npath = "b.pb"\n')
-        wait_for(lambda: http.get("/v2/health/ready").status_code == 503)
-        for path in ("/v2/health/ready", "/v1/health/ready"):
-            error = http.get(path).json()["error"]
-            assert "model 'b' is not ready" in error and "no nodes" in error, error
-        assert not kserve.ServerReady(grpc_service_pb2.ServerReadyRequest(), timeout=10).ready
-        assert kserve.ModelReady(grpc_service_pb2.ModelReadyRequest(name="a"), timeout=10).ready
-        assert not kserve.ModelReady(grpc_service_pb2.ModelReadyRequest(name="b"), timeout=10).ready
-        assert http.get("/v2/models/a/ready").status_code == 200
-        assert http.get("/v2/models/b/ready").status_code == 503
-        [status] = http.get("/v1/models/b").json()["model_version_status"]
-        assert status["state"] == "END" and "no nodes" in status["status"]["error_message"]
-        assert http.post("/v1/models/a:run", json={"feeds": {"x": [[1.0, 1.0]]}}).status_code == 200
+        # closed however the test ends: a client left open is reported in whichever later test collects it
+        with (
+            httpx.Client(base_url=server.url, timeout=10) as http,
+            grpc.insecure_channel(server.grpc_address) as channel,
+        ):
+            kserve = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            (tmp_path / "b.pb").write_bytes(b"")  # a failed load: a GraphDef with no nodes
+            config_file.write_text(good + '[[models]]\nname = "b"\npath = "b.pb"\n')
+            # the server is unready from when b starts loading ("it is loading") until it failed
+            wait_for(lambda: "no nodes" in http.get("/v2/health/ready").text)
+            for path in ("/v2/health/ready", "/v1/health/ready"):
+                error = http.get(path).json()["error"]
+                assert "model 'b' is not ready" in error and "no nodes" in error, error
+            assert not kserve.ServerReady(grpc_service_pb2.ServerReadyRequest(), timeout=10).ready
+            assert kserve.ModelReady(grpc_service_pb2.ModelReadyRequest(name="a"), timeout=10).ready
+            assert not kserve.ModelReady(grpc_service_pb2.ModelReadyRequest(name="b"), timeout=10).ready
+            assert http.get("/v2/models/a/ready").status_code == 200
+            assert http.get("/v2/models/b/ready").status_code == 503
+            [status] = http.get("/v1/models/b").json()["model_version_status"]
+            assert status["state"] == "END" and "no nodes" in status["status"]["error_message"]
+            assert http.post("/v1/models/a:run", json={"feeds": {"x": [[1.0, 1.0]]}}).status_code == 200
 
-        assert http.post("/v2/repository/models/b/unload").status_code == 200
-        assert http.get("/v2/health/ready").status_code == 200
-        assert kserve.ServerReady(grpc_service_pb2.ServerReadyRequest(), timeout=10).ready
-        add_graph(tmp_path / "b.pb", 3.0)
-        assert http.post("/v2/repository/models/b/load").status_code == 200
-        assert http.get("/v2/health/ready").status_code == 200
-        channel.close()
-        http.close()
+            assert http.post("/v2/repository/models/b/unload").status_code == 200
+            assert http.get("/v2/health/ready").status_code == 200
+            assert kserve.ServerReady(grpc_service_pb2.ServerReadyRequest(), timeout=10).ready
+            add_graph(tmp_path / "b.pb", 3.0)
+            assert http.post("/v2/repository/models/b/load").status_code == 200
+            assert http.get("/v2/health/ready").status_code == 200
     finally:
         server.stop()
 
