@@ -97,6 +97,7 @@ def poolserve_profile(name: str, rows: int | None, intra: int, steps: int) -> di
             for pn in plan.nodes:
                 nodes[pn.name] = [pn.op, float("inf")]
                 pn.compute = _clocked(pn.compute, nodes[pn.name])
+            plan.serial = None  # the straight loop's program holds the kernels it was made with: remade
         for _ in range(steps):
             s.run(fetches, feeds)
     return {"step_ms": best * 1e3, "nodes": nodes}

@@ -36,6 +36,7 @@ from poolserve.runtime.graph import Graph
 from poolserve.runtime.kernels.registry import Compute, OpContext, ResourceContainer
 from poolserve.runtime.node import Node
 from poolserve.runtime.step_memory import StepMemory
+from poolserve.runtime.step_way import StepWay
 from poolserve.runtime.threadpool import CallerThread, Scheduler, kernel_clock
 from poolserve.runtime.types import TensorId
 
@@ -228,6 +229,8 @@ class Plan:
         # its nodes in one topological order (callables.SerialProgram), made the first time a step of it
         # may run from start to end on its caller's thread (Session._run_serial)
         self.serial: SerialProgram | None = None
+        # which way its lone steps run, executor or straight loop, from their measured times
+        self.way = StepWay()
         pruned = graph.prune(fetches, targets, feeds)
         graph.runnable(pruned)  # a node poolserve cannot run fails the signature that needs it, here
         self.pruned = pruned

@@ -480,10 +480,13 @@ class Session:
         on_done: Callable[[Any, OpError | None], None],
         deadline: Deadline | None,
         timer: bool,
+        cheap: bool = True,
     ) -> bool:
         """Runs a step on this thread as ``make_callable``'s calls do (``callables.run_serial``), calls
         ``on_done`` as ``_launch``'s step would, and says whether every node ran. 200 elementwise nodes on
-        [1, 256] (chain200.b1), one caller on a pool slot: 689 us a step through the executor, 514 so."""
+        [1, 256] (chain200.b1), one caller on a pool slot: 689 us a step through the executor, 514 so.
+        ``cheap``: what the step leaves in ``Plan.cheap`` (a lone step of a plan with expensive nodes
+        leaves False, as the executor would)."""
         plan = sig.plan
         values, error = self._step_serially(_serial_program(plan), feeds, deadline if timer else None)
         ran = error is None
@@ -492,7 +495,7 @@ class Session:
             if error is None:
                 # as the executor leaves a step that ran every node on one thread (Step._exit)
                 plan.parallel = False
-                plan.cheap = True
+                plan.cheap = cheap
                 result = sig.mapper.build(outputs(values, sig.out_slots, len(plan.feeds)))
             elif isinstance(error, ResourceExhaustedError) and "OOM" in error.message:
                 error = ResourceExhaustedError(f"{error.message}\n{OOM_HINT}", error.node_name)
@@ -671,10 +674,21 @@ class Session:
                 if pooled
                 else None
             )
+            way, loop, start = None, False, 0.0
             if slot is not None:
                 self._run_in_slot(slot, sig, feeds, options, run_metadata, on_done, deadline, True)
             elif not pooled and self._on_caller_only(sig.plan, scheduler, options):
                 self._run_serial(sig, feeds, options, run_metadata, on_done, deadline, True)
+            elif not pooled and not self._active and self._serial_ok(sig.plan, options):
+                # a lone step: the plan's record says which way runs it sooner (runtime/step_way.py)
+                way = sig.plan.way
+                loop = way.loop()
+                start = time.perf_counter()
+                if loop:
+                    cheap = _serial_program(sig.plan).all_cheap()
+                    self._run_serial(sig, feeds, options, run_metadata, on_done, deadline, True, cheap)
+                else:
+                    self._launch(sig, feeds, scheduler, options, run_metadata, on_done, True, None, deadline)
             else:
                 handler = self._take_handler(options, deadline) if pooled else None
                 self._launch(sig, feeds, scheduler, options, run_metadata, on_done, True, handler, deadline)
@@ -684,6 +698,8 @@ class Session:
         result, error = box[0]
         if error is not None:
             raise error
+        if way is not None:
+            way.learn(loop, time.perf_counter() - start)
         return result
 
     def make_callable(
