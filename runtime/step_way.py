@@ -8,10 +8,13 @@ short, or when BLAS already takes both cores: BERT-tiny's query, key and value p
 at two BLAS threads, 0.97x at one), the residual CNN's projection beside its main path (0.95-0.96x), the
 towers at two BLAS threads (0.86x). No rule on the graph alone says which (the same graph changes side
 with the thread count), so each plan measures: its lone steps (no other step of the session running)
-take both ways in turns until each has ``FIRST`` of them, then the way whose recent steps' median wall time
-is lower. The other way runs again now and then, so a change (another batch size, the machine's load) is
-seen: every ``CLOSE_EVERY``-th lone step while the two are within ``CLOSE`` of each other (a wrong choice
-costs little there), every ``FAR_EVERY``-th when they are not (each such step costs that much more).
+take both ways in turns until each has ``FIRST`` of them (besides its first, which warms caches and
+allocations and is not counted), then the way whose recent steps' shortest wall time is lower (a step
+slowed by something else, the garbage collector or another process, says nothing of its way; the first
+steps of a plan run slower while caches warm, and their median chose the wrong way for BERT-tiny). The
+other way runs again now and then, so a change (another batch size, the machine's load) is seen: every
+``CLOSE_EVERY``-th lone step while the two are within ``CLOSE`` of each other (a wrong choice costs little
+there), every ``FAR_EVERY``-th when they are not (each such step costs that much more).
 
 Steps that are not lone keep the executor: with other steps running, its inter-op pool bounds how many
 kernels run at once, where a loop per caller would not.
@@ -21,9 +24,9 @@ from __future__ import annotations
 
 import threading
 
-FIRST = 3  # lone steps each way before choosing
+FIRST = 4  # lone steps each way before choosing
 KEPT = 8  # recent wall times kept per way
-CLOSE = 1.1  # ratio of the medians under which the two ways count as close
+CLOSE = 1.1  # ratio of the shortest times under which the two ways count as close
 CLOSE_EVERY = 16
 FAR_EVERY = 256
 
@@ -33,10 +36,11 @@ _EXECUTOR, _LOOP = 0, 1
 class StepWay:
     """One plan's record of its lone steps' wall times, each way, and the choice made from them."""
 
-    __slots__ = ("_lock", "_next", "_steps", "_times")
+    __slots__ = ("_lock", "_next", "_seen", "_steps", "_times")
 
     def __init__(self) -> None:
         self._times: tuple[list[float], list[float]] = ([], [])
+        self._seen = [0, 0]  # lone steps taken each way, the uncounted first included
         self._steps = 0  # lone steps chosen for so far
         self._next = _EXECUTOR  # the way chosen for the next one
         self._lock = threading.Lock()  # callers on several threads may be lone in turn
@@ -50,30 +54,28 @@ class StepWay:
     def learn(self, loop: bool, seconds: float) -> None:
         """Records a lone step's wall time, taken the way ``loop`` says, and chooses the next step's way."""
         with self._lock:
-            times = self._times[_LOOP if loop else _EXECUTOR]
-            times.append(seconds)
-            if len(times) > KEPT:
-                del times[0]
+            way = _LOOP if loop else _EXECUTOR
+            seen = self._seen
+            seen[way] += 1
+            if seen[way] > 1:
+                times = self._times[way]
+                times.append(seconds)
+                if len(times) > KEPT:
+                    del times[0]
             executor, straight = self._times
-            if len(executor) < FIRST or len(straight) < FIRST:  # in turns, fewest first
-                self._next = _LOOP if len(straight) < len(executor) else _EXECUTOR
+            if len(executor) < FIRST or len(straight) < FIRST:  # in turns, the executor first
+                self._next = _LOOP if seen[_LOOP] < seen[_EXECUTOR] else _EXECUTOR
                 return
-            a, b = _median(executor), _median(straight)
+            a, b = min(executor), min(straight)
             best = _LOOP if b <= a else _EXECUTOR
             every = CLOSE_EVERY if max(a, b) < CLOSE * min(a, b) else FAR_EVERY
             self._next = 1 - best if self._steps % every == 0 else best
 
-    def medians(self) -> tuple[float, float] | None:
-        """The median of the recent lone steps' wall times through the executor and as a loop, once both
+    def fastest(self) -> tuple[float, float] | None:
+        """The shortest of the recent lone steps' wall times through the executor and as a loop, once both
         ways have ``FIRST`` of them."""
         with self._lock:
             executor, straight = self._times
             if len(executor) < FIRST or len(straight) < FIRST:
                 return None
-            return _median(executor), _median(straight)
-
-
-def _median(values: list[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+            return min(executor), min(straight)
