@@ -4,11 +4,13 @@
 import threading
 
 import numpy as np
+import pytest
 from support import RUNS, gate_op, sleep_op
 
 from poolserve.proto import config_pb2
 from poolserve.runtime import step_way
 from poolserve.runtime.builder import GraphBuilder
+from poolserve.runtime.errors import InvalidArgumentError
 from poolserve.runtime.session import Session
 from poolserve.runtime.step_way import StepWay
 
@@ -101,3 +103,25 @@ def test_steps_run_while_another_step_runs_are_not_measured():
             other.join(10)
         assert plan.way._seen == seen
         assert RUNS["left"] == 4
+
+
+def test_a_lone_step_on_the_loop_fails_as_through_the_executor():
+    b = GraphBuilder()
+    x = b.placeholder("x", np.float32, [None])
+    slept = sleep_op(b, x, 0.002, "slept")  # an expensive node: lone steps consult the plan's way
+    out = b.op("Reshape", [slept, b.constant(np.array([2, 2], np.int32))], {"T": np.float32}, name="square")
+    errors = []
+    with Session(b.graph_def) as s:
+        for _ in range(2):  # the executor's step, then the loop's (see test_both_ways_are_tried_in_turns)
+            np.testing.assert_array_equal(s.run(out, {x: np.arange(4, dtype=np.float32)}).shape, (2, 2))
+        (plan,) = set(s._calls.plans.values())
+        assert plan.way._seen == [1, 1]
+        for _ in range(2):  # the next lone step takes the executor again, the one after the loop
+            way = plan.way._next
+            with pytest.raises(InvalidArgumentError) as caught:
+                s.run(out, {x: np.arange(3, dtype=np.float32)})
+            errors.append((way, caught.value.node_name, str(caught.value)))
+            np.testing.assert_array_equal(s.run(out, {x: np.arange(4, dtype=np.float32)}).shape, (2, 2))
+    assert {way for way, _, _ in errors} == {0, 1}  # one through each way
+    assert errors[0][1:] == errors[1][1:] and errors[0][1] == "square"
+    assert "Input to reshape is a tensor with 3 values, but the requested shape has 4" in errors[0][2]
