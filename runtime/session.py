@@ -684,9 +684,8 @@ class Session:
                 way = sig.plan.way
                 loop = way.loop()
                 start = time.perf_counter()
-                if loop:
-                    cheap = _serial_program(sig.plan).all_cheap()
-                    self._run_serial(sig, feeds, options, run_metadata, on_done, deadline, True, cheap)
+                if loop:  # the plan has expensive nodes (else _on_caller_only took it): not cheap
+                    self._run_serial(sig, feeds, options, run_metadata, on_done, deadline, True, False)
                 else:
                     self._launch(sig, feeds, scheduler, options, run_metadata, on_done, True, None, deadline)
             else:
